@@ -1,0 +1,38 @@
+# ticketrelay — the team's vocabulary. CI runs the same targets (.ci/run).
+GO       ?= go
+DATA     ?= data
+LISTEN   ?= 127.0.0.1:8080
+VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X ticketrelay/internal/app.Version=$(VERSION)
+
+.PHONY: all build run test test/short test/race lint vet fmt bench clean
+
+all: build
+
+build: ## build bin/mcp-front and bin/dispatcher
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/mcp-front ./cmd/dispatcher
+
+run: build ## run both processes with embedded defaults; Ctrl-C stops both
+	@mkdir -p $(DATA)
+	@trap 'kill -INT $$d $$f 2>/dev/null; wait $$d $$f' INT TERM; \
+	 bin/dispatcher -data $(DATA) & d=$$!; \
+	 bin/mcp-front -db $(DATA)/tickets.db -listen $(LISTEN) & f=$$!; \
+	 wait $$d $$f
+
+test: vet ## the whole suite, with the race detector
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+test/short: ## quick run without the race detector
+	$(GO) test -count=1 -short ./...
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+
+lint: vet
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf bin

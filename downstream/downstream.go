@@ -1,0 +1,148 @@
+// Package downstream is the seam between the forwarder and an external API:
+// one small interface, the capability flags that decide how a target may be
+// retried, and the error classes an adapter translates its API's answers to.
+// Each API lives in a sub-package that imports only this one.
+package downstream
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+
+	"ticketrelay/ticket"
+)
+
+// LookupKind says whether a created item can be found again by its key.
+type LookupKind int
+
+const (
+	LookupNone       LookupKind = iota // no way to find a created item again
+	LookupEventual                     // a search that may lag: "not found" is no proof
+	LookupConsistent                   // read-after-write: "not found" means never created
+)
+
+func (k LookupKind) String() string {
+	switch k {
+	case LookupEventual:
+		return "eventual"
+	case LookupConsistent:
+		return "consistent"
+	}
+	return "none"
+}
+
+// Capabilities are what an adapter can guarantee.
+type Capabilities struct {
+	// DedupeKey: the API takes a caller-chosen key and never creates a second
+	// item for a resend with the same key (within Window, if non-zero).
+	DedupeKey bool
+	// Window is how long the API remembers a dedupe key (0: for ever).
+	Window time.Duration
+	// Lookup says whether a created item can be found again by its key.
+	Lookup LookupKind
+}
+
+// Idempotent reports whether a tool bound to a target with these
+// capabilities may be retried blindly by the client (MCP idempotentHint).
+func (c Capabilities) Idempotent() bool { return c.DedupeKey }
+
+// Delivery is one attempt to create a ticket downstream.
+type Delivery struct {
+	Key     string // the dedupe key, derived from the request id; stable across attempts
+	Attempt int    // 1 for the first attempt
+	Ticket  ticket.Ticket
+}
+
+// Receipt is the downstream's confirmation.
+type Receipt struct {
+	ExternalID string
+	URL        string
+}
+
+// Target is an external system tickets are delivered to.
+type Target interface {
+	// Name is the configured target name (a NATS subject token).
+	Name() string
+	Capabilities() Capabilities
+	// Deliver creates the ticket. Errors should be *Error (see Classify).
+	Deliver(ctx context.Context, d Delivery) (Receipt, error)
+}
+
+// Finder is implemented by targets with a lookup: it finds an item created
+// by an earlier attempt with the same key.
+type Finder interface {
+	Find(ctx context.Context, d Delivery) (Receipt, bool, error)
+}
+
+// Class says what the forwarder may do after an error.
+type Class int
+
+const (
+	// Transient: retry later (408, 429, 5xx, timeouts, connection errors).
+	Transient Class = iota
+	// Permanent: retrying cannot help (validation errors, other 4xx).
+	Permanent
+	// Auth: permanent, but counted apart so an expired token is visible.
+	Auth
+)
+
+func (c Class) String() string {
+	switch c {
+	case Permanent:
+		return "permanent"
+	case Auth:
+		return "auth"
+	}
+	return "transient"
+}
+
+// Error is an adapter's translation of a failed call.
+type Error struct {
+	Class Class
+	// MayHaveActed is true when the request may have reached the API and
+	// been processed (a timeout or reset after sending, a 5xx). For a target
+	// without a dedupe key such an attempt must not be resent blindly.
+	MayHaveActed bool
+	StatusCode   int           // HTTP status, if any
+	RetryAfter   time.Duration // the API's Retry-After, if any
+	Err          error
+}
+
+func (e *Error) Error() string {
+	if e.StatusCode != 0 {
+		return fmt.Sprintf("%s error (HTTP %d): %v", e.Class, e.StatusCode, e.Err)
+	}
+	return fmt.Sprintf("%s error: %v", e.Class, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Classify returns err as an *Error. Errors an adapter did not classify are
+// transient and may have acted: the safe assumption.
+func Classify(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Class: Transient, MayHaveActed: true, Err: err}
+}
+
+// MaxKeyLen is the longest dedupe key any supported API accepts.
+const MaxKeyLen = 255
+
+// Key derives the dedupe key sent downstream from a request id. With a
+// namespace (one per deployment sharing a downstream account) the key is
+// "namespace:request_id", hashed if that would exceed MaxKeyLen. The same
+// inputs always give the same key, on every attempt and every instance.
+func Key(namespace, requestID string) string {
+	if namespace == "" {
+		return requestID
+	}
+	k := namespace + ":" + requestID
+	if len(k) <= MaxKeyLen {
+		return k
+	}
+	return fmt.Sprintf("%s:sha256:%x", namespace, sha256.Sum256([]byte(requestID)))
+}

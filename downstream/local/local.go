@@ -1,0 +1,141 @@
+// Package local is the built-in target used when none is configured: it
+// appends one JSON line per delivered ticket to a file, and never writes the
+// same dedupe key twice, so `make run` works with nothing else installed.
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"ticketrelay/downstream"
+	"ticketrelay/ticket"
+)
+
+// Line is one line of the file.
+type Line struct {
+	Key         string        `json:"key"`
+	DeliveredAt time.Time     `json:"delivered_at"`
+	Ticket      ticket.Ticket `json:"ticket"`
+}
+
+// Target appends tickets to a JSON-lines file.
+type Target struct {
+	name string
+	path string
+	now  func() time.Time
+
+	mu   sync.Mutex
+	f    *os.File
+	seen map[string]int // key → line number (1-based)
+	n    int
+}
+
+var (
+	_ downstream.Target = (*Target)(nil)
+	_ downstream.Finder = (*Target)(nil)
+)
+
+// Open opens (creating) the file at path and indexes the keys already in it.
+// A torn last line, left by a crash in the middle of a write, is cut off.
+func Open(name, path string, now func() time.Time) (*Target, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("local target: %w", err)
+	}
+	t := &Target{name: name, path: path, now: now, f: f, seen: map[string]int{}}
+	if err := t.index(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("local target %s: %w", path, err)
+	}
+	return t, nil
+}
+
+func (t *Target) index() error {
+	r := bufio.NewReader(t.f)
+	var good int64
+	for {
+		line, err := r.ReadBytes('\n')
+		if errors.Is(err, io.EOF) {
+			break // anything after the last newline is torn
+		}
+		if err != nil {
+			return err
+		}
+		var l Line
+		if err := json.Unmarshal(bytes.TrimSpace(line), &l); err != nil || l.Key == "" {
+			return fmt.Errorf("line %d is not a ticket line: %v", t.n+1, err)
+		}
+		t.n++
+		good += int64(len(line))
+		t.seen[l.Key] = t.n
+	}
+	if err := t.f.Truncate(good); err != nil {
+		return err
+	}
+	_, err := t.f.Seek(good, io.SeekStart)
+	return err
+}
+
+// Name implements downstream.Target.
+func (t *Target) Name() string { return t.name }
+
+// Capabilities of every local target: keyed, with a consistent lookup.
+var Capabilities = downstream.Capabilities{DedupeKey: true, Lookup: downstream.LookupConsistent}
+
+// Capabilities implements downstream.Target.
+func (t *Target) Capabilities() downstream.Capabilities { return Capabilities }
+
+// Deliver appends the ticket unless its key is already in the file, and
+// fsyncs before it answers.
+func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream.Receipt, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n, ok := t.seen[d.Key]; ok {
+		return t.receipt(n), nil
+	}
+	b, err := json.Marshal(Line{Key: d.Key, DeliveredAt: t.now().UTC(), Ticket: d.Ticket})
+	if err != nil {
+		return downstream.Receipt{}, &downstream.Error{Class: downstream.Permanent, Err: err}
+	}
+	b = append(b, '\n')
+	if _, err := t.f.Write(b); err != nil {
+		return downstream.Receipt{}, &downstream.Error{Class: downstream.Transient, Err: err}
+	}
+	if err := t.f.Sync(); err != nil {
+		return downstream.Receipt{}, &downstream.Error{Class: downstream.Transient, Err: err}
+	}
+	t.n++
+	t.seen[d.Key] = t.n
+	return t.receipt(t.n), nil
+}
+
+// Find implements downstream.Finder.
+func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Receipt, bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, ok := t.seen[d.Key]
+	if !ok {
+		return downstream.Receipt{}, false, nil
+	}
+	return t.receipt(n), true, nil
+}
+
+func (t *Target) receipt(line int) downstream.Receipt {
+	return downstream.Receipt{ExternalID: "line-" + strconv.Itoa(line), URL: "file://" + t.path + "#L" + strconv.Itoa(line)}
+}
+
+// Close closes the file.
+func (t *Target) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.f.Close()
+}

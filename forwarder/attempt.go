@@ -1,0 +1,175 @@
+package forwarder
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"ticketrelay/downstream"
+	"ticketrelay/internal/failpoint"
+	"ticketrelay/ledger"
+	"ticketrelay/metrics"
+	"ticketrelay/ticket"
+)
+
+// attempt is the handling of one message of one target.
+type attempt struct {
+	f   *Forwarder
+	t   downstream.Target
+	msg jetstream.Msg
+	tk  ticket.Ticket
+	log *slog.Logger
+}
+
+func (a *attempt) run(ctx context.Context) error {
+	prev, found, err := a.f.ledger.Delivery(ctx, a.tk.RequestID)
+	if err != nil {
+		return err
+	}
+	if found && prev.Settled() {
+		// A redelivery (lost ack, republish after the duplicate window):
+		// the ledger already knows the outcome; the downstream is not called.
+		a.f.metrics.RedeliveredSkipped.WithLabelValues(a.t.Name()).Inc()
+		return a.ack()
+	}
+	caps := a.t.Capabilities()
+	d := downstream.Delivery{
+		Key:     downstream.Key(a.f.cfg.KeyNamespace, a.tk.RequestID),
+		Attempt: prev.Attempts + 1,
+		Ticket:  a.tk,
+	}
+	rec := ledger.Delivery{RequestID: a.tk.RequestID, Target: a.t.Name(), Attempts: d.Attempt}
+
+	if !caps.DedupeKey {
+		if found && prev.State == ledger.DeliveryAttempting {
+			// An earlier call may have created the item.
+			done, err := a.reconcile(ctx, caps, d, prev)
+			if done || err != nil {
+				return err
+			}
+		}
+		// Record the attempt before the call: a crash during the call leaves
+		// "attempting", which the next delivery reconciles instead of resending.
+		rec.State = ledger.DeliveryAttempting
+		if err := a.f.ledger.RecordDelivery(ctx, rec); err != nil {
+			return err
+		}
+	}
+
+	a.f.metrics.DeliveryAttempts.WithLabelValues(a.t.Name()).Inc()
+	cctx, cancel := context.WithTimeout(ctx, a.f.cfg.DeliveryTimeout)
+	start := time.Now()
+	receipt, err := a.t.Deliver(cctx, d)
+	cancel()
+	a.f.metrics.DeliveryDuration.WithLabelValues(a.t.Name()).Observe(time.Since(start).Seconds())
+	failpoint.Hit(failpoint.ForwarderAfterDeliver)
+	if err == nil {
+		return a.delivered(ctx, rec, receipt)
+	}
+	return a.failed(ctx, caps, rec, downstream.Classify(err))
+}
+
+// reconcile settles an attempt of unknown outcome toward a target without a
+// dedupe key. It reports done when the message needs no new call.
+func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d downstream.Delivery, prev ledger.Delivery) (bool, error) {
+	finder, ok := a.t.(downstream.Finder)
+	if !ok || caps.Lookup != downstream.LookupConsistent {
+		// No proof either way: never resend blindly.
+		return true, a.uncertain(ctx, prev, fmt.Sprintf("attempt %d ended without an answer and %s has no consistent lookup", prev.Attempts, a.t.Name()))
+	}
+	receipt, found, err := finder.Find(ctx, d)
+	if err != nil {
+		e := downstream.Classify(err)
+		a.log.Warn("forwarder: lookup before resend failed", "err", e)
+		prev.LastError = "lookup failed: " + e.Error()
+		prev.NextAttemptAt = a.f.now().Add(a.f.cfg.Retry.Delay(prev.Attempts))
+		if err := a.f.ledger.RecordDelivery(ctx, prev); err != nil {
+			return true, err
+		}
+		return true, a.msg.NakWithDelay(time.Until(prev.NextAttemptAt))
+	}
+	if found {
+		prev.Attempts = max(prev.Attempts, 1)
+		return true, a.delivered(ctx, prev, receipt)
+	}
+	return false, nil // proven absent: create it
+}
+
+func (a *attempt) delivered(ctx context.Context, rec ledger.Delivery, r downstream.Receipt) error {
+	rec.State = string(ledger.StatusDelivered)
+	rec.ExternalID, rec.ExternalURL = r.ExternalID, r.URL
+	rec.LastError, rec.NextAttemptAt = "", time.Time{}
+	if err := a.f.ledger.RecordDelivery(ctx, rec); err != nil {
+		return err
+	}
+	a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeDelivered).Inc()
+	a.log.Info("delivered", "external_id", r.ExternalID, "attempt", rec.Attempts)
+	return a.ack()
+}
+
+func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec ledger.Delivery, e *downstream.Error) error {
+	rec.LastError = e.Error()
+	switch {
+	case e.Class != downstream.Transient:
+		return a.dead(ctx, rec, e.Class.String())
+	case !caps.DedupeKey && e.MayHaveActed && caps.Lookup != downstream.LookupConsistent:
+		return a.uncertain(ctx, rec, fmt.Sprintf("attempt %d may have created the item (%s) and %s has no consistent lookup",
+			rec.Attempts, e, a.t.Name()))
+	case !caps.DedupeKey && e.MayHaveActed:
+		// Leave "attempting": the next delivery looks it up before any resend.
+		rec.State = ledger.DeliveryAttempting
+	case rec.Attempts >= a.f.cfg.MaxAttempts:
+		rec.LastError = fmt.Sprintf("%d attempts exhausted; last error: %s", rec.Attempts, rec.LastError)
+		return a.dead(ctx, rec, "exhausted")
+	default:
+		rec.State = string(ledger.StatusRetrying)
+	}
+	delay := max(a.f.cfg.Retry.Delay(rec.Attempts), e.RetryAfter)
+	rec.NextAttemptAt = a.f.now().Add(delay)
+	if err := a.f.ledger.RecordDelivery(ctx, rec); err != nil {
+		return err
+	}
+	a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeRetrying).Inc()
+	a.log.Warn("delivery failed; will retry", "attempt", rec.Attempts, "retry_in", delay, "err", e)
+	return a.msg.NakWithDelay(delay)
+}
+
+func (a *attempt) dead(ctx context.Context, rec ledger.Delivery, why string) error {
+	rec.State = string(ledger.StatusFailed)
+	rec.NextAttemptAt = time.Time{}
+	if err := a.f.ledger.RecordDelivery(ctx, rec); err != nil {
+		return err
+	}
+	a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeFailed).Inc()
+	a.f.metrics.DeadLetters.WithLabelValues(a.t.Name()).Inc()
+	a.log.Error("delivery failed permanently", "why", why, "attempt", rec.Attempts, "err", rec.LastError)
+	// The message stays in the stream (Limits retention) for a redrive.
+	return a.msg.TermWithReason(why)
+}
+
+func (a *attempt) uncertain(ctx context.Context, rec ledger.Delivery, why string) error {
+	rec.State = string(ledger.StatusUncertain)
+	rec.LastError = why
+	rec.NextAttemptAt = time.Time{}
+	if err := a.f.ledger.RecordDelivery(ctx, rec); err != nil {
+		return err
+	}
+	a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeUncertain).Inc()
+	a.f.metrics.Uncertain.WithLabelValues(a.t.Name()).Inc()
+	a.log.Warn("delivery uncertain", "why", why)
+	return a.ack()
+}
+
+func (a *attempt) ack() error {
+	// DoubleAck waits for the server's confirmation, so a "delivered" record
+	// is not followed by an endless stream of redeliveries on a lossy link.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.msg.DoubleAck(ctx); err != nil {
+		a.log.Warn("forwarder: ack not confirmed; a redelivery will be skipped", "err", err)
+	}
+	return nil
+}

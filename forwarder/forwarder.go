@@ -1,0 +1,173 @@
+// Package forwarder consumes accepted tickets from JetStream and delivers
+// them to their targets, recording every attempt and outcome in the ledger
+// so that find_request can report it.
+//
+// Exactly-once toward a target with a dedupe key comes from the key: a
+// redelivered message is sent again with the same key. Toward a target
+// without one, the attempt is recorded before the call; a message that comes
+// back with an attempt of unknown outcome is looked up (consistent lookup) or
+// declared uncertain, never sent blindly again.
+package forwarder
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"ticketrelay/downstream"
+	"ticketrelay/internal/backoff"
+	"ticketrelay/ledger"
+	"ticketrelay/metrics"
+	"ticketrelay/outbox"
+	"ticketrelay/ticket"
+)
+
+// Config tunes the forwarder. Zero fields take the documented defaults.
+type Config struct {
+	// Stream is the JetStream stream name. Default "TICKETS".
+	Stream string
+	// KeyNamespace prefixes dedupe keys sent downstream (see downstream.Key).
+	KeyNamespace string
+	// Workers is the number of concurrent deliveries per target. Default 4.
+	Workers int
+	// DeliveryTimeout bounds one downstream call. Default 30s.
+	DeliveryTimeout time.Duration
+	// MaxAttempts is how many calls a request gets before it fails. Default 10.
+	MaxAttempts int
+	// Retry paces transient failures. Default 1s doubling up to 5m.
+	Retry backoff.Policy
+}
+
+// WithDefaults fills zero fields.
+func (c Config) WithDefaults() Config {
+	c.Stream = cmp.Or(c.Stream, "TICKETS")
+	c.Workers = cmp.Or(c.Workers, 4)
+	c.DeliveryTimeout = cmp.Or(c.DeliveryTimeout, 30*time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
+	if c.Retry == (backoff.Policy{}) {
+		c.Retry = backoff.Policy{Base: time.Second, Max: 5 * time.Minute}
+	}
+	return c
+}
+
+// Forwarder delivers the tickets of a set of targets.
+type Forwarder struct {
+	cfg     Config
+	js      jetstream.JetStream
+	ledger  *ledger.Ledger
+	targets map[string]downstream.Target
+	log     *slog.Logger
+	metrics *metrics.Dispatcher
+	now     func() time.Time
+}
+
+// New builds a forwarder for targets.
+func New(cfg Config, js jetstream.JetStream, l *ledger.Ledger, targets []downstream.Target, log *slog.Logger, m *metrics.Dispatcher, now func() time.Time) *Forwarder {
+	f := &Forwarder{cfg: cfg.WithDefaults(), js: js, ledger: l, targets: map[string]downstream.Target{}, log: log, metrics: m, now: now}
+	for _, t := range targets {
+		f.targets[t.Name()] = t
+	}
+	return f
+}
+
+// ConsumerName is the durable consumer of a target.
+func ConsumerName(target string) string { return "deliver-" + target }
+
+// Run delivers until ctx is cancelled. Each target has its own durable
+// consumer and workers, so a slow target never holds up another.
+func (f *Forwarder) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(f.targets))
+	for _, t := range f.targets {
+		cons, err := f.js.CreateOrUpdateConsumer(ctx, f.cfg.Stream, jetstream.ConsumerConfig{
+			Durable:       ConsumerName(t.Name()),
+			Description:   "ticketrelay forwarder for target " + t.Name(),
+			FilterSubject: outbox.SubjectFor(t.Name()),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			// Longer than one call, so a live delivery is not redelivered.
+			AckWait: 2*f.cfg.DeliveryTimeout + 5*time.Second,
+			// The forwarder counts attempts itself (in the ledger, across
+			// crashes) and terminates the message when they are exhausted.
+			MaxDeliver:    -1,
+			MaxAckPending: 4 * f.cfg.Workers,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		if err != nil {
+			return fmt.Errorf("forwarder: consumer for %s: %w", t.Name(), err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f.runTarget(ctx, t, cons); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return errors.Join(func() []error {
+		var all []error
+		for err := range errs {
+			all = append(all, err)
+		}
+		return all
+	}()...)
+}
+
+func (f *Forwarder) runTarget(ctx context.Context, t downstream.Target, cons jetstream.Consumer) error {
+	it, err := cons.Messages(jetstream.PullMaxMessages(f.cfg.Workers))
+	if err != nil {
+		return fmt.Errorf("forwarder: subscribe %s: %w", t.Name(), err)
+	}
+	stop := context.AfterFunc(ctx, it.Drain)
+	defer stop()
+	var wg sync.WaitGroup
+	for range f.cfg.Workers {
+		wg.Go(func() {
+			for {
+				msg, err := it.Next()
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+					return
+				}
+				if err != nil {
+					f.log.Warn("forwarder: next message", "target", t.Name(), "err", err)
+					continue
+				}
+				if ctx.Err() != nil {
+					// Shutting down: hand the message back for the next run.
+					_ = msg.Nak()
+					continue
+				}
+				f.handle(ctx, t, msg)
+			}
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// handle delivers one message. Its context is detached from shutdown so an
+// attempt that has started is finished and recorded.
+func (f *Forwarder) handle(ctx context.Context, t downstream.Target, msg jetstream.Msg) {
+	ctx = context.WithoutCancel(ctx)
+	var tk ticket.Ticket
+	if err := json.Unmarshal(msg.Data(), &tk); err != nil || tk.RequestID == "" {
+		f.log.Error("forwarder: undecodable message terminated", "subject", msg.Subject(), "err", err)
+		f.metrics.DeadLetters.WithLabelValues(t.Name()).Inc()
+		_ = msg.TermWithReason("undecodable ticket")
+		return
+	}
+	a := attempt{f: f, t: t, msg: msg, tk: tk, log: f.log.With("target", t.Name(), "request_id", tk.RequestID)}
+	if err := a.run(ctx); err != nil {
+		// The ledger could not be read or written: retry the message soon.
+		a.log.Error("forwarder: delivery bookkeeping failed; message will be redelivered", "err", err)
+		_ = msg.NakWithDelay(f.cfg.Retry.Delay(1))
+	}
+}

@@ -1,0 +1,220 @@
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"ticketrelay/config"
+	"ticketrelay/forwarder"
+	"ticketrelay/internal/backoff"
+	"ticketrelay/internal/failpoint"
+	"ticketrelay/internal/flagenv"
+	"ticketrelay/ledger"
+	"ticketrelay/metrics"
+	"ticketrelay/natsjs"
+	"ticketrelay/outbox"
+	"ticketrelay/targets"
+)
+
+// RunDispatcher runs the dispatcher (relay and forwarder) until ctx is cancelled.
+func RunDispatcher(ctx context.Context, env Env) error {
+	fs := flag.NewFlagSet("dispatcher", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	var (
+		dbPath          = fs.String("db", "", "SQLite database `path` shared with mcp-front (default DATA/tickets.db)")
+		dataDir         = fs.String("data", "data", "data `directory`: JetStream store, local target file")
+		natsURL         = fs.String("nats", "", "`URL` of an existing NATS server with JetStream; empty runs an embedded one")
+		natsListen      = fs.String("nats-listen", "127.0.0.1:4222", "client `address` of the embedded nats-server (port 0: any free port)")
+		metricsListen   = fs.String("metrics-listen", "127.0.0.1:9465", "Prometheus /metrics `address` (empty: off)")
+		configPath      = fs.String("config", "", "configuration `file` (targets and tools)")
+		logLevel        = fs.String("log-level", "info", "log `level`: debug, info, warn, error (logs go to stderr)")
+		leaseTTL        = fs.Duration("lease-ttl", 15*time.Second, "relay lease `duration`: how long a crashed relay's successor may wait")
+		dupWindow       = fs.Duration("dup-window", 30*time.Minute, "JetStream duplicate window (>= 30m)")
+		maxAge          = fs.Duration("stream-max-age", 7*24*time.Hour, "how long JetStream keeps a message (>= -dup-window)")
+		workers         = fs.Int("workers", 4, "concurrent deliveries per target")
+		maxAttempts     = fs.Int("max-attempts", 10, "downstream calls per request before it fails")
+		retryBase       = fs.Duration("retry-base", time.Second, "first retry delay (doubles, with jitter)")
+		retryMax        = fs.Duration("retry-max", 5*time.Minute, "longest retry delay")
+		deliveryTimeout = fs.Duration("delivery-timeout", 30*time.Second, "time limit of one downstream call")
+		pollInterval    = fs.Duration("poll-interval", 20*time.Millisecond, "how often an idle relay looks for new outbox rows")
+	)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: dispatcher [flags]\n\nRelays accepted tickets to JetStream and delivers them to their targets.\n\n")
+		fs.PrintDefaults()
+	}
+	if _, err := flagenv.Parse(fs, env.Args, env.Lookup); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if err := failpoint.Init(); err != nil {
+		return err
+	}
+	log, err := newLogger(env.Stderr, *logLevel)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if *dbPath == "" {
+		*dbPath = filepath.Join(*dataDir, "tickets.db")
+	}
+	streamCfg := natsjs.StreamConfig{Duplicates: *dupWindow, MaxAge: *maxAge}.WithDefaults()
+	if err := streamCfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	cfg, err := config.Load(*configPath)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(*dbPath), 0o755); err != nil {
+		return fmt.Errorf("database directory: %w", err)
+	}
+
+	reg := newRegistry()
+	m := metrics.NewDispatcher(reg)
+	db, err := ledger.Open(ctx, *dbPath)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	w := ledger.NewWriter(db, log, m.Writer)
+	defer w.Close()
+	l := ledger.New(db, w, time.Now)
+
+	tgts, closeTargets, err := targets.Open(cfg.Defs(), *dataDir, time.Now)
+	if err != nil {
+		return err
+	}
+	defer closeTargets()
+
+	addrs := map[string]string{}
+	url := *natsURL
+	if url == "" {
+		ns, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: *natsListen, StoreDir: filepath.Join(*dataDir, "nats")}, log)
+		if err != nil {
+			return err
+		}
+		defer ns.WaitForShutdown()
+		defer ns.Shutdown()
+		url = ns.ClientURL()
+		addrs["nats"] = url
+	}
+	nc, err := nats.Connect(url,
+		nats.Name("ticketrelay-dispatcher"),
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.ReconnectWait(time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "err", err) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
+	)
+	if err != nil {
+		return fmt.Errorf("nats %s: %w", url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second))
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	if err := ensureStream(ctx, js, streamCfg, log); err != nil {
+		return err
+	}
+
+	relay, err := outbox.NewRelay(outbox.RelayConfig{
+		Holder:       holderID(),
+		LeaseTTL:     *leaseTTL,
+		PollInterval: *pollInterval,
+	}, db.Reader(), w, natsjs.NewPublisher(js), log.With("component", "relay"), m, time.Now)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	fwd := forwarder.New(forwarder.Config{
+		Stream:          streamCfg.Name,
+		KeyNamespace:    cfg.KeyNamespace,
+		Workers:         *workers,
+		DeliveryTimeout: *deliveryTimeout,
+		MaxAttempts:     *maxAttempts,
+		Retry:           backoff.Policy{Base: *retryBase, Max: *retryMax},
+	}, js, l, tgts, log.With("component", "forwarder"), m, time.Now)
+
+	if *metricsListen != "" {
+		ms, err := serve(ctx, *metricsListen, metricsHandler(reg), log)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		defer ms.shutdown(2 * time.Second)
+		addrs["metrics"] = ms.addr
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for name, run := range map[string]func(context.Context) error{"relay": relay.Run, "forwarder": fwd.Run} {
+		wg.Go(func() {
+			if err := run(runCtx); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		})
+	}
+	log.Info("dispatcher running", "db", *dbPath, "nats", url, "targets", len(tgts), "metrics", addrs["metrics"])
+	if env.Ready != nil {
+		env.Ready(addrs)
+	}
+	<-runCtx.Done()
+	log.Info("dispatcher shutting down")
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	if err := nc.Drain(); err != nil {
+		log.Warn("nats drain", "err", err)
+	}
+	return errors.Join(all...)
+}
+
+// ensureStream waits for JetStream (an external server may still be starting)
+// and creates or updates the stream.
+func ensureStream(ctx context.Context, js jetstream.JetStream, c natsjs.StreamConfig, log interface{ Warn(string, ...any) }) error {
+	pace := backoff.Policy{Base: 200 * time.Millisecond, Max: 5 * time.Second}
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := natsjs.EnsureStream(cctx, js, c)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || attempt >= 30 {
+			return err
+		}
+		log.Warn("jetstream not ready; retrying", "err", err, "attempt", attempt)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pace.Delay(attempt)):
+		}
+	}
+}
+
+func holderID() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	rand.Read(b)
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
+}

@@ -1,0 +1,156 @@
+// Package ledger owns the SQLite file: its schema and migrations, the
+// idempotency ledger (request_id → argument hash and result), the tickets,
+// the delivery records and the request status that find_request reports.
+//
+// All writes of a process go through one Writer goroutine that batches
+// concurrent operations into one IMMEDIATE transaction (group commit), so a
+// durable commit (WAL, synchronous=FULL) is paid once per batch rather than
+// once per call, and no two connections of the process ever race for the
+// write lock.
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"ticketrelay/outbox"
+)
+
+// DB is an open ticketrelay database: a single-connection pool for the writer
+// and a small read-only pool for lookups.
+type DB struct {
+	Path  string
+	write *sql.DB
+	read  *sql.DB
+}
+
+// dsn builds a modernc.org/sqlite DSN. WAL lets readers run beside the
+// writer; synchronous=FULL makes every commit durable before it returns;
+// busy_timeout lets the two processes share the file; _txlock=immediate takes
+// the write lock at BEGIN, so a transaction never fails half-way on upgrade.
+func dsn(path string, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "foreign_keys(1)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + filepath.ToSlash(path) + "?" + q.Encode()
+}
+
+// Open opens (creating if needed) the database at path and migrates it to
+// the current schema.
+func Open(ctx context.Context, path string) (*DB, error) {
+	if path == "" {
+		return nil, errors.New("ledger: empty database path")
+	}
+	w, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
+	}
+	// One connection: the writer serialises all writes of this process.
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	if err := migrate(ctx, w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("ledger: migrate %s: %w", path, err)
+	}
+	r, err := sql.Open("sqlite", dsn(path, true))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("ledger: open %s read-only: %w", path, err)
+	}
+	r.SetMaxOpenConns(4)
+	r.SetMaxIdleConns(4)
+	return &DB{Path: path, write: w, read: r}, nil
+}
+
+// Close closes both pools.
+func (db *DB) Close() error {
+	return errors.Join(db.read.Close(), db.write.Close())
+}
+
+// Reader is the read-only pool, for packages that own their own queries
+// (the relay's backlog gauge, status commands).
+func (db *DB) Reader() *sql.DB { return db.read }
+
+// migrations are applied in order; PRAGMA user_version records how many ran.
+// Append only: never edit a migration that has shipped.
+var migrations = []string{
+	// 1: ledger, tickets, outbox, leases, deliveries.
+	`CREATE TABLE requests (
+		request_id TEXT PRIMARY KEY,
+		tool       TEXT NOT NULL,
+		target     TEXT NOT NULL,
+		args_hash  TEXT NOT NULL,
+		ticket_id  TEXT NOT NULL,
+		result     TEXT NOT NULL,
+		created_at INTEGER NOT NULL -- unix nanoseconds
+	) WITHOUT ROWID;
+	CREATE INDEX requests_created ON requests(created_at);
+	CREATE TABLE tickets (
+		ticket_id  TEXT PRIMARY KEY,
+		request_id TEXT NOT NULL UNIQUE REFERENCES requests(request_id) ON DELETE CASCADE,
+		title      TEXT NOT NULL,
+		body       TEXT NOT NULL,
+		priority   TEXT NOT NULL,
+		labels     TEXT NOT NULL, -- JSON array
+		created_at INTEGER NOT NULL
+	) WITHOUT ROWID;
+	CREATE TABLE deliveries (
+		request_id      TEXT PRIMARY KEY,
+		target          TEXT NOT NULL,
+		state           TEXT NOT NULL,
+		attempts        INTEGER NOT NULL DEFAULT 0,
+		next_attempt_at INTEGER,
+		last_error      TEXT NOT NULL DEFAULT '',
+		external_id     TEXT NOT NULL DEFAULT '',
+		external_url    TEXT NOT NULL DEFAULT '',
+		updated_at      INTEGER NOT NULL
+	) WITHOUT ROWID;
+	CREATE INDEX deliveries_state ON deliveries(state, target);` + "\n" + outbox.SchemaV1,
+}
+
+func migrate(ctx context.Context, db *sql.DB) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// WAL is persistent in the file; set it outside any transaction.
+	if _, err := conn.ExecContext(ctx, "PRAGMA journal_mode=WAL"); err != nil {
+		return fmt.Errorf("set WAL: %w", err)
+	}
+	tx, err := conn.BeginTx(ctx, nil) // IMMEDIATE: the other process waits for us
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var version int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return err
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("database schema version %d is newer than this binary knows (%d)", version, len(migrations))
+	}
+	for i := version; i < len(migrations); i++ {
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(migrations))); err != nil {
+		return err
+	}
+	return tx.Commit()
+}

@@ -1,0 +1,146 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"ticketrelay/outbox"
+	"ticketrelay/ticket"
+)
+
+// ErrConflict is wrapped by ConflictError.
+var ErrConflict = errors.New("request_id reused with different arguments")
+
+// ConflictError reports a request id that was first used with other
+// arguments (IETF Idempotency-Key draft: 422).
+type ConflictError struct {
+	RequestID string
+	TicketID  string
+	Tool      string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("request_id %q was already used with different arguments for ticket %s (tool %s); "+
+		"nothing was written. To create a new ticket use a fresh request_id; to get the original result, "+
+		"repeat the original arguments or call find_request", e.RequestID, e.TicketID, e.Tool)
+}
+
+func (e *ConflictError) Unwrap() error { return ErrConflict }
+
+// Result is the answer to a create: it is saved with the ledger row and
+// replayed, unchanged but for Replayed, to every repeat of the request.
+type Result struct {
+	RequestID string    `json:"request_id"`
+	TicketID  string    `json:"ticket_id"`
+	Target    string    `json:"target"`
+	Status    Status    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
+	Replayed  bool      `json:"replayed"`
+}
+
+// Ledger is the idempotency ledger of one database.
+type Ledger struct {
+	db  *DB
+	w   *Writer
+	now func() time.Time
+}
+
+// New returns a ledger that writes through w and reads through db's read pool.
+func New(db *DB, w *Writer, now func() time.Time) *Ledger {
+	return &Ledger{db: db, w: w, now: now}
+}
+
+// Create accepts req exactly once. In one transaction it writes the ledger
+// row, the ticket and the outbox row. A repeat with the same arguments gets
+// the first result with Replayed set and writes nothing; a repeat with other
+// arguments gets a *ConflictError. A repeat that arrives while the first is
+// still committing is queued behind it on the writer and then replayed.
+// req must already be normalized (ticket.Request.Normalize).
+func (l *Ledger) Create(ctx context.Context, req ticket.Request) (Result, error) {
+	hash := req.Hash()
+	// Fast path for retries: a committed row answers without the writer.
+	if res, ok, err := lookup(ctx, l.db.read, req, hash); err != nil || ok {
+		return res, err
+	}
+	var res Result
+	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var ok bool
+		var err error
+		if res, ok, err = lookup(ctx, tx, req, hash); err != nil || ok {
+			return err
+		}
+		res, err = l.insert(ctx, tx, req, hash)
+		return err
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// lookup answers from an existing ledger row: a replay, or a conflict.
+func lookup(ctx context.Context, q querier, req ticket.Request, hash string) (Result, bool, error) {
+	var storedHash, stored, tool string
+	err := q.QueryRowContext(ctx, `SELECT args_hash, result, tool FROM requests WHERE request_id = ?`,
+		req.RequestID).Scan(&storedHash, &stored, &tool)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Result{}, false, nil
+	}
+	if err != nil {
+		return Result{}, false, fmt.Errorf("ledger: look up %s: %w", req.RequestID, err)
+	}
+	var res Result
+	if err := json.Unmarshal([]byte(stored), &res); err != nil {
+		return Result{}, false, fmt.Errorf("ledger: stored result of %s: %w", req.RequestID, err)
+	}
+	if storedHash != hash {
+		return Result{}, true, &ConflictError{RequestID: req.RequestID, TicketID: res.TicketID, Tool: tool}
+	}
+	res.Replayed = true
+	return res, true, nil
+}
+
+func (l *Ledger) insert(ctx context.Context, tx *sql.Tx, req ticket.Request, hash string) (Result, error) {
+	now := l.now()
+	t := ticket.Ticket{Request: req, ID: ticket.IDFor(req.RequestID), CreatedAt: now.UTC()}
+	res := Result{RequestID: req.RequestID, TicketID: t.ID, Target: req.Target, Status: StatusQueued, CreatedAt: t.CreatedAt}
+	stored, err := json.Marshal(res)
+	if err != nil {
+		return Result{}, err
+	}
+	payload, err := json.Marshal(t)
+	if err != nil {
+		return Result{}, err
+	}
+	labels, err := json.Marshal(req.Labels)
+	if err != nil {
+		return Result{}, err
+	}
+	if _, err := tx.ExecContext(ctx,
+		`INSERT INTO requests (request_id, tool, target, args_hash, ticket_id, result, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		req.RequestID, req.Tool, req.Target, hash, t.ID, string(stored), now.UnixNano()); err != nil {
+		return Result{}, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
+	}
+	if _, err := tx.ExecContext(ctx,
+		`INSERT INTO tickets (ticket_id, request_id, title, body, priority, labels, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		t.ID, req.RequestID, req.Title, req.Body, req.Priority, string(labels), now.UnixNano()); err != nil {
+		return Result{}, fmt.Errorf("ledger: insert ticket %s: %w", t.ID, err)
+	}
+	if err := outbox.InsertTx(ctx, tx, outbox.Message{
+		RequestID: req.RequestID,
+		Subject:   outbox.SubjectFor(req.Target),
+		Payload:   payload,
+		CreatedAt: now,
+	}); err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}

@@ -1,0 +1,163 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"ticketrelay/metrics"
+)
+
+// ErrWriterClosed is returned for work submitted after Close.
+var ErrWriterClosed = errors.New("ledger: writer closed")
+
+// MaxBatch bounds how many operations share one transaction.
+const MaxBatch = 256
+
+type job struct {
+	fn   func(ctx context.Context, tx *sql.Tx) error
+	done chan error
+}
+
+// Writer is the single writer of a process. Operations submitted from many
+// goroutines are batched into one IMMEDIATE transaction; each runs inside its
+// own SAVEPOINT, so one operation's error rolls back only its own writes.
+// Every caller is answered after the COMMIT is durable.
+type Writer struct {
+	db      *sql.DB
+	log     *slog.Logger
+	metrics *metrics.Writer
+	jobs    chan job
+	mu      sync.RWMutex // guards closed against sends on jobs
+	closed  bool
+	done    chan struct{}
+}
+
+// NewWriter starts the writer goroutine on db's write pool.
+func NewWriter(db *DB, log *slog.Logger, m *metrics.Writer) *Writer {
+	w := &Writer{
+		db:      db.write,
+		log:     log,
+		metrics: m,
+		jobs:    make(chan job, MaxBatch),
+		done:    make(chan struct{}),
+	}
+	go w.loop()
+	return w
+}
+
+// InTx runs fn inside the next group-commit transaction and returns after
+// that transaction is durable. fn must be quick and must not block: it runs
+// on the writer goroutine. Once submitted, fn runs even if ctx is cancelled
+// while waiting; the caller just stops waiting for the answer.
+func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	j := job{fn: fn, done: make(chan error, 1)}
+	w.mu.RLock()
+	if w.closed {
+		w.mu.RUnlock()
+		return ErrWriterClosed
+	}
+	select {
+	case w.jobs <- j:
+		w.mu.RUnlock()
+	case <-ctx.Done():
+		w.mu.RUnlock()
+		return ctx.Err()
+	}
+	select {
+	case err := <-j.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops accepting work, finishes what was submitted and returns.
+func (w *Writer) Close() {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.jobs)
+	}
+	w.mu.Unlock()
+	<-w.done
+}
+
+func (w *Writer) loop() {
+	defer close(w.done)
+	batch := make([]job, 0, MaxBatch)
+	for first := range w.jobs {
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < MaxBatch {
+			select {
+			case j, ok := <-w.jobs:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, j)
+			default:
+				break fill
+			}
+		}
+		w.commit(batch)
+	}
+}
+
+// commit runs one batch. The context is not any caller's: a submitted
+// operation completes even if its caller has gone away.
+func (w *Writer) commit(batch []job) {
+	ctx := context.Background()
+	start := time.Now()
+	errs := make([]error, len(batch))
+	err := w.runBatch(ctx, batch, errs)
+	w.metrics.CommitDuration.Observe(time.Since(start).Seconds())
+	w.metrics.BatchSize.Observe(float64(len(batch)))
+	if err != nil {
+		w.metrics.CommitErrors.Inc()
+		w.log.Error("group commit failed", "ops", len(batch), "err", err)
+	}
+	for i, j := range batch {
+		if err != nil {
+			j.done <- err
+		} else {
+			j.done <- errs[i]
+		}
+	}
+}
+
+func (w *Writer) runBatch(ctx context.Context, batch []job, errs []error) error {
+	tx, err := w.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("ledger: begin: %w", err)
+	}
+	defer tx.Rollback()
+	for i, j := range batch {
+		if len(batch) == 1 {
+			errs[i] = j.fn(ctx, tx)
+			if errs[i] != nil {
+				return errs[i]
+			}
+			break
+		}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT op"); err != nil {
+			return fmt.Errorf("ledger: savepoint: %w", err)
+		}
+		if errs[i] = j.fn(ctx, tx); errs[i] != nil {
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO op"); err != nil {
+				return fmt.Errorf("ledger: rollback to savepoint: %w", err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE op"); err != nil {
+			return fmt.Errorf("ledger: release savepoint: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("ledger: commit: %w", err)
+	}
+	return nil
+}

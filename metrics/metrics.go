@@ -1,0 +1,187 @@
+// Package metrics holds the Prometheus collectors of both processes.
+//
+// Every collector is registered on a prometheus.Registerer that the caller
+// injects; nothing here touches the global registry. All names carry the
+// "ticketrelay_" prefix and every label takes a bounded set of values (tool
+// names, target names and fixed outcome words, never request ids).
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const namespace = "ticketrelay"
+
+// Front holds the collectors of mcp-front.
+type Front struct {
+	ToolCalls    *prometheus.CounterVec   // tool, outcome
+	CallDuration *prometheus.HistogramVec // tool
+	Replays      *prometheus.CounterVec   // tool
+	Conflicts    *prometheus.CounterVec   // tool
+	Rejected     *prometheus.CounterVec   // tool, reason
+	Writer       *Writer
+}
+
+// Writer holds the collectors of the group-commit writer (both processes).
+type Writer struct {
+	BatchSize      prometheus.Histogram
+	CommitDuration prometheus.Histogram
+	CommitErrors   prometheus.Counter
+}
+
+// Dispatcher holds the collectors of the dispatcher: relay and forwarder.
+type Dispatcher struct {
+	OutboxBacklog      prometheus.Gauge
+	OutboxOldestAge    prometheus.Gauge
+	Dispatched         *prometheus.CounterVec // target
+	DuplicateAcks      prometheus.Counter
+	PublishErrors      prometheus.Counter
+	CommitToAck        prometheus.Histogram
+	LeaseHeld          prometheus.Gauge
+	Deliveries         *prometheus.CounterVec   // target, outcome
+	DeliveryAttempts   *prometheus.CounterVec   // target
+	DeliveryDuration   *prometheus.HistogramVec // target
+	DeadLetters        *prometheus.CounterVec   // target
+	Uncertain          *prometheus.CounterVec   // target
+	RedeliveredSkipped *prometheus.CounterVec   // target
+	Writer             *Writer
+}
+
+// Delivery outcomes used as the "outcome" label of Deliveries.
+const (
+	OutcomeDelivered = "delivered"
+	OutcomeRetrying  = "retrying"
+	OutcomeFailed    = "failed"
+	OutcomeUncertain = "uncertain"
+)
+
+// Tool call outcomes used as the "outcome" label of ToolCalls.
+const (
+	CallCreated  = "created"
+	CallReplayed = "replayed"
+	CallConflict = "conflict"
+	CallInvalid  = "invalid"
+	CallError    = "error"
+	CallOK       = "ok"
+)
+
+// NewFront creates the mcp-front collectors and registers them on reg.
+func NewFront(reg prometheus.Registerer) *Front {
+	f := &Front{
+		ToolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "tool_calls_total",
+			Help: "MCP tool calls by tool and outcome (created, replayed, conflict, invalid, error, ok).",
+		}, []string{"tool", "outcome"}),
+		CallDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "tool_call_duration_seconds",
+			Help:    "Time to answer an MCP tool call, by tool.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"tool"}),
+		Replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "replays_total",
+			Help: "Calls answered from the idempotency ledger without writing anything.",
+		}, []string{"tool"}),
+		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "request_id_conflicts_total",
+			Help: "Calls that reused a request_id with different arguments.",
+		}, []string{"tool"}),
+		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "invalid_calls_total",
+			Help: "Calls rejected by validation before anything was written, by tool and argument.",
+		}, []string{"tool", "argument"}),
+		Writer: newWriter(),
+	}
+	reg.MustRegister(f.ToolCalls, f.CallDuration, f.Replays, f.Conflicts, f.Rejected)
+	f.Writer.register(reg)
+	return f
+}
+
+func newWriter() *Writer {
+	return &Writer{
+		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "sqlite_commit_batch_size",
+			Help:    "Operations committed together in one SQLite transaction (group commit).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}),
+		CommitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "sqlite_commit_duration_seconds",
+			Help:    "Time from BEGIN to a durable COMMIT of one group-commit batch.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}),
+		CommitErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "sqlite_commit_errors_total",
+			Help: "Group-commit batches whose transaction failed as a whole.",
+		}),
+	}
+}
+
+func (w *Writer) register(reg prometheus.Registerer) {
+	reg.MustRegister(w.BatchSize, w.CommitDuration, w.CommitErrors)
+}
+
+// NewDispatcher creates the dispatcher collectors and registers them on reg.
+func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
+	byTarget := []string{"target"}
+	d := &Dispatcher{
+		OutboxBacklog: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "outbox_backlog",
+			Help: "Outbox rows committed but not yet acknowledged by JetStream.",
+		}),
+		OutboxOldestAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "outbox_oldest_age_seconds",
+			Help: "Age of the oldest outbox row not yet acknowledged by JetStream (0 when empty).",
+		}),
+		Dispatched: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "dispatched_total",
+			Help: "Outbox rows acknowledged by JetStream, by target (duplicate acks included).",
+		}, byTarget),
+		DuplicateAcks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "jetstream_duplicate_acks_total",
+			Help: "Publishes that JetStream acknowledged as duplicates of a stored Nats-Msg-Id (a success).",
+		}),
+		PublishErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "jetstream_publish_errors_total",
+			Help: "Publishes that got no acknowledgement; the row stays in the outbox and is sent again.",
+		}),
+		CommitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "commit_to_ack_seconds",
+			Help:    "Time from the ledger commit of a request to its JetStream acknowledgement.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		LeaseHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "relay_lease_held",
+			Help: "1 while this dispatcher holds the relay lease of its database, else 0.",
+		}),
+		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "deliveries_total",
+			Help: "Delivery attempts by target and outcome (delivered, retrying, failed, uncertain).",
+		}, []string{"target", "outcome"}),
+		DeliveryAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "delivery_attempts_total",
+			Help: "Calls made to a downstream, by target.",
+		}, byTarget),
+		DeliveryDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "delivery_duration_seconds",
+			Help:    "Duration of one downstream call, by target.",
+			Buckets: prometheus.DefBuckets,
+		}, byTarget),
+		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "dead_letters_total",
+			Help: "Requests that ended failed (permanent error or attempts exhausted), by target.",
+		}, byTarget),
+		Uncertain: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "uncertain_requests_total",
+			Help: "Requests whose delivery outcome could not be established, by target.",
+		}, byTarget),
+		RedeliveredSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "redeliveries_skipped_total",
+			Help: "JetStream redeliveries of requests already settled, acknowledged without calling the downstream.",
+		}, byTarget),
+		Writer: newWriter(),
+	}
+	reg.MustRegister(d.OutboxBacklog, d.OutboxOldestAge, d.Dispatched, d.DuplicateAcks,
+		d.PublishErrors, d.CommitToAck, d.LeaseHeld, d.Deliveries, d.DeliveryAttempts,
+		d.DeliveryDuration, d.DeadLetters, d.Uncertain, d.RedeliveredSkipped)
+	d.Writer.register(reg)
+	return d
+}

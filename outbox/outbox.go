@@ -1,0 +1,93 @@
+// Package outbox owns the outbox table: rows written inside the ledger's
+// transaction (InsertTx), and the Relay that publishes them to JetStream and
+// marks them published. It never imports the ledger: the relay writes through
+// the TxRunner it is given and publishes through the Publisher it defines.
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// SchemaV1 is the outbox part of the first migration (run by the ledger).
+const SchemaV1 = `
+CREATE TABLE outbox (
+	id           INTEGER PRIMARY KEY AUTOINCREMENT,
+	request_id   TEXT NOT NULL UNIQUE,
+	subject      TEXT NOT NULL,
+	payload      BLOB NOT NULL,
+	created_at   INTEGER NOT NULL, -- unix nanoseconds, the ledger commit
+	published_at INTEGER           -- unix nanoseconds of the JetStream ack
+);
+CREATE INDEX outbox_pending ON outbox(id) WHERE published_at IS NULL;
+CREATE TABLE leases (
+	name       TEXT PRIMARY KEY,
+	holder     TEXT NOT NULL,
+	expires_at INTEGER NOT NULL -- unix nanoseconds
+) WITHOUT ROWID;`
+
+// SubjectPrefix is the first token of every ticket subject.
+const SubjectPrefix = "tickets"
+
+// SubjectFor is the subject a ticket for target is published on.
+func SubjectFor(target string) string { return SubjectPrefix + "." + target }
+
+// Message is one outbox row.
+type Message struct {
+	ID        int64
+	RequestID string // published as Nats-Msg-Id
+	Subject   string
+	Payload   []byte
+	CreatedAt time.Time
+}
+
+// InsertTx adds m to the outbox inside the caller's transaction, so the row
+// exists if and only if the caller's other writes commit.
+func InsertTx(ctx context.Context, tx *sql.Tx, m Message) error {
+	_, err := tx.ExecContext(ctx,
+		`INSERT INTO outbox (request_id, subject, payload, created_at) VALUES (?, ?, ?, ?)`,
+		m.RequestID, m.Subject, m.Payload, m.CreatedAt.UnixNano())
+	if err != nil {
+		return fmt.Errorf("outbox: insert %s: %w", m.RequestID, err)
+	}
+	return nil
+}
+
+// Querier is what the read helpers need: *sql.DB or *sql.Tx.
+type Querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// PublishedAt reports whether requestID has an outbox row and when JetStream
+// acknowledged it (zero if not yet).
+func PublishedAt(ctx context.Context, q Querier, requestID string) (at time.Time, found bool, err error) {
+	var ns sql.NullInt64
+	err = q.QueryRowContext(ctx, `SELECT published_at FROM outbox WHERE request_id = ?`, requestID).Scan(&ns)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("outbox: read %s: %w", requestID, err)
+	}
+	if ns.Valid {
+		at = time.Unix(0, ns.Int64)
+	}
+	return at, true, nil
+}
+
+// Backlog counts the rows not yet published and the commit time of the oldest.
+func Backlog(ctx context.Context, q Querier) (n int64, oldest time.Time, err error) {
+	var min sql.NullInt64
+	err = q.QueryRowContext(ctx,
+		`SELECT count(*), min(created_at) FROM outbox WHERE published_at IS NULL`).Scan(&n, &min)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("outbox: backlog: %w", err)
+	}
+	if min.Valid {
+		oldest = time.Unix(0, min.Int64)
+	}
+	return n, oldest, nil
+}

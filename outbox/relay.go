@@ -1,0 +1,284 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"ticketrelay/internal/backoff"
+	"ticketrelay/internal/failpoint"
+	"ticketrelay/metrics"
+)
+
+// TxRunner runs fn in a durable transaction (the ledger's group-commit writer).
+type TxRunner interface {
+	InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error
+}
+
+// Publisher sends messages to the broker with Nats-Msg-Id = RequestID and
+// waits for every acknowledgement. results[i] answers msgs[i]. A duplicate
+// acknowledgement is a success: the broker already stores that message.
+type Publisher interface {
+	Publish(ctx context.Context, msgs []Message) []PublishResult
+}
+
+// PublishResult is the broker's answer to one message.
+type PublishResult struct {
+	Duplicate bool
+	Err       error
+}
+
+// RelayConfig tunes the relay. Zero fields take the documented defaults.
+type RelayConfig struct {
+	// Holder identifies this relay in the lease table. Required.
+	Holder string
+	// BatchSize is the most rows read and published per round. Default 512.
+	BatchSize int
+	// PollInterval is the wait after a round that found nothing. Default 20ms.
+	PollInterval time.Duration
+	// LeaseTTL is how long the lease lasts without renewal; it is renewed
+	// every third of it. A crashed relay's successor waits at most this long.
+	// Default 15s.
+	LeaseTTL time.Duration
+	// GaugeInterval is how often the backlog gauges are refreshed. Default 1s.
+	GaugeInterval time.Duration
+	// ErrorBackoff paces rounds after a failure. Default 50ms up to 5s.
+	ErrorBackoff backoff.Policy
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c RelayConfig) WithDefaults() RelayConfig {
+	c.BatchSize = cmp.Or(c.BatchSize, 512)
+	c.PollInterval = cmp.Or(c.PollInterval, 20*time.Millisecond)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, 15*time.Second)
+	c.GaugeInterval = cmp.Or(c.GaugeInterval, time.Second)
+	if c.ErrorBackoff == (backoff.Policy{}) {
+		c.ErrorBackoff = backoff.Policy{Base: 50 * time.Millisecond, Max: 5 * time.Second}
+	}
+	return c
+}
+
+func (c RelayConfig) validate() error {
+	if c.Holder == "" {
+		return errors.New("outbox: relay needs a Holder")
+	}
+	if c.BatchSize < 1 || c.PollInterval <= 0 || c.LeaseTTL < time.Second {
+		return fmt.Errorf("outbox: invalid relay config %+v", c)
+	}
+	return nil
+}
+
+// Relay publishes committed outbox rows to the broker and marks them
+// published once acknowledged. A crash between the acknowledgement and the
+// mark republishes the rows; the broker drops them by Nats-Msg-Id.
+type Relay struct {
+	cfg     RelayConfig
+	read    *sql.DB
+	tx      TxRunner
+	pub     Publisher
+	lease   *Lease
+	log     *slog.Logger
+	metrics *metrics.Dispatcher
+	now     func() time.Time
+}
+
+// NewRelay builds a relay reading from read (a read-only pool of the same
+// database) and writing through tx.
+func NewRelay(cfg RelayConfig, read *sql.DB, tx TxRunner, pub Publisher, log *slog.Logger, m *metrics.Dispatcher, now func() time.Time) (*Relay, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Relay{
+		cfg: cfg, read: read, tx: tx, pub: pub, log: log, metrics: m, now: now,
+		lease: &Lease{Name: "relay", Holder: cfg.Holder, TTL: cfg.LeaseTTL, Tx: tx, Now: now},
+	}, nil
+}
+
+// Run relays until ctx is cancelled, then releases the lease. It returns nil
+// on cancellation.
+func (r *Relay) Run(ctx context.Context) error {
+	defer func() {
+		r.metrics.LeaseHeld.Set(0)
+		// Give the lease back so a successor need not wait for it to expire.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := r.lease.Release(rctx); err != nil {
+			r.log.Warn("releasing relay lease", "err", err)
+		}
+	}()
+	var (
+		held       bool
+		leaseUntil time.Time // renew when the clock passes this
+		gaugeAt    time.Time
+		failures   int
+	)
+	for {
+		now := r.now()
+		if !held || now.After(leaseUntil) {
+			ok, err := r.lease.Acquire(ctx)
+			switch {
+			case err != nil:
+				r.log.Warn("relay lease", "err", err)
+			case ok && !held:
+				r.log.Info("relay lease acquired", "holder", r.cfg.Holder)
+			case !ok && held:
+				r.log.Warn("relay lease lost to another dispatcher")
+			}
+			held = ok && err == nil
+			r.metrics.LeaseHeld.Set(b2f(held))
+			leaseUntil = now.Add(r.cfg.LeaseTTL / 3)
+			if !held {
+				if !sleep(ctx, r.cfg.LeaseTTL/3) {
+					return nil
+				}
+				continue
+			}
+		}
+		if now.After(gaugeAt) {
+			r.refreshGauges(ctx)
+			gaugeAt = now.Add(r.cfg.GaugeInterval)
+		}
+		n, err := r.runOnce(ctx)
+		var wait time.Duration
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			failures++
+			wait = r.cfg.ErrorBackoff.Delay(failures)
+			r.log.Warn("relay round failed", "err", err, "failures", failures, "retry_in", wait)
+		case n < r.cfg.BatchSize:
+			failures = 0
+			wait = r.cfg.PollInterval
+		default:
+			failures = 0 // a full batch: there is more, go on at once
+		}
+		if wait > 0 && !sleep(ctx, wait) {
+			return nil
+		}
+	}
+}
+
+// runOnce publishes one batch and returns how many rows it read.
+func (r *Relay) runOnce(ctx context.Context) (int, error) {
+	msgs, err := r.pending(ctx)
+	if err != nil || len(msgs) == 0 {
+		return 0, err
+	}
+	results := r.pub.Publish(ctx, msgs)
+	failpoint.Hit(failpoint.RelayAfterPublish)
+	acked := make([]Message, 0, len(msgs))
+	var firstErr error
+	for i, res := range results {
+		if res.Err != nil {
+			r.metrics.PublishErrors.Inc()
+			firstErr = cmp.Or(firstErr, res.Err)
+			continue
+		}
+		if res.Duplicate {
+			r.metrics.DuplicateAcks.Inc()
+		}
+		acked = append(acked, msgs[i])
+	}
+	if err := r.markPublished(ctx, acked); err != nil {
+		return len(msgs), err
+	}
+	if firstErr != nil {
+		return len(msgs), fmt.Errorf("outbox: %d of %d publishes failed: %w", len(msgs)-len(acked), len(msgs), firstErr)
+	}
+	return len(msgs), nil
+}
+
+func (r *Relay) pending(ctx context.Context) ([]Message, error) {
+	rows, err := r.read.QueryContext(ctx,
+		`SELECT id, request_id, subject, payload, created_at FROM outbox
+		 WHERE published_at IS NULL ORDER BY id LIMIT ?`, r.cfg.BatchSize)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: read pending: %w", err)
+	}
+	defer rows.Close()
+	var msgs []Message
+	for rows.Next() {
+		var m Message
+		var created int64
+		if err := rows.Scan(&m.ID, &m.RequestID, &m.Subject, &m.Payload, &created); err != nil {
+			return nil, fmt.Errorf("outbox: scan pending: %w", err)
+		}
+		m.CreatedAt = time.Unix(0, created)
+		msgs = append(msgs, m)
+	}
+	return msgs, rows.Err()
+}
+
+func (r *Relay) markPublished(ctx context.Context, acked []Message) error {
+	if len(acked) == 0 {
+		return nil
+	}
+	now := r.now()
+	err := r.tx.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, `UPDATE outbox SET published_at = ? WHERE id = ? AND published_at IS NULL`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for _, m := range acked {
+			if _, err := stmt.ExecContext(ctx, now.UnixNano(), m.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("outbox: mark %d rows published: %w", len(acked), err)
+	}
+	for _, m := range acked {
+		r.metrics.Dispatched.WithLabelValues(targetOf(m.Subject)).Inc()
+		r.metrics.CommitToAck.Observe(now.Sub(m.CreatedAt).Seconds())
+	}
+	return nil
+}
+
+func (r *Relay) refreshGauges(ctx context.Context) {
+	n, oldest, err := Backlog(ctx, r.read)
+	if err != nil {
+		r.log.Warn("outbox backlog", "err", err)
+		return
+	}
+	r.metrics.OutboxBacklog.Set(float64(n))
+	age := 0.0
+	if !oldest.IsZero() {
+		age = max(0, r.now().Sub(oldest).Seconds())
+	}
+	r.metrics.OutboxOldestAge.Set(age)
+}
+
+func targetOf(subject string) string {
+	if len(subject) > len(SubjectPrefix)+1 {
+		return subject[len(SubjectPrefix)+1:]
+	}
+	return subject
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// sleep waits d or until ctx is done; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

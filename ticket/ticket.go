@@ -1,0 +1,184 @@
+// Package ticket holds the domain value that flows through ticketrelay: a
+// validated request to open a ticket, its canonical hash, and the ticket id
+// derived from its request id.
+package ticket
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits on caller-supplied fields. The request id is passed downstream as a
+// dedupe key, so it fits the smallest key limit we know of (Stripe, Zendesk
+// and PagerDuty all accept 255 characters).
+const (
+	MaxRequestIDLen = 255
+	MaxTitleLen     = 512       // characters
+	MaxBodyLen      = 64 * 1024 // bytes
+	MaxLabels       = 20
+	MaxLabelLen     = 64
+)
+
+// Priorities accepted by create_ticket; adapters map them to their own scale.
+var Priorities = []string{"low", "normal", "high", "urgent"}
+
+// DefaultPriority is used when the caller gives none.
+const DefaultPriority = "normal"
+
+// ErrInvalid is wrapped by every validation error.
+var ErrInvalid = errors.New("invalid argument")
+
+// InvalidError names the argument that failed validation.
+type InvalidError struct {
+	Argument string
+	Reason   string
+}
+
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("invalid argument %q: %s", e.Argument, e.Reason)
+}
+
+func (e *InvalidError) Unwrap() error { return ErrInvalid }
+
+func invalid(arg, format string, a ...any) error {
+	return &InvalidError{Argument: arg, Reason: fmt.Sprintf(format, a...)}
+}
+
+// Request is a validated request to open one ticket.
+type Request struct {
+	RequestID string   `json:"request_id"`
+	Tool      string   `json:"tool"`
+	Target    string   `json:"target"`
+	Title     string   `json:"title"`
+	Body      string   `json:"body"`
+	Priority  string   `json:"priority"`
+	Labels    []string `json:"labels,omitempty"`
+}
+
+// ValidateRequestID checks a caller-supplied idempotency key: 1 to 255
+// visible ASCII characters (no spaces, no control characters), because it
+// travels downstream as a dedupe key and in NATS headers.
+func ValidateRequestID(id string) error {
+	if id == "" {
+		return invalid("request_id", "is required (use a fresh UUID for each new ticket)")
+	}
+	if len(id) > MaxRequestIDLen {
+		return invalid("request_id", "is %d bytes long; at most %d are allowed", len(id), MaxRequestIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x21 || c > 0x7e {
+			return invalid("request_id", "contains byte 0x%02x at offset %d; only visible ASCII characters (no spaces) are allowed", c, i)
+		}
+	}
+	return nil
+}
+
+// Normalize validates r in place and fills defaults. Labels are trimmed,
+// de-duplicated and sorted, so that two calls that mean the same ticket hash
+// the same.
+func (r *Request) Normalize() error {
+	if err := ValidateRequestID(r.RequestID); err != nil {
+		return err
+	}
+	if err := checkText("title", r.Title, MaxTitleLen, false); err != nil {
+		return err
+	}
+	if strings.TrimSpace(r.Title) == "" {
+		return invalid("title", "is required")
+	}
+	if err := checkText("body", r.Body, 0, true); err != nil {
+		return err
+	}
+	if len(r.Body) > MaxBodyLen {
+		return invalid("body", "is %d bytes long; at most %d are allowed", len(r.Body), MaxBodyLen)
+	}
+	if r.Priority == "" {
+		r.Priority = DefaultPriority
+	}
+	if !slices.Contains(Priorities, r.Priority) {
+		return invalid("priority", "is %q; expected one of %s", r.Priority, strings.Join(Priorities, ", "))
+	}
+	if len(r.Labels) > MaxLabels {
+		return invalid("labels", "has %d entries; at most %d are allowed", len(r.Labels), MaxLabels)
+	}
+	labels := make([]string, 0, len(r.Labels))
+	for _, l := range r.Labels {
+		l = strings.TrimSpace(l)
+		if err := checkText("labels", l, MaxLabelLen, false); err != nil {
+			return err
+		}
+		if l == "" {
+			return invalid("labels", "contains an empty label")
+		}
+		labels = append(labels, l)
+	}
+	slices.Sort(labels)
+	r.Labels = slices.Compact(labels)
+	if len(r.Labels) == 0 {
+		r.Labels = nil
+	}
+	return nil
+}
+
+// checkText rejects invalid UTF-8, U+FFFD (what a JSON decoder leaves where
+// the sender's bytes or escapes were not valid UTF-8) and control characters
+// (newlines and tabs are allowed where multiline is true).
+func checkText(arg, s string, maxChars int, multiline bool) error {
+	if !utf8.ValidString(s) {
+		return invalid(arg, "is not valid UTF-8")
+	}
+	n := 0
+	for i, r := range s {
+		n++
+		switch {
+		case r == utf8.RuneError:
+			return invalid(arg, "contains U+FFFD at byte %d: the text was not valid UTF-8", i)
+		case multiline && (r == '\n' || r == '\r' || r == '\t'):
+		case unicode.IsControl(r):
+			return invalid(arg, "contains control character U+%04X at byte %d", r, i)
+		}
+	}
+	if maxChars > 0 && n > maxChars {
+		return invalid(arg, "is %d characters long; at most %d are allowed", n, maxChars)
+	}
+	return nil
+}
+
+// Hash is the canonical hash of everything the caller asked for except the
+// request id: two calls with the same request id and the same hash are the
+// same request. It is computed over the normalized struct, so key order and
+// number spelling in the caller's JSON do not matter.
+func (r *Request) Hash() string {
+	c := *r
+	c.RequestID = ""
+	b, err := json.Marshal(&c) // struct field order is fixed; cannot fail
+	if err != nil {
+		panic(err)
+	}
+	sum := sha256.Sum256(b)
+	return fmt.Sprintf("%x", sum[:])
+}
+
+var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
+
+// IDFor derives the ticket id from the request id, so that two instances that
+// accept the same request answer with the same ticket id.
+func IDFor(requestID string) string {
+	sum := sha256.Sum256([]byte(requestID))
+	return "tkt_" + idEncoding.EncodeToString(sum[:13])
+}
+
+// Ticket is an accepted request: what the outbox carries to the forwarder.
+type Ticket struct {
+	Request
+	ID        string    `json:"ticket_id"`
+	CreatedAt time.Time `json:"created_at"`
+}
