@@ -23,7 +23,7 @@ const DefaultTool = "create_ticket"
 type File struct {
 	// KeyNamespace prefixes the dedupe keys sent downstream, so that two
 	// deployments sharing one downstream account never collide.
-	KeyNamespace string `yaml:"key_namespace"`
+	KeyNamespace string   `yaml:"key_namespace"`
 	Targets      []Target `yaml:"targets"`
 	Tools        []Tool   `yaml:"tools"`
 }

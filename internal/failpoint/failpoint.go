@@ -23,9 +23,9 @@ const EnvVar = "TICKETRELAY_FAILPOINTS"
 // Points every failpoint name used in the code, so a typo in a test is an
 // error instead of a silent no-op.
 const (
-	RelayAfterPublish     = "relay.after-publish"      // JetStream acked, outbox row not yet marked
-	ForwarderAfterDeliver = "forwarder.after-deliver"  // downstream called, outcome not yet recorded
-	FrontAfterCommit      = "front.after-commit"       // ledger committed, answer not yet sent
+	RelayAfterPublish     = "relay.after-publish"     // JetStream acked, outbox row not yet marked
+	ForwarderAfterDeliver = "forwarder.after-deliver" // downstream called, outcome not yet recorded
+	FrontAfterCommit      = "front.after-commit"      // ledger committed, answer not yet sent
 )
 
 var known = map[string]bool{RelayAfterPublish: true, ForwarderAfterDeliver: true, FrontAfterCommit: true}
