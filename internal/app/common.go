@@ -4,12 +4,14 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -105,4 +107,24 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// announce reports the listening addresses to the in-process caller and, if
+// asked, writes them atomically to addrFile as a JSON object.
+func announce(env Env, addrFile string, addrs map[string]string) error {
+	if env.Ready != nil {
+		env.Ready(addrs)
+	}
+	if addrFile == "" {
+		return nil
+	}
+	b, err := json.Marshal(addrs)
+	if err != nil {
+		return err
+	}
+	tmp := addrFile + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("-addr-file: %w", err)
+	}
+	return os.Rename(tmp, addrFile)
 }

@@ -48,6 +48,7 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		retryMax        = fs.Duration("retry-max", 5*time.Minute, "longest retry delay")
 		deliveryTimeout = fs.Duration("delivery-timeout", 30*time.Second, "time limit of one downstream call")
 		pollInterval    = fs.Duration("poll-interval", 20*time.Millisecond, "how often an idle relay looks for new outbox rows")
+		addrFile        = fs.String("addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: dispatcher [flags]\n\nRelays accepted tickets to JetStream and delivers them to their targets.\n\n")
@@ -172,8 +173,8 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		})
 	}
 	log.Info("dispatcher running", "db", *dbPath, "nats", url, "targets", len(tgts), "metrics", addrs["metrics"])
-	if env.Ready != nil {
-		env.Ready(addrs)
+	if err := announce(env, *addrFile, addrs); err != nil {
+		return err
 	}
 	<-runCtx.Done()
 	log.Info("dispatcher shutting down")

@@ -35,6 +35,7 @@ func RunFront(ctx context.Context, env Env) error {
 		logLevel       = fs.String("log-level", "info", "log `level`: debug, info, warn, error (logs go to stderr)")
 		allowedOrigins = fs.String("allowed-origins", "", "comma-separated browser `origins` allowed besides loopback")
 		stateless      = fs.Bool("stateless", false, "serve streamable HTTP without sessions")
+		addrFile       = fs.String("addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: mcp-front [flags]\n\nServes the ticketrelay MCP tools (create_ticket, find_request).\n\n")
@@ -96,8 +97,8 @@ func RunFront(ctx context.Context, env Env) error {
 
 	if *stdio {
 		log.Info("mcp-front serving MCP on stdio", "db", *dbPath)
-		if env.Ready != nil {
-			env.Ready(addrs)
+		if err := announce(env, *addrFile, addrs); err != nil {
+			return err
 		}
 		err := srv.Run(ctx, &mcp.IOTransport{Reader: nopReadCloser{env.Stdin}, Writer: nopWriteCloser{env.Stdout}})
 		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, mcp.ErrConnectionClosed) {
@@ -119,8 +120,8 @@ func RunFront(ctx context.Context, env Env) error {
 	}
 	addrs["mcp"] = hs.addr
 	log.Info("mcp-front serving MCP over streamable HTTP", "url", "http://"+hs.addr+"/mcp", "metrics", addrs["metrics"], "db", *dbPath)
-	if env.Ready != nil {
-		env.Ready(addrs)
+	if err := announce(env, *addrFile, addrs); err != nil {
+		return err
 	}
 	<-ctx.Done()
 	log.Info("mcp-front shutting down")
