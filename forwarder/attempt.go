@@ -95,6 +95,11 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 		prev.Attempts = max(prev.Attempts, 1)
 		return true, a.delivered(ctx, prev, receipt)
 	}
+	if prev.Attempts >= a.f.cfg.MaxAttempts {
+		prev.LastError = fmt.Sprintf("%d attempts exhausted (the last one proven not to have created the item); last error: %s",
+			prev.Attempts, prev.LastError)
+		return true, a.dead(ctx, prev, "exhausted")
+	}
 	return false, nil // proven absent: create it
 }
 
@@ -113,6 +118,9 @@ func (a *attempt) delivered(ctx context.Context, rec ledger.Delivery, r downstre
 func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec ledger.Delivery, e *downstream.Error) error {
 	rec.LastError = e.Error()
 	switch {
+	case e.Class == downstream.Auth:
+		a.f.metrics.AuthFailures.WithLabelValues(a.t.Name()).Inc()
+		return a.dead(ctx, rec, "auth")
 	case e.Class != downstream.Transient:
 		return a.dead(ctx, rec, e.Class.String())
 	case !caps.DedupeKey && e.MayHaveActed && caps.Lookup != downstream.LookupConsistent:

@@ -42,6 +42,7 @@ type Dispatcher struct {
 	DeliveryAttempts   *prometheus.CounterVec   // target
 	DeliveryDuration   *prometheus.HistogramVec // target
 	DeadLetters        *prometheus.CounterVec   // target
+	AuthFailures       *prometheus.CounterVec   // target
 	Uncertain          *prometheus.CounterVec   // target
 	RedeliveredSkipped *prometheus.CounterVec   // target
 	Writer             *Writer
@@ -169,6 +170,10 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 			Namespace: namespace, Name: "dead_letters_total",
 			Help: "Requests that ended failed (permanent error or attempts exhausted), by target.",
 		}, byTarget),
+		AuthFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "auth_failures_total",
+			Help: "Deliveries refused by a downstream for authentication or permission (401/403), by target: an expired or revoked credential.",
+		}, byTarget),
 		Uncertain: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "uncertain_requests_total",
 			Help: "Requests whose delivery outcome could not be established, by target.",
@@ -181,7 +186,7 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 	}
 	reg.MustRegister(d.OutboxBacklog, d.OutboxOldestAge, d.Dispatched, d.DuplicateAcks,
 		d.PublishErrors, d.CommitToAck, d.LeaseHeld, d.Deliveries, d.DeliveryAttempts,
-		d.DeliveryDuration, d.DeadLetters, d.Uncertain, d.RedeliveredSkipped)
+		d.DeliveryDuration, d.DeadLetters, d.AuthFailures, d.Uncertain, d.RedeliveredSkipped)
 	d.Writer.register(reg)
 	return d
 }
