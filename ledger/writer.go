@@ -130,30 +130,32 @@ func (w *Writer) commit(batch []job) {
 	}
 }
 
+// runBatch returns an error only when the transaction itself failed; an
+// operation's own error goes to errs and rolls back only that operation. A
+// batch of one needs no savepoint: its error rolls back the transaction.
 func (w *Writer) runBatch(ctx context.Context, batch []job, errs []error) error {
 	tx, err := w.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("ledger: begin: %w", err)
 	}
 	defer tx.Rollback()
-	for i, j := range batch {
-		if len(batch) == 1 {
-			errs[i] = j.fn(ctx, tx)
-			if errs[i] != nil {
-				return errs[i]
+	if len(batch) == 1 {
+		if errs[0] = batch[0].fn(ctx, tx); errs[0] != nil {
+			return nil // deferred rollback
+		}
+	} else {
+		for i, j := range batch {
+			if _, err := tx.ExecContext(ctx, "SAVEPOINT op"); err != nil {
+				return fmt.Errorf("ledger: savepoint: %w", err)
 			}
-			break
-		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT op"); err != nil {
-			return fmt.Errorf("ledger: savepoint: %w", err)
-		}
-		if errs[i] = j.fn(ctx, tx); errs[i] != nil {
-			if _, err := tx.ExecContext(ctx, "ROLLBACK TO op"); err != nil {
-				return fmt.Errorf("ledger: rollback to savepoint: %w", err)
+			if errs[i] = j.fn(ctx, tx); errs[i] != nil {
+				if _, err := tx.ExecContext(ctx, "ROLLBACK TO op"); err != nil {
+					return fmt.Errorf("ledger: rollback to savepoint: %w", err)
+				}
 			}
-		}
-		if _, err := tx.ExecContext(ctx, "RELEASE op"); err != nil {
-			return fmt.Errorf("ledger: release savepoint: %w", err)
+			if _, err := tx.ExecContext(ctx, "RELEASE op"); err != nil {
+				return fmt.Errorf("ledger: release savepoint: %w", err)
+			}
 		}
 	}
 	if err := tx.Commit(); err != nil {

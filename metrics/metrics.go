@@ -45,6 +45,8 @@ type Dispatcher struct {
 	AuthFailures       *prometheus.CounterVec   // target
 	Uncertain          *prometheus.CounterVec   // target
 	RedeliveredSkipped *prometheus.CounterVec   // target
+	Pruned             prometheus.Counter
+	LedgerRequests     prometheus.Gauge
 	Writer             *Writer
 }
 
@@ -182,9 +184,17 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 			Namespace: namespace, Name: "redeliveries_skipped_total",
 			Help: "JetStream redeliveries of requests already settled, acknowledged without calling the downstream.",
 		}, byTarget),
+		Pruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "ledger_pruned_total",
+			Help: "Settled requests removed from the ledger after their retention.",
+		}),
+		LedgerRequests: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "ledger_requests",
+			Help: "Requests held in the ledger (refreshed by each pruning round).",
+		}),
 		Writer: newWriter(),
 	}
-	reg.MustRegister(d.OutboxBacklog, d.OutboxOldestAge, d.Dispatched, d.DuplicateAcks,
+	reg.MustRegister(d.Pruned, d.LedgerRequests, d.OutboxBacklog, d.OutboxOldestAge, d.Dispatched, d.DuplicateAcks,
 		d.PublishErrors, d.CommitToAck, d.LeaseHeld, d.Deliveries, d.DeliveryAttempts,
 		d.DeliveryDuration, d.DeadLetters, d.AuthFailures, d.Uncertain, d.RedeliveredSkipped)
 	d.Writer.register(reg)

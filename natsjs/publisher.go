@@ -12,7 +12,7 @@ import (
 )
 
 // Publisher publishes outbox rows asynchronously, with Nats-Msg-Id set to
-// the request id, and waits for all acknowledgements of a batch.
+// the request id (outbox.Message.MsgID), and waits for all acknowledgements of a batch.
 type Publisher struct {
 	js        jetstream.JetStream
 	stallWait time.Duration
@@ -32,7 +32,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
 		nm := &nats.Msg{Subject: m.Subject, Data: m.Payload, Header: nats.Header{}}
-		nm.Header.Set(jetstream.MsgIDHeader, m.RequestID)
+		nm.Header.Set(jetstream.MsgIDHeader, m.MsgID())
 		f, err := p.js.PublishMsgAsync(nm, jetstream.WithStallWait(p.stallWait))
 		if err != nil {
 			results[i].Err = fmt.Errorf("natsjs: publish %s: %w", m.RequestID, err)

@@ -20,7 +20,8 @@ CREATE TABLE outbox (
 	subject      TEXT NOT NULL,
 	payload      BLOB NOT NULL,
 	created_at   INTEGER NOT NULL, -- unix nanoseconds, the ledger commit
-	published_at INTEGER           -- unix nanoseconds of the JetStream ack
+	published_at INTEGER,          -- unix nanoseconds of the JetStream ack
+	generation   INTEGER NOT NULL DEFAULT 0 -- bumped by each redrive
 );
 CREATE INDEX outbox_pending ON outbox(id) WHERE published_at IS NULL;
 CREATE TABLE leases (
@@ -37,11 +38,39 @@ func SubjectFor(target string) string { return SubjectPrefix + "." + target }
 
 // Message is one outbox row.
 type Message struct {
-	ID        int64
-	RequestID string // published as Nats-Msg-Id
-	Subject   string
-	Payload   []byte
-	CreatedAt time.Time
+	ID         int64
+	RequestID  string
+	Subject    string
+	Payload    []byte
+	CreatedAt  time.Time
+	Generation int // 0 when first accepted; +1 per operator redrive
+}
+
+// MsgID is the Nats-Msg-Id of the message: the request id itself, so that
+// JetStream drops a republish, or for a redrive a new id derived from it, so
+// that JetStream stores it again even inside the duplicate window.
+func (m Message) MsgID() string {
+	if m.Generation == 0 {
+		return m.RequestID
+	}
+	return fmt.Sprintf("%s#redrive-%d", m.RequestID, m.Generation)
+}
+
+// ErrNotFound is returned for a request id without an outbox row.
+var ErrNotFound = errors.New("outbox: no such request")
+
+// RedriveTx queues requestID's message for publishing again, under a new
+// message id, inside the caller's transaction.
+func RedriveTx(ctx context.Context, tx *sql.Tx, requestID string) error {
+	res, err := tx.ExecContext(ctx,
+		`UPDATE outbox SET published_at = NULL, generation = generation + 1 WHERE request_id = ?`, requestID)
+	if err != nil {
+		return fmt.Errorf("outbox: redrive %s: %w", requestID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return fmt.Errorf("%w: %s", ErrNotFound, requestID)
+	}
+	return nil
 }
 
 // InsertTx adds m to the outbox inside the caller's transaction, so the row

@@ -196,7 +196,7 @@ func (r *Relay) runOnce(ctx context.Context) (int, error) {
 
 func (r *Relay) pending(ctx context.Context) ([]Message, error) {
 	rows, err := r.read.QueryContext(ctx,
-		`SELECT id, request_id, subject, payload, created_at FROM outbox
+		`SELECT id, request_id, subject, payload, created_at, generation FROM outbox
 		 WHERE published_at IS NULL ORDER BY id LIMIT ?`, r.cfg.BatchSize)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read pending: %w", err)
@@ -206,7 +206,7 @@ func (r *Relay) pending(ctx context.Context) ([]Message, error) {
 	for rows.Next() {
 		var m Message
 		var created int64
-		if err := rows.Scan(&m.ID, &m.RequestID, &m.Subject, &m.Payload, &created); err != nil {
+		if err := rows.Scan(&m.ID, &m.RequestID, &m.Subject, &m.Payload, &created, &m.Generation); err != nil {
 			return nil, fmt.Errorf("outbox: scan pending: %w", err)
 		}
 		m.CreatedAt = time.Unix(0, created)

@@ -29,6 +29,9 @@ import (
 
 // RunDispatcher runs the dispatcher (relay and forwarder) until ctx is cancelled.
 func RunDispatcher(ctx context.Context, env Env) error {
+	if len(env.Args) > 0 && adminCommands[env.Args[0]] != nil {
+		return runAdmin(ctx, env.Args[0], env)
+	}
 	fs := flag.NewFlagSet("dispatcher", flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
 	var (
@@ -47,11 +50,12 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		retryBase       = fs.Duration("retry-base", time.Second, "first retry delay (doubles, with jitter)")
 		retryMax        = fs.Duration("retry-max", 5*time.Minute, "longest retry delay")
 		deliveryTimeout = fs.Duration("delivery-timeout", 30*time.Second, "time limit of one downstream call")
+		retention       = fs.Duration("retention", 24*time.Hour, "how long a settled request is remembered (>= 30m); a request_id reused after it is a new request")
 		pollInterval    = fs.Duration("poll-interval", 20*time.Millisecond, "how often an idle relay looks for new outbox rows")
 		addrFile        = fs.String("addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
 	)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: dispatcher [flags]\n\nRelays accepted tickets to JetStream and delivers them to their targets.\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: dispatcher [flags]\n\nRelays accepted tickets to JetStream and delivers them to their targets.\n\n%s\nFlags:\n", adminUsage)
 		fs.PrintDefaults()
 	}
 	if _, err := flagenv.Parse(fs, env.Args, env.Lookup); err != nil {
@@ -73,6 +77,14 @@ func RunDispatcher(ctx context.Context, env Env) error {
 	streamCfg := natsjs.StreamConfig{Duplicates: *dupWindow, MaxAge: *maxAge}.WithDefaults()
 	if err := streamCfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	retentionCfg := ledger.RetentionConfig{Keep: *retention}.WithDefaults()
+	if err := retentionCfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if streamCfg.Duplicates > retentionCfg.Keep {
+		return fmt.Errorf("%w: -dup-window %s is longer than -retention %s: the ledger must remember a request at least as long as JetStream does",
+			ErrUsage, streamCfg.Duplicates, retentionCfg.Keep)
 	}
 	cfg, err := config.Load(*configPath)
 	if err != nil {
@@ -151,6 +163,11 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		Retry:           backoff.Policy{Base: *retryBase, Max: *retryMax},
 	}, js, l, tgts, log.With("component", "forwarder"), m, time.Now)
 
+	pruner, err := ledger.NewPruner(retentionCfg, l, log.With("component", "retention"), m)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+
 	if *metricsListen != "" {
 		ms, err := serve(ctx, *metricsListen, metricsHandler(reg), log)
 		if err != nil {
@@ -163,8 +180,9 @@ func RunDispatcher(ctx context.Context, env Env) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	for name, run := range map[string]func(context.Context) error{"relay": relay.Run, "forwarder": fwd.Run} {
+	services := map[string]func(context.Context) error{"relay": relay.Run, "forwarder": fwd.Run, "retention": pruner.Run}
+	errs := make(chan error, len(services))
+	for name, run := range services {
 		wg.Go(func() {
 			if err := run(runCtx); err != nil {
 				errs <- fmt.Errorf("%s: %w", name, err)

@@ -1,0 +1,164 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"ticketrelay/internal/flagenv"
+	"ticketrelay/ledger"
+	"ticketrelay/metrics"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// adminCommands are the dispatcher's operator subcommands. They open the
+// database themselves and write through their own group-commit writer, so
+// they work whether or not the dispatcher is running.
+var adminCommands = map[string]func(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args []string, out io.Writer) error{
+	"status":  adminStatus,
+	"redrive": adminRedrive,
+	"resolve": adminResolve,
+}
+
+const adminUsage = `Usage:
+  dispatcher status  [-db PATH | -data DIR] [-json]
+  dispatcher redrive [-db PATH | -data DIR] REQUEST_ID...
+  dispatcher redrive [-db PATH | -data DIR] -failed [-target T]
+  dispatcher resolve [-db PATH | -data DIR] REQUEST_ID (-delivered EXTERNAL_ID | -failed)
+`
+
+func runAdmin(ctx context.Context, name string, env Env) error {
+	cmd := adminCommands[name]
+	fs := flag.NewFlagSet("dispatcher "+name, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), adminUsage+"\nFlags:\n"); fs.PrintDefaults() }
+	dbPath := fs.String("db", "", "SQLite database `path` (default DATA/tickets.db)")
+	dataDir := fs.String("data", "data", "data `directory`")
+	// Subcommand flags are declared up front so that -help lists them all.
+	fs.Bool("json", false, "status: print JSON")
+	fs.Bool("failed", false, "redrive: every failed request; resolve: settle as not delivered")
+	fs.String("target", "", "redrive -failed: only this `target`")
+	fs.String("delivered", "", "resolve: settle as delivered, with the `external_id` found downstream")
+	args, err := parseInterspersed(fs, env.Args[1:], env.Lookup)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if *dbPath == "" {
+		*dbPath = filepath.Join(*dataDir, "tickets.db")
+	}
+	db, err := ledger.Open(ctx, *dbPath)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	w := ledger.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer)
+	defer w.Close()
+	return cmd(ctx, ledger.New(db, w, time.Now), fs, args, env.Stdout)
+}
+
+// parseInterspersed parses flags that may come after positional arguments
+// ("resolve ID -failed") and returns the positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string, lookup func(string) (string, bool)) ([]string, error) {
+	if _, err := flagenv.Parse(fs, args, lookup); err != nil {
+		return nil, err
+	}
+	var pos []string
+	for rest := fs.Args(); len(rest) > 0; rest = fs.Args() {
+		pos = append(pos, rest[0])
+		if err := fs.Parse(rest[1:]); err != nil {
+			return nil, err
+		}
+	}
+	return pos, nil
+}
+
+func flagValue(fs *flag.FlagSet, name string) string { return fs.Lookup(name).Value.String() }
+
+func adminStatus(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args []string, out io.Writer) error {
+	if len(args) > 0 {
+		return fmt.Errorf("%w: status takes no arguments", ErrUsage)
+	}
+	s, err := l.Summarize(ctx)
+	if err != nil {
+		return err
+	}
+	if flagValue(fs, "json") == "true" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	fmt.Fprintf(out, "outbox backlog: %d (oldest %s)\n\n", s.Backlog, s.OldestAge.Round(time.Millisecond))
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TARGET\tDELIVERED\tIN FLIGHT\tRETRYING\tFAILED\tUNCERTAIN")
+	for _, t := range s.Targets {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", t.Target, t.Delivered, t.InFlight, t.Retrying, t.Failed, t.Uncertain)
+	}
+	tw.Flush()
+	if len(s.Uncertain) > 0 {
+		fmt.Fprintf(out, "\nuncertain requests (check the target, then `dispatcher resolve ID -delivered EXTERNAL_ID` or `-failed`):\n")
+		for _, u := range s.Uncertain {
+			fmt.Fprintf(out, "  %s  ticket %s  target %s  attempts %d\n    %s\n", u.RequestID, u.TicketID, u.Target, u.Attempts, u.LastError)
+		}
+	}
+	return nil
+}
+
+func adminRedrive(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args []string, out io.Writer) error {
+	all := flagValue(fs, "failed") == "true"
+	target := flagValue(fs, "target")
+	switch {
+	case all && len(args) > 0, !all && len(args) == 0:
+		return fmt.Errorf("%w: redrive takes REQUEST_IDs or -failed", ErrUsage)
+	case target != "" && !all:
+		return fmt.Errorf("%w: -target goes with -failed", ErrUsage)
+	}
+	if all {
+		ids, err := l.RedriveFailed(ctx, target)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			fmt.Fprintf(out, "redriven %s\n", id)
+		}
+		fmt.Fprintf(out, "%d failed requests redriven\n", len(ids))
+		return nil
+	}
+	var errs []error
+	for _, id := range args {
+		if err := l.Redrive(ctx, id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		fmt.Fprintf(out, "redriven %s\n", id)
+	}
+	return errors.Join(errs...)
+}
+
+func adminResolve(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args []string, out io.Writer) error {
+	ext := flagValue(fs, "delivered")
+	failed := flagValue(fs, "failed") == "true"
+	if len(args) != 1 || (ext == "") == !failed {
+		return fmt.Errorf("%w: resolve takes one REQUEST_ID and either -delivered EXTERNAL_ID or -failed", ErrUsage)
+	}
+	if err := l.Resolve(ctx, args[0], !failed, ext); err != nil {
+		return err
+	}
+	if failed {
+		fmt.Fprintf(out, "%s settled as failed\n", args[0])
+	} else {
+		fmt.Fprintf(out, "%s settled as delivered (%s)\n", args[0], ext)
+	}
+	return nil
+}

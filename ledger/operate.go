@@ -1,0 +1,212 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"ticketrelay/outbox"
+)
+
+// ErrNotFound is returned for a request id the ledger does not hold.
+var ErrNotFound = errors.New("ledger: no such request")
+
+// ErrState is returned when an operator action does not fit the request's state.
+var ErrState = errors.New("ledger: request is not in a state that allows this")
+
+// Accepted reports whether the ledger holds requestID.
+func (l *Ledger) Accepted(ctx context.Context, requestID string) (bool, error) {
+	var one int
+	err := l.db.read.QueryRowContext(ctx, `SELECT 1 FROM requests WHERE request_id = ?`, requestID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("ledger: look up %s: %w", requestID, err)
+	}
+	return true, nil
+}
+
+// Redrive puts a failed request back into delivery: its delivery record is
+// reset (attempts from zero) and its message is published again under a new
+// message id. The dedupe key sent downstream is unchanged.
+func (l *Ledger) Redrive(ctx context.Context, requestID string) error {
+	return l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return l.redriveTx(ctx, tx, requestID)
+	})
+}
+
+func (l *Ledger) redriveTx(ctx context.Context, tx *sql.Tx, requestID string) error {
+	var state string
+	err := tx.QueryRowContext(ctx, `SELECT state FROM deliveries WHERE request_id = ?`, requestID).Scan(&state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: %s has no delivery record yet (it is still on its way)", ErrState, requestID)
+	}
+	if err != nil {
+		return fmt.Errorf("ledger: redrive %s: %w", requestID, err)
+	}
+	if Status(state) != StatusFailed {
+		return fmt.Errorf("%w: %s is %s; only failed requests can be redriven", ErrState, requestID, state)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, attempts = 0, next_attempt_at = NULL,
+		last_error = ?, updated_at = ? WHERE request_id = ?`,
+		string(StatusRetrying), "redriven by an operator after: "+state, l.now().UnixNano(), requestID); err != nil {
+		return fmt.Errorf("ledger: redrive %s: %w", requestID, err)
+	}
+	return outbox.RedriveTx(ctx, tx, requestID)
+}
+
+// RedriveFailed redrives every failed request (of target, if not empty) and
+// returns their ids.
+func (l *Ledger) RedriveFailed(ctx context.Context, target string) ([]string, error) {
+	var ids []string
+	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		ids = ids[:0]
+		rows, err := tx.QueryContext(ctx, `SELECT request_id FROM deliveries WHERE state = ? AND (? = '' OR target = ?) ORDER BY updated_at`,
+			string(StatusFailed), target, target)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if err := l.redriveTx(ctx, tx, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: redrive failed requests: %w", err)
+	}
+	return ids, nil
+}
+
+// Resolve settles an uncertain request after an operator checked the
+// downstream by hand: delivered (with the id found there) or failed.
+func (l *Ledger) Resolve(ctx context.Context, requestID string, delivered bool, externalID string) error {
+	return l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var state string
+		err := tx.QueryRowContext(ctx, `SELECT state FROM deliveries WHERE request_id = ?`, requestID).Scan(&state)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: %s has no delivery record", ErrNotFound, requestID)
+		}
+		if err != nil {
+			return err
+		}
+		if Status(state) != StatusUncertain {
+			return fmt.Errorf("%w: %s is %s; only uncertain requests can be resolved", ErrState, requestID, state)
+		}
+		newState, msg := string(StatusFailed), "settled as not delivered by an operator"
+		if delivered {
+			newState, msg = string(StatusDelivered), ""
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, external_id = ?, last_error = ?, next_attempt_at = NULL,
+			updated_at = ? WHERE request_id = ?`, newState, externalID, msg, l.now().UnixNano(), requestID)
+		return err
+	})
+}
+
+// TargetCounts is the delivery picture of one target.
+type TargetCounts struct {
+	Target    string
+	Retrying  int
+	Failed    int
+	Uncertain int
+	Delivered int
+	InFlight  int // attempting
+}
+
+// Summary is what `dispatcher status` prints.
+type Summary struct {
+	Backlog   int64
+	OldestAge time.Duration
+	Targets   []TargetCounts
+	Uncertain []RequestStatus
+}
+
+// Summarize reads the backlog, the per-target counts and the uncertain requests.
+func (l *Ledger) Summarize(ctx context.Context) (Summary, error) {
+	var s Summary
+	n, oldest, err := outbox.Backlog(ctx, l.db.read)
+	if err != nil {
+		return s, err
+	}
+	s.Backlog = n
+	if !oldest.IsZero() {
+		s.OldestAge = l.now().Sub(oldest)
+	}
+	rows, err := l.db.read.QueryContext(ctx, `SELECT target, state, count(*) FROM deliveries GROUP BY target, state ORDER BY target`)
+	if err != nil {
+		return s, fmt.Errorf("ledger: summarize: %w", err)
+	}
+	byTarget := map[string]*TargetCounts{}
+	var order []string
+	for rows.Next() {
+		var target, state string
+		var c int
+		if err := rows.Scan(&target, &state, &c); err != nil {
+			rows.Close()
+			return s, err
+		}
+		tc := byTarget[target]
+		if tc == nil {
+			tc = &TargetCounts{Target: target}
+			byTarget[target] = tc
+			order = append(order, target)
+		}
+		switch state {
+		case string(StatusRetrying):
+			tc.Retrying = c
+		case string(StatusFailed):
+			tc.Failed = c
+		case string(StatusUncertain):
+			tc.Uncertain = c
+		case string(StatusDelivered):
+			tc.Delivered = c
+		case DeliveryAttempting:
+			tc.InFlight = c
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return s, err
+	}
+	for _, t := range order {
+		s.Targets = append(s.Targets, *byTarget[t])
+	}
+	var uncertain []string
+	urows, err := l.db.read.QueryContext(ctx, `SELECT request_id FROM deliveries WHERE state = ? ORDER BY updated_at LIMIT 1000`, string(StatusUncertain))
+	if err != nil {
+		return s, err
+	}
+	for urows.Next() {
+		var id string
+		if err := urows.Scan(&id); err != nil {
+			urows.Close()
+			return s, err
+		}
+		uncertain = append(uncertain, id)
+	}
+	urows.Close()
+	for _, id := range uncertain {
+		st, err := l.Find(ctx, id)
+		if err != nil {
+			return s, err
+		}
+		s.Uncertain = append(s.Uncertain, st)
+	}
+	return s, nil
+}

@@ -1,0 +1,155 @@
+package ledger
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"ticketrelay/metrics"
+)
+
+// MinRetention is the shortest allowed ledger retention: the ~30 minutes in
+// which Claude Code may still retry a call (reconnect backoff) must always be
+// covered, or a late retry would create a second ticket.
+const MinRetention = 30 * time.Minute
+
+// RetentionConfig says how long settled requests are remembered.
+type RetentionConfig struct {
+	// Keep is how long a request is remembered after it was accepted, once its
+	// delivery is settled (delivered or failed). A request id reused after
+	// that is a new request. Requests not yet settled, and uncertain ones,
+	// are never removed. Default 24h; at least MinRetention.
+	Keep time.Duration
+	// Batch is how many requests one transaction removes, so that pruning
+	// never holds the write lock for long. Default 500.
+	Batch int
+	// Interval between pruning rounds. Default 1m.
+	Interval time.Duration
+}
+
+// WithDefaults fills zero fields.
+func (c RetentionConfig) WithDefaults() RetentionConfig {
+	c.Keep = cmp.Or(c.Keep, 24*time.Hour)
+	c.Batch = cmp.Or(c.Batch, 500)
+	c.Interval = cmp.Or(c.Interval, time.Minute)
+	return c
+}
+
+// Validate checks the retention against the client retry horizon.
+func (c RetentionConfig) Validate() error {
+	if c.Keep < MinRetention {
+		return fmt.Errorf("ledger: retention %s is shorter than the %s in which MCP clients may retry", c.Keep, MinRetention)
+	}
+	if c.Batch < 1 || c.Interval <= 0 {
+		return fmt.Errorf("ledger: invalid retention config %+v", c)
+	}
+	return nil
+}
+
+// Prune removes up to batch settled requests accepted before cutoff, with
+// their ticket, outbox row and delivery record, in one transaction. It
+// returns how many requests it removed.
+func (l *Ledger) Prune(ctx context.Context, cutoff time.Time, batch int) (int, error) {
+	var n int
+	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `
+			SELECT r.request_id FROM requests r JOIN deliveries d USING (request_id)
+			WHERE r.created_at < ? AND d.state IN (?, ?)
+			ORDER BY r.created_at LIMIT ?`,
+			cutoff.UnixNano(), string(StatusDelivered), string(StatusFailed), batch)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil || len(ids) == 0 {
+			return err
+		}
+		list, err := json.Marshal(ids)
+		if err != nil {
+			return err
+		}
+		for _, table := range []string{"tickets", "outbox", "deliveries", "requests"} {
+			if _, err := tx.ExecContext(ctx,
+				`DELETE FROM `+table+` WHERE request_id IN (SELECT value FROM json_each(?))`, string(list)); err != nil {
+				return fmt.Errorf("prune %s: %w", table, err)
+			}
+		}
+		n = len(ids)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ledger: prune: %w", err)
+	}
+	return n, nil
+}
+
+// Pruner removes expired requests in the background.
+type Pruner struct {
+	cfg     RetentionConfig
+	ledger  *Ledger
+	log     *slog.Logger
+	metrics *metrics.Dispatcher
+}
+
+// NewPruner validates cfg and returns a pruner.
+func NewPruner(cfg RetentionConfig, l *Ledger, log *slog.Logger, m *metrics.Dispatcher) (*Pruner, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Pruner{cfg: cfg, ledger: l, log: log, metrics: m}, nil
+}
+
+// Run prunes every Interval until ctx is cancelled; it returns nil then.
+func (p *Pruner) Run(ctx context.Context) error {
+	t := time.NewTicker(p.cfg.Interval)
+	defer t.Stop()
+	for {
+		if err := p.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			p.log.Warn("pruning expired requests", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce removes every expired request, one batch per transaction, and
+// yields to other writers between batches.
+func (p *Pruner) RunOnce(ctx context.Context) error {
+	cutoff := p.ledger.now().Add(-p.cfg.Keep)
+	total := 0
+	defer func() {
+		var n int64
+		if err := p.ledger.db.read.QueryRowContext(ctx, `SELECT count(*) FROM requests`).Scan(&n); err == nil {
+			p.metrics.LedgerRequests.Set(float64(n))
+		}
+		if total > 0 {
+			p.log.Info("pruned expired requests", "count", total, "accepted_before", cutoff)
+		}
+	}()
+	for ctx.Err() == nil {
+		n, err := p.ledger.Prune(ctx, cutoff, p.cfg.Batch)
+		total += n
+		p.metrics.Pruned.Add(float64(n))
+		if err != nil || n < p.cfg.Batch {
+			return err
+		}
+	}
+	return nil
+}
