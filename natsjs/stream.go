@@ -3,6 +3,7 @@ package natsjs
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -40,14 +41,17 @@ func (c StreamConfig) WithDefaults() StreamConfig {
 	return c
 }
 
+// ErrInvalidStream is wrapped by configuration errors of the stream.
+var ErrInvalidStream = errors.New("natsjs: invalid stream configuration")
+
 // Validate checks the invariants the dedupe guarantee rests on.
 func (c StreamConfig) Validate() error {
 	if c.Duplicates < 30*time.Minute {
-		return fmt.Errorf("natsjs: duplicate window %s is shorter than the 30m retry horizon of MCP clients", c.Duplicates)
+		return fmt.Errorf("%w: duplicate window %s is shorter than the 30m retry horizon of MCP clients", ErrInvalidStream, c.Duplicates)
 	}
 	if c.MaxAge < c.Duplicates {
-		return fmt.Errorf("natsjs: stream max age %s is shorter than the duplicate window %s: "+
-			"ids would be forgotten on restart", c.MaxAge, c.Duplicates)
+		return fmt.Errorf("%w: stream max age %s is shorter than the duplicate window %s: "+
+			"ids would be forgotten on restart", ErrInvalidStream, c.MaxAge, c.Duplicates)
 	}
 	return nil
 }

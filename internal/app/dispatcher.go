@@ -208,8 +208,10 @@ func RunDispatcher(ctx context.Context, env Env) error {
 	return errors.Join(all...)
 }
 
-// ensureStream waits for JetStream (an external server may still be starting)
-// and creates or updates the stream.
+// ensureStream waits for JetStream (an external server may be starting or
+// unreachable for a while: the dispatcher backs off and keeps trying until it
+// is stopped) and creates or updates the stream. A configuration error is
+// final.
 func ensureStream(ctx context.Context, js jetstream.JetStream, c natsjs.StreamConfig, log interface{ Warn(string, ...any) }) error {
 	pace := backoff.Policy{Base: 200 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 1; ; attempt++ {
@@ -219,7 +221,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, c natsjs.StreamCo
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil || attempt >= 30 {
+		if ctx.Err() != nil || errors.Is(err, natsjs.ErrInvalidStream) {
 			return err
 		}
 		log.Warn("jetstream not ready; retrying", "err", err, "attempt", attempt)
