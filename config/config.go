@@ -1,6 +1,8 @@
 // Package config reads the one configuration file both processes share:
 // the targets tickets are delivered to and the MCP tools bound to them.
-// Secrets are never written in the file; it names environment variables.
+// Secrets are never written in the file; it names environment variables
+// (token_env: ZENDESK_TOKEN), read through an injected lookup when the file
+// is loaded. Every error is one line that names the problem.
 package config
 
 import (
@@ -10,6 +12,8 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -28,12 +32,20 @@ type File struct {
 	Tools        []Tool   `yaml:"tools"`
 }
 
-// Target is one downstream.
+// Target is one downstream, as written in the file.
 type Target struct {
 	Name string `yaml:"name"`
 	Kind string `yaml:"kind"`
-	// Path of a local target's file (default DATA/tickets.jsonl).
-	Path string `yaml:"path"`
+	// Endpoint is the API's base URL (webhook: the URL to post to); github
+	// and pagerduty default to their public hosts.
+	Endpoint string `yaml:"endpoint"`
+	// Timeout bounds one HTTP call (default 20s).
+	Timeout time.Duration `yaml:"timeout"`
+	// Options are the kind's own settings (see kindOptions); an option
+	// ending in _env names an environment variable that holds a secret.
+	Options map[string]string `yaml:"options"`
+
+	def targets.Def // resolved by Parse
 }
 
 // Tool is one MCP create tool.
@@ -46,14 +58,18 @@ type Tool struct {
 // Default is the configuration used without a file: one local target and
 // create_ticket bound to it.
 func Default() *File {
-	return &File{
+	f := &File{
 		Targets: []Target{{Name: targets.DefaultName, Kind: "local"}},
 		Tools:   []Tool{{Name: DefaultTool, Target: targets.DefaultName}},
 	}
+	f.Targets[0].def = targets.Def{Name: targets.DefaultName, Kind: "local"}
+	return f
 }
 
 // Load reads and validates the file at path; an empty path gives Default.
-func Load(path string) (*File, error) {
+// lookup reads environment variables (os.LookupEnv in production); nil
+// skips secrets (see Parse).
+func Load(path string, lookup func(string) (string, bool)) (*File, error) {
 	if path == "" {
 		return Default(), nil
 	}
@@ -61,7 +77,7 @@ func Load(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	f, err := Parse(b)
+	f, err := Parse(b, lookup)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -69,12 +85,15 @@ func Load(path string) (*File, error) {
 }
 
 // Parse decodes and validates a configuration. Unknown keys are errors.
-func Parse(b []byte) (*File, error) {
+// A nil lookup reads no secrets: the result has the file's shape (targets,
+// kinds, tools) for a process that delivers nothing (mcp-front), which then
+// needs none of the downstream credentials.
+func Parse(b []byte, lookup func(string) (string, bool)) (*File, error) {
 	var f File
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+		return nil, yamlError(err)
 	}
 	if len(f.Targets) == 0 {
 		f.Targets = Default().Targets
@@ -82,27 +101,56 @@ func Parse(b []byte) (*File, error) {
 	if len(f.Tools) == 0 && len(f.Targets) == 1 {
 		f.Tools = []Tool{{Name: DefaultTool, Target: f.Targets[0].Name}}
 	}
-	if err := f.validate(); err != nil {
+	if err := f.validate(lookup); err != nil {
 		return nil, err
 	}
 	return &f, nil
 }
 
-var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+var fieldRE = regexp.MustCompile(`line (\d+): field (\S+) not found in type config\.(\w+)`)
 
-func (f *File) validate() error {
-	if len(f.KeyNamespace) > 64 || !regexp.MustCompile(`^[!-~]*$`).MatchString(f.KeyNamespace) {
+// yamlError turns the decoder's (possibly multi-line) error into one line.
+func yamlError(err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return fmt.Errorf("%s", strings.ReplaceAll(err.Error(), "\n", " "))
+	}
+	where := map[string]string{"File": "at the top level", "Target": "in a target", "Tool": "in a tool"}
+	msgs := make([]string, 0, len(te.Errors))
+	for _, e := range te.Errors {
+		if m := fieldRE.FindStringSubmatch(e); m != nil {
+			msgs = append(msgs, fmt.Sprintf("line %s: unknown key %q %s", m[1], m[2], where[m[3]]))
+			continue
+		}
+		msgs = append(msgs, strings.TrimSpace(e))
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+var (
+	toolNameRE  = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+	namespaceRE = regexp.MustCompile(`^[!-~]*$`)
+)
+
+func (f *File) validate(lookup func(string) (string, bool)) error {
+	if len(f.KeyNamespace) > 64 || !namespaceRE.MatchString(f.KeyNamespace) {
 		return fmt.Errorf("key_namespace %q: at most 64 visible ASCII characters", f.KeyNamespace)
 	}
 	seen := map[string]bool{}
-	for _, t := range f.Targets {
-		if err := t.Def().Validate(); err != nil {
+	for i := range f.Targets {
+		t := &f.Targets[i]
+		def, err := t.resolve(lookup)
+		if err != nil {
+			return err
+		}
+		if err := def.Validate(); err != nil {
 			return err
 		}
 		if seen[t.Name] {
 			return fmt.Errorf("target %q is defined twice", t.Name)
 		}
 		seen[t.Name] = true
+		t.def = def
 	}
 	tools := map[string]bool{"find_request": true}
 	for _, t := range f.Tools {
@@ -123,9 +171,13 @@ func (f *File) validate() error {
 	return nil
 }
 
-// Def converts t for the targets package.
+// Def is the target's resolved definition (secrets read from the
+// environment when the file was parsed).
 func (t Target) Def() targets.Def {
-	return targets.Def{Name: t.Name, Kind: t.Kind, Path: t.Path}
+	if t.def.Kind == "" {
+		return targets.Def{Name: t.Name, Kind: t.Kind, Endpoint: t.Endpoint, Timeout: t.Timeout}
+	}
+	return t.def
 }
 
 // Defs returns the target definitions.

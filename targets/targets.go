@@ -1,28 +1,110 @@
 // Package targets is the list of all downstream adapters: it turns target
 // definitions into downstream.Target values and tells the MCP front end each
-// target's capabilities without opening it. It sits above downstream/<kind>
-// because Go forbids downstream importing its children.
+// target's capabilities without opening it (and without any network). It
+// sits above downstream/<kind> because Go forbids downstream importing its
+// children.
 package targets
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"time"
 
 	"ticketrelay/downstream"
+	"ticketrelay/downstream/github"
+	"ticketrelay/downstream/jira"
 	"ticketrelay/downstream/local"
+	"ticketrelay/downstream/pagerduty"
+	"ticketrelay/downstream/slack"
+	"ticketrelay/downstream/webhook"
+	"ticketrelay/downstream/zendesk"
 )
 
 // DefaultName is the target used when none is configured.
 const DefaultName = "local"
 
-// Def is one configured target.
+// DefaultTimeout bounds one HTTP call of a target that sets no timeout.
+const DefaultTimeout = 20 * time.Second
+
+// Def is one configured target, with its secrets resolved. The comment on
+// each field names the kinds that use it; Secret fields never print their
+// value.
 type Def struct {
 	Name string
 	Kind string
-	// Path of the local target's file; default DATA/tickets.jsonl.
-	Path string
+	// Endpoint is the API's base URL (webhook: the URL to post to). Empty:
+	// the kind's public host where it has one (github, pagerduty).
+	Endpoint string
+	// Timeout bounds one HTTP call (0: DefaultTimeout).
+	Timeout time.Duration
+
+	Path          string            // local: the file (default DATA/tickets.jsonl)
+	Email         string            // zendesk, jira: the API token's user
+	Owner, Repo   string            // github
+	Project       string            // jira: project key
+	IssueType     string            // jira: issue type name (default Task)
+	Source        string            // pagerduty: payload.source (default ticketrelay)
+	Token         downstream.Secret // zendesk, jira, github: API token; webhook: optional bearer token
+	SigningSecret downstream.Secret // webhook: optional Standard Webhooks secret (whsec_…)
+	RoutingKey    downstream.Secret // pagerduty: Events API v2 integration key
+	WebhookURL    downstream.Secret // slack: the incoming webhook URL
+}
+
+// kind describes one adapter.
+type kind struct {
+	Capabilities downstream.Capabilities
+	// DefaultEndpoint is used when a Def has none ("": none, or not HTTP).
+	DefaultEndpoint string
+	// HTTP: the kind calls an HTTP API (Endpoint and Timeout apply).
+	HTTP bool
+	open func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error)
+}
+
+// kinds lists every adapter by kind name.
+var kinds = map[string]kind{
+	"local": {Capabilities: local.Capabilities},
+	"webhook": {Capabilities: webhook.Capabilities, HTTP: true,
+		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
+			return webhook.New(webhook.Config{Name: d.Name, URL: d.Endpoint, SigningSecret: d.SigningSecret, Token: d.Token, HTTP: hc, Now: now})
+		}},
+	"zendesk": {Capabilities: zendesk.Capabilities, HTTP: true,
+		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
+			return zendesk.New(zendesk.Config{Name: d.Name, BaseURL: d.Endpoint, Email: d.Email, Token: d.Token, HTTP: hc, Now: now})
+		}},
+	"pagerduty": {Capabilities: pagerduty.Capabilities, HTTP: true, DefaultEndpoint: pagerduty.DefaultBaseURL,
+		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
+			return pagerduty.New(pagerduty.Config{Name: d.Name, BaseURL: d.Endpoint, RoutingKey: d.RoutingKey, Source: d.Source, HTTP: hc, Now: now})
+		}},
+	"github": {Capabilities: github.Capabilities, HTTP: true, DefaultEndpoint: github.DefaultBaseURL,
+		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
+			return github.New(github.Config{Name: d.Name, BaseURL: d.Endpoint, Owner: d.Owner, Repo: d.Repo, Token: d.Token, HTTP: hc, Now: now})
+		}},
+	"jira": {Capabilities: jira.Capabilities, HTTP: true,
+		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
+			return jira.New(jira.Config{Name: d.Name, BaseURL: d.Endpoint, Email: d.Email, Token: d.Token,
+				Project: d.Project, IssueType: d.IssueType, HTTP: hc, Now: now})
+		}},
+	"slack": {Capabilities: slack.Capabilities, HTTP: true,
+		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
+			return slack.New(slack.Config{Name: d.Name, WebhookURL: d.WebhookURL, HTTP: hc, Now: now})
+		}},
+}
+
+// IsHTTP reports whether kind calls an HTTP API (Endpoint and Timeout apply).
+func IsHTTP(kind string) bool { return kinds[kind].HTTP }
+
+// KindNames returns the kind names, sorted.
+func KindNames() []string {
+	out := make([]string, 0, len(kinds))
+	for k := range kinds {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // DefaultDefs is the zero-config set: one local target.
@@ -30,44 +112,80 @@ func DefaultDefs() []Def { return []Def{{Name: DefaultName, Kind: "local"}} }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
-// Validate checks a definition without opening anything.
+// Validate checks a definition without opening anything or touching the
+// network: the name, the kind, and what the kind's adapter requires.
 func (d Def) Validate() error {
 	if !nameRE.MatchString(d.Name) {
 		return fmt.Errorf("target name %q: use 1-63 lowercase letters, digits, '-' or '_'", d.Name)
 	}
-	_, err := CapabilitiesOf(d)
+	k, ok := kinds[d.Kind]
+	if !ok {
+		return fmt.Errorf("target %q: unknown kind %q (known: %v)", d.Name, d.Kind, KindNames())
+	}
+	if d.Timeout < 0 {
+		return fmt.Errorf("target %q: timeout %v is negative", d.Name, d.Timeout)
+	}
+	if k.open == nil {
+		return nil
+	}
+	_, err := k.open(d.withDefaults(), nil, time.Now) // constructors validate; none dials
 	return err
 }
 
-// CapabilitiesOf reports what the target of d can guarantee.
-func CapabilitiesOf(d Def) (downstream.Capabilities, error) {
-	switch d.Kind {
-	case "local":
-		return local.Capabilities, nil
+func (d Def) withDefaults() Def {
+	if k := kinds[d.Kind]; d.Endpoint == "" {
+		d.Endpoint = k.DefaultEndpoint
 	}
-	return downstream.Capabilities{}, fmt.Errorf("target %q: unknown kind %q", d.Name, d.Kind)
+	if d.Timeout == 0 {
+		d.Timeout = DefaultTimeout
+	}
+	return d
 }
 
-// Open builds the targets of defs; dataDir holds local files.
+// CapabilitiesOf reports what the target of d can guarantee, by its kind
+// alone: no network, no secrets needed.
+func CapabilitiesOf(d Def) (downstream.Capabilities, error) {
+	k, ok := kinds[d.Kind]
+	if !ok {
+		return downstream.Capabilities{}, fmt.Errorf("target %q: unknown kind %q (known: %v)", d.Name, d.Kind, KindNames())
+	}
+	return k.Capabilities, nil
+}
+
+// CapabilitiesByName maps each target name to its capabilities: what the MCP
+// front end needs to annotate the tool bound to each target.
+func CapabilitiesByName(defs []Def) (map[string]downstream.Capabilities, error) {
+	out := make(map[string]downstream.Capabilities, len(defs))
+	for _, d := range defs {
+		c, err := CapabilitiesOf(d)
+		if err != nil {
+			return nil, err
+		}
+		out[d.Name] = c
+	}
+	return out, nil
+}
+
+// Open builds the targets of defs; dataDir holds local files. Each HTTP
+// target gets its own *http.Client with the Def's timeout. The returned
+// function closes what Open opened.
 func Open(defs []Def, dataDir string, now func() time.Time) ([]downstream.Target, func() error, error) {
 	var out []downstream.Target
 	var closers []func() error
 	closeAll := func() error {
-		var first error
+		var errs []error
 		for _, c := range closers {
-			if err := c(); err != nil && first == nil {
-				first = err
-			}
+			errs = append(errs, c())
 		}
-		return first
+		return errors.Join(errs...)
 	}
 	for _, d := range defs {
 		if err := d.Validate(); err != nil {
 			closeAll()
 			return nil, nil, err
 		}
-		switch d.Kind {
-		case "local":
+		d = d.withDefaults()
+		if d.Kind == "local" {
 			path := d.Path
 			if path == "" {
 				path = filepath.Join(dataDir, "tickets.jsonl")
@@ -79,7 +197,14 @@ func Open(defs []Def, dataDir string, now func() time.Time) ([]downstream.Target
 			}
 			out = append(out, t)
 			closers = append(closers, t.Close)
+			continue
 		}
+		t, err := kinds[d.Kind].open(d, &http.Client{Timeout: d.Timeout}, now)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		out = append(out, t)
 	}
 	return out, closeAll, nil
 }

@@ -86,7 +86,7 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		return fmt.Errorf("%w: -dup-window %s is longer than -retention %s: the ledger must remember a request at least as long as JetStream does",
 			ErrUsage, streamCfg.Duplicates, retentionCfg.Keep)
 	}
-	cfg, err := config.Load(*configPath)
+	cfg, err := config.Load(*configPath, env.Lookup)
 	if err != nil {
 		return err
 	}

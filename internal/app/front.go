@@ -36,6 +36,7 @@ func RunFront(ctx context.Context, env Env) error {
 		allowedOrigins = fs.String("allowed-origins", "", "comma-separated browser `origins` allowed besides loopback")
 		stateless      = fs.Bool("stateless", false, "serve streamable HTTP without sessions")
 		addrFile       = fs.String("addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
+		benchNoop      = fs.Bool("bench-noop-tool", false, "for benchmarks only: also serve "+mcpserver.NoopToolPrefix+"<tool>, a twin of each create tool that validates its arguments and writes nothing")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: mcp-front [flags]\n\nServes the ticketrelay MCP tools (create_ticket, find_request).\n\n")
@@ -58,7 +59,9 @@ func RunFront(ctx context.Context, env Env) error {
 	if *stdio && !set["metrics-listen"] {
 		*metricsListen = "" // several stdio instances must not race for one port
 	}
-	cfg, err := config.Load(*configPath)
+	// The front only needs the file's shape (tools, targets' kinds), never
+	// the downstream credentials.
+	cfg, err := config.Load(*configPath, nil)
 	if err != nil {
 		return err
 	}
@@ -83,6 +86,11 @@ func RunFront(ctx context.Context, env Env) error {
 	srv, err := mcpserver.New(mcpserver.Config{Version: Version, Bindings: toolBindings}, l, m, log)
 	if err != nil {
 		return err
+	}
+	if *benchNoop {
+		for _, b := range toolBindings {
+			log.Warn("benchmark no-op tool enabled: it stores nothing", "tool", mcpserver.AddNoopTool(srv, b, m, log))
+		}
 	}
 
 	addrs := map[string]string{}

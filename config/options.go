@@ -1,0 +1,115 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"ticketrelay/downstream"
+	"ticketrelay/targets"
+)
+
+// option is one key of a target's options.
+type option struct {
+	name     string
+	required bool
+	// set stores a plain value; secret stores the value of the environment
+	// variable an _env option names.
+	set    func(d *targets.Def, v string)
+	secret func(d *targets.Def, s downstream.Secret)
+}
+
+func (o option) env() bool { return o.secret != nil }
+
+var (
+	optEmail    = option{name: "email", required: true, set: func(d *targets.Def, v string) { d.Email = v }}
+	optTokenEnv = option{name: "token_env", required: true, secret: func(d *targets.Def, s downstream.Secret) { d.Token = s }}
+)
+
+// kindOptions lists the options of each kind.
+var kindOptions = map[string][]option{
+	"local": {{name: "path", set: func(d *targets.Def, v string) { d.Path = v }}},
+	"webhook": {
+		{name: "signing_secret_env", secret: func(d *targets.Def, s downstream.Secret) { d.SigningSecret = s }},
+		{name: "token_env", secret: func(d *targets.Def, s downstream.Secret) { d.Token = s }},
+	},
+	"zendesk": {optEmail, optTokenEnv},
+	"pagerduty": {
+		{name: "routing_key_env", required: true, secret: func(d *targets.Def, s downstream.Secret) { d.RoutingKey = s }},
+		{name: "source", set: func(d *targets.Def, v string) { d.Source = v }},
+	},
+	"github": {
+		{name: "owner", required: true, set: func(d *targets.Def, v string) { d.Owner = v }},
+		{name: "repo", required: true, set: func(d *targets.Def, v string) { d.Repo = v }},
+		optTokenEnv,
+	},
+	"jira": {
+		optEmail, optTokenEnv,
+		{name: "project", required: true, set: func(d *targets.Def, v string) { d.Project = v }},
+		{name: "issue_type", set: func(d *targets.Def, v string) { d.IssueType = v }},
+	},
+	"slack": {
+		{name: "webhook_url_env", required: true, secret: func(d *targets.Def, s downstream.Secret) { d.WebhookURL = s }},
+	},
+}
+
+// endpointRequired: kinds with no public default host.
+var endpointRequired = map[string]bool{"webhook": true, "zendesk": true, "jira": true}
+
+// resolve checks t's keys against its kind and reads its secrets.
+func (t Target) resolve(lookup func(string) (string, bool)) (targets.Def, error) {
+	d := targets.Def{Name: t.Name, Kind: t.Kind, Endpoint: t.Endpoint, Timeout: t.Timeout}
+	opts, ok := kindOptions[t.Kind]
+	if !ok {
+		return d, fmt.Errorf("target %q: unknown kind %q (known: %s)", t.Name, t.Kind, strings.Join(targets.KindNames(), ", "))
+	}
+	where := fmt.Sprintf("target %q (%s)", t.Name, t.Kind)
+	switch {
+	case t.Kind == "slack" && t.Endpoint != "":
+		return d, fmt.Errorf("%s: a Slack hook URL is a secret: name its environment variable in options.webhook_url_env instead of writing endpoint", where)
+	case !targets.IsHTTP(t.Kind) && t.Endpoint != "":
+		return d, fmt.Errorf("%s: endpoint does not apply to this kind", where)
+	case !targets.IsHTTP(t.Kind) && t.Timeout != 0:
+		return d, fmt.Errorf("%s: timeout does not apply to this kind", where)
+	case endpointRequired[t.Kind] && t.Endpoint == "":
+		return d, fmt.Errorf("%s: endpoint is required", where)
+	case t.Timeout < 0:
+		return d, fmt.Errorf("%s: timeout %v is negative", where, t.Timeout)
+	}
+	names := make([]string, len(opts))
+	for i, o := range opts {
+		names[i] = o.name
+	}
+	for _, k := range slices.Sorted(maps.Keys(t.Options)) {
+		if !slices.Contains(names, k) {
+			return d, fmt.Errorf("%s: unknown option %q (known: %s)", where, k, strings.Join(names, ", "))
+		}
+	}
+	for _, o := range opts {
+		v, set := t.Options[o.name]
+		v = strings.TrimSpace(v)
+		if !set || v == "" {
+			if o.required {
+				return d, fmt.Errorf("%s: options.%s is required", where, o.name)
+			}
+			continue
+		}
+		if !o.env() {
+			o.set(&d, v)
+			continue
+		}
+		if lookup == nil {
+			continue // shape only: the caller delivers nothing
+		}
+		secret, ok := lookup(v)
+		if !ok {
+			return d, fmt.Errorf("%s: environment variable %s (options.%s) is not set", where, v, o.name)
+		}
+		if strings.TrimSpace(secret) == "" {
+			return d, fmt.Errorf("%s: environment variable %s (options.%s) is empty", where, v, o.name)
+		}
+		o.secret(&d, downstream.NewSecret(strings.TrimSpace(secret)))
+	}
+	return d, nil
+}

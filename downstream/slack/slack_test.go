@@ -1,0 +1,79 @@
+package slack_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"ticketrelay/downstream"
+	"ticketrelay/downstream/downstreamtest"
+	"ticketrelay/downstream/slack"
+	"ticketrelay/downstream/slack/slacktest"
+)
+
+func newTarget(t *testing.T, url string) *slack.Target {
+	t.Helper()
+	tg, err := slack.New(slack.Config{Name: "alerts", WebhookURL: downstream.NewSecret(url)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tg
+}
+
+func TestConformance(t *testing.T) {
+	downstreamtest.Run(t, func(t *testing.T) downstreamtest.Harness {
+		f := slacktest.New(t)
+		return downstreamtest.Harness{
+			Target:      newTarget(t, f.URL()),
+			Faults:      &f.Faults,
+			Count:       f.Count,
+			BadAuth:     newTarget(t, f.WrongSecretURL()),
+			Unreachable: newTarget(t, "http://"+downstreamtest.ClosedAddr(t)+slacktest.HookPath),
+			// Every ticket renders to a valid message: the permanent
+			// rejection is the channel's (archived).
+			Invalid:        func(*downstream.Delivery) { f.Archive() },
+			InvalidMessage: "channel_is_archived",
+			NoExternalID:   true,
+		}
+	})
+}
+
+func TestMessage(t *testing.T) {
+	f := slacktest.New(t)
+	d := downstreamtest.NewDelivery("req-msg")
+	d.Ticket.Title = "a <b> & c"
+	if _, err := newTarget(t, f.URL()).Deliver(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	m := f.Messages()
+	if len(m) != 1 || !strings.Contains(m[0], "a &lt;b&gt; &amp; c") || !strings.Contains(m[0], d.Ticket.ID) || !strings.Contains(m[0], "[high]") {
+		t.Fatalf("messages %q: want the escaped title, priority and ticket id", m)
+	}
+}
+
+func TestUnknownHookIsAuth(t *testing.T) {
+	f := slacktest.New(t)
+	_, err := newTarget(t, strings.Replace(f.URL(), "T0000TEAM", "TOTHER", 1)).Deliver(context.Background(), downstreamtest.NewDelivery("req-x"))
+	if e := downstream.Classify(err); e.Class != downstream.Auth || e.StatusCode != 404 || !strings.Contains(e.Error(), "no_service") {
+		t.Fatalf("unknown hook: %v; want auth, 404 no_service", err)
+	}
+}
+
+func TestHookURLNeverPrinted(t *testing.T) {
+	f := slacktest.New(t)
+	tg := newTarget(t, f.URL())
+	for _, verb := range []string{"%v", "%+v", "%#v"} {
+		if out := fmt.Sprintf(verb, tg); strings.Contains(out, "s3cr3t") {
+			t.Fatalf("%s prints the hook URL: %s", verb, out)
+		}
+	}
+	f.Faults.Next(downstreamtest.LoseResponse)
+	_, err := tg.Deliver(context.Background(), downstreamtest.NewDelivery("req-leak"))
+	if err == nil || strings.Contains(err.Error(), "s3cr3t") {
+		t.Fatalf("a transport error names the hook URL: %v", err)
+	}
+	if _, err := slack.New(slack.Config{Name: "x", WebhookURL: downstream.NewSecret("hooks.example/x")}); err == nil {
+		t.Fatal("New accepted a URL without a scheme")
+	}
+}

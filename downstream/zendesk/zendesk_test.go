@@ -1,0 +1,167 @@
+package zendesk_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"ticketrelay/downstream"
+	"ticketrelay/downstream/downstreamtest"
+	"ticketrelay/downstream/zendesk"
+	"ticketrelay/downstream/zendesk/zendesktest"
+)
+
+const email, token = "bot@acme.test", "api-token-1"
+
+func newTarget(t *testing.T, base, tok string, now func() time.Time) *zendesk.Target {
+	t.Helper()
+	tg, err := zendesk.New(zendesk.Config{Name: "support", BaseURL: base, Email: email, Token: downstream.NewSecret(tok), Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tg
+}
+
+func TestConformance(t *testing.T) {
+	downstreamtest.Run(t, func(t *testing.T) downstreamtest.Harness {
+		f := zendesktest.New(t, email, token, nil)
+		return downstreamtest.Harness{
+			Target:         newTarget(t, f.URL(), token, nil),
+			Faults:         &f.Faults,
+			Count:          f.Count,
+			BadAuth:        newTarget(t, f.URL(), "wrong", nil),
+			Unreachable:    newTarget(t, "http://"+downstreamtest.ClosedAddr(t), token, nil),
+			Invalid:        func(d *downstream.Delivery) { d.Ticket.Title, d.Ticket.Body = "", "" },
+			InvalidMessage: "Description: cannot be blank",
+		}
+	})
+}
+
+// setup returns a target and fake sharing a clock, and a delivery accepted now.
+func setup(t *testing.T) (*zendesk.Target, *zendesktest.Fake, *downstreamtest.Clock, downstream.Delivery) {
+	clock := downstreamtest.NewClock(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
+	f := zendesktest.New(t, email, token, clock.Now)
+	d := downstreamtest.NewDelivery("req-window")
+	d.Ticket.CreatedAt = clock.Now()
+	return newTarget(t, f.URL(), token, clock.Now), f, clock, d
+}
+
+func TestRequestShape(t *testing.T) {
+	tg, f, _, d := setup(t)
+	d.Ticket.Labels = []string{"two words"}
+	r, err := tg.Deliver(context.Background(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := f.Tickets()[0]
+	if tk.ExternalID != d.Key || tk.Subject != d.Ticket.Title || tk.Priority != "high" || tk.Desc != d.Ticket.Body {
+		t.Fatalf("ticket %+v does not carry the delivery", tk)
+	}
+	if len(tk.Tags) != 1 || tk.Tags[0] != "two_words" {
+		t.Fatalf("tags %q: a space must not split a label", tk.Tags)
+	}
+	if r.ExternalID != "1" || r.URL != f.URL()+"/agent/tickets/1" {
+		t.Fatalf("receipt %+v", r)
+	}
+	if f.Lookups("miss") != 1 {
+		t.Fatalf("the request carried no Idempotency-Key")
+	}
+}
+
+// Inside the 2-hour window a resend is answered from Zendesk's key store.
+func TestResendInsideWindowIsReplayed(t *testing.T) {
+	tg, f, clock, d := setup(t)
+	f.Faults.Next(downstreamtest.LoseResponse)
+	if _, err := tg.Deliver(context.Background(), d); err == nil {
+		t.Fatal("lost response succeeded")
+	}
+	clock.Advance(90 * time.Minute)
+	d.Attempt = 2
+	r, err := tg.Deliver(context.Background(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Count() != 1 || f.Lookups("hit") != 1 || r.ExternalID != "1" {
+		t.Fatalf("%d tickets, %d key hits, receipt %+v; want 1 ticket answered from the key store", f.Count(), f.Lookups("hit"), r)
+	}
+}
+
+// After the window Zendesk has forgotten the key: the adapter lists by
+// external_id before it resends.
+func TestResendAfterWindowLooksUpFirst(t *testing.T) {
+	tg, f, clock, d := setup(t)
+	f.Faults.Next(downstreamtest.LoseResponse)
+	if _, err := tg.Deliver(context.Background(), d); err == nil {
+		t.Fatal("lost response succeeded")
+	}
+	clock.Advance(3 * time.Hour)
+	d.Attempt = 2
+	r, err := tg.Deliver(context.Background(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Count() != 1 || r.ExternalID != "1" || f.Faults.Served() != 1 {
+		t.Fatalf("%d tickets, %d creates, receipt %+v; want the first ticket found by external_id, no second create",
+			f.Count(), f.Faults.Served(), r)
+	}
+
+	// The lookup is what saves us: the same resend without it (a first
+	// attempt skips the lookup) makes a duplicate, as real Zendesk would.
+	d.Attempt = 1
+	if _, err := tg.Deliver(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	if f.Count() != 2 {
+		t.Fatalf("the fake remembered the key past 2 hours (%d tickets)", f.Count())
+	}
+}
+
+// After the window with nothing created, the lookup proves absence and the
+// resend creates the ticket.
+func TestResendAfterWindowCreatesWhenAbsent(t *testing.T) {
+	tg, f, clock, d := setup(t)
+	f.Faults.Next(downstreamtest.ResetBeforeProcessing)
+	if _, err := tg.Deliver(context.Background(), d); err == nil {
+		t.Fatal("reset succeeded")
+	}
+	clock.Advance(2 * time.Hour)
+	d.Attempt = 2
+	if _, err := tg.Deliver(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	if f.Count() != 1 {
+		t.Fatalf("%d tickets, want 1", f.Count())
+	}
+}
+
+func TestSameKeyOtherBodyIsPermanent(t *testing.T) {
+	tg, f, _, d := setup(t)
+	if _, err := tg.Deliver(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	d.Ticket.Title = "another title"
+	_, err := tg.Deliver(context.Background(), d)
+	var e *downstream.Error
+	if !errors.As(err, &e) || e.Class != downstream.Permanent || e.StatusCode != http.StatusBadRequest ||
+		!strings.Contains(e.Error(), "IdempotentRequestError") {
+		t.Fatalf("same key, other body: %v; want permanent 400 IdempotentRequestError", err)
+	}
+	if f.Count() != 1 {
+		t.Fatalf("%d tickets, want 1", f.Count())
+	}
+}
+
+func TestNewRejectsIncompleteConfig(t *testing.T) {
+	for _, c := range []zendesk.Config{
+		{Name: "z", BaseURL: "acme.zendesk.com", Email: email, Token: downstream.NewSecret(token)},
+		{Name: "z", BaseURL: "https://acme.zendesk.com", Token: downstream.NewSecret(token)},
+		{Name: "z", BaseURL: "https://acme.zendesk.com", Email: email},
+	} {
+		if _, err := zendesk.New(c); err == nil {
+			t.Errorf("New(%+v) accepted it", c)
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package mcpserver
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"ticketrelay/ledger"
+	"ticketrelay/metrics"
+	"ticketrelay/ticket"
+)
+
+// NoopToolPrefix starts the name of the benchmark twin of a create tool.
+const NoopToolPrefix = "bench_noop_"
+
+// AddNoopTool registers, for benchmarks only, NoopToolPrefix+b.Tool: a twin
+// of b's create tool with exactly its input schema, argument decoding,
+// validation, metrics and result shape, but no ledger write. It is the
+// baseline against which the cost of the durable create is measured on the
+// same server build. It returns the tool's name.
+func AddNoopTool(srv *mcp.Server, b Binding, m *metrics.Front, log *slog.Logger) string {
+	s := &Server{metrics: m, log: log}
+	t := createTool(b)
+	t.Name = NoopToolPrefix + b.Tool
+	t.Title = "Benchmark baseline: " + b.Tool + " without the ledger write"
+	t.Description = "For benchmarks only: validates the arguments of " + b.Tool + " and answers as it would, " +
+		"but stores nothing and creates no ticket."
+	srv.AddTool(t, s.noopHandler(t.Name, b))
+	return t.Name
+}
+
+func (s *Server) noopHandler(tool string, b Binding) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		start := time.Now()
+		outcome := metrics.CallError
+		defer func() {
+			s.metrics.ToolCalls.WithLabelValues(tool, outcome).Inc()
+			s.metrics.CallDuration.WithLabelValues(tool).Observe(time.Since(start).Seconds())
+		}()
+		var a createArgs
+		if err := decodeArgs(req.Params.Arguments, &a); err != nil {
+			outcome = metrics.CallInvalid
+			return s.invalid(tool, err), nil
+		}
+		r := ticket.Request{RequestID: a.RequestID, Tool: b.Tool, Target: b.Target,
+			Title: a.Title, Body: a.Body, Priority: a.Priority, Labels: a.Labels}
+		if err := r.Normalize(); err != nil {
+			outcome = metrics.CallInvalid
+			return s.invalid(tool, err), nil
+		}
+		outcome = metrics.CallCreated
+		return jsonResult(ledger.Result{RequestID: r.RequestID, TicketID: ticket.IDFor(r.RequestID), Target: r.Target,
+			Status: ledger.StatusQueued, CreatedAt: start.UTC()})
+	}
+}

@@ -1,0 +1,169 @@
+package targets_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"ticketrelay/downstream"
+	"ticketrelay/downstream/downstreamtest"
+	"ticketrelay/downstream/github/githubtest"
+	"ticketrelay/downstream/jira/jiratest"
+	"ticketrelay/downstream/pagerduty/pagerdutytest"
+	"ticketrelay/downstream/slack/slacktest"
+	"ticketrelay/downstream/webhook/webhooktest"
+	"ticketrelay/downstream/zendesk/zendesktest"
+	"ticketrelay/targets"
+)
+
+func TestCapabilitiesOf(t *testing.T) {
+	for _, c := range []struct {
+		kind   string
+		keyed  bool
+		lookup downstream.LookupKind
+	}{
+		{"local", true, downstream.LookupConsistent},
+		{"webhook", true, downstream.LookupNone},
+		{"zendesk", true, downstream.LookupConsistent},
+		{"pagerduty", true, downstream.LookupNone},
+		{"github", false, downstream.LookupConsistent},
+		{"jira", false, downstream.LookupEventual},
+		{"slack", false, downstream.LookupNone},
+	} {
+		// No endpoint, no secret: capabilities come from the kind alone.
+		caps, err := targets.CapabilitiesOf(targets.Def{Name: "x", Kind: c.kind})
+		if err != nil {
+			t.Fatalf("%s: %v", c.kind, err)
+		}
+		if caps.DedupeKey != c.keyed || caps.Idempotent() != c.keyed || caps.Lookup != c.lookup {
+			t.Errorf("%s: %+v; want DedupeKey %v, Lookup %s", c.kind, caps, c.keyed, c.lookup)
+		}
+	}
+	if caps, _ := targets.CapabilitiesOf(targets.Def{Kind: "zendesk"}); caps.Window != 2*time.Hour {
+		t.Errorf("zendesk window %v, want 2h", caps.Window)
+	}
+	if _, err := targets.CapabilitiesOf(targets.Def{Name: "x", Kind: "trello"}); err == nil || !strings.Contains(err.Error(), `unknown kind "trello"`) {
+		t.Errorf("unknown kind: %v", err)
+	}
+	if len(targets.KindNames()) != 7 {
+		t.Errorf("KindNames = %v", targets.KindNames())
+	}
+}
+
+func TestCapabilitiesByName(t *testing.T) {
+	m, err := targets.CapabilitiesByName([]targets.Def{{Name: "a", Kind: "local"}, {Name: "b", Kind: "slack"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m["a"].Idempotent() || m["b"].Idempotent() || len(m) != 2 {
+		t.Fatalf("CapabilitiesByName = %+v", m)
+	}
+	if _, err := targets.CapabilitiesByName([]targets.Def{{Name: "c", Kind: "nope"}}); err == nil {
+		t.Fatal("an unknown kind passed")
+	}
+}
+
+func TestZeroConfigOpensLocal(t *testing.T) {
+	dir := t.TempDir()
+	tgs, closeAll, err := targets.Open(targets.DefaultDefs(), dir, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tgs) != 1 || tgs[0].Name() != targets.DefaultName {
+		t.Fatalf("targets %v", tgs)
+	}
+	if _, err := tgs[0].Deliver(context.Background(), downstreamtest.NewDelivery("req-local")); err != nil {
+		t.Fatal(err)
+	}
+	if err := closeAll(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "tickets.jsonl")); err != nil || !strings.Contains(string(b), "req-local") {
+		t.Fatalf("local file: %q, %v", b, err)
+	}
+}
+
+// Open wires every kind's Def fields into its adapter: one delivery each
+// reaches its fake with the right credentials.
+func TestOpenEveryKind(t *testing.T) {
+	const rk = "0123456789abcdef0123456789abcdef"
+	wh := webhooktest.New(t, webhooktest.Options{Token: "wt", SigningSecret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+	zd := zendesktest.New(t, "a@b.c", "zt", nil)
+	pd := pagerdutytest.New(t, rk)
+	gh := githubtest.New(t, "acme", "support", "gt")
+	ji := jiratest.New(t, "a@b.c", "jt", "OPS", 0, nil)
+	sl := slacktest.New(t)
+	s := downstream.NewSecret
+	defs := []targets.Def{
+		{Name: "local", Kind: "local", Path: filepath.Join(t.TempDir(), "t.jsonl")},
+		{Name: "hook", Kind: "webhook", Endpoint: wh.URL(), Token: s("wt"), SigningSecret: s("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")},
+		{Name: "support", Kind: "zendesk", Endpoint: zd.URL(), Email: "a@b.c", Token: s("zt")},
+		{Name: "oncall", Kind: "pagerduty", Endpoint: pd.URL(), RoutingKey: s(rk)},
+		{Name: "bugs", Kind: "github", Endpoint: gh.URL(), Owner: "acme", Repo: "support", Token: s("gt")},
+		{Name: "ops", Kind: "jira", Endpoint: ji.URL(), Email: "a@b.c", Token: s("jt"), Project: "OPS", Timeout: 5 * time.Second},
+		{Name: "alerts", Kind: "slack", WebhookURL: s(sl.URL())},
+	}
+	tgs, closeAll, err := targets.Open(defs, t.TempDir(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
+	for i, tg := range tgs {
+		if tg.Name() != defs[i].Name {
+			t.Fatalf("target %d is %q, want %q", i, tg.Name(), defs[i].Name)
+		}
+		want, _ := targets.CapabilitiesOf(defs[i])
+		if tg.Capabilities() != want {
+			t.Fatalf("%s: Capabilities() %+v differ from CapabilitiesOf %+v", tg.Name(), tg.Capabilities(), want)
+		}
+		if _, err := tg.Deliver(context.Background(), downstreamtest.NewDelivery("req-open")); err != nil {
+			t.Fatalf("%s: %v", tg.Name(), err)
+		}
+	}
+	for name, n := range map[string]int{"webhook": wh.Count(), "zendesk": zd.Count(), "pagerduty": pd.Count(),
+		"github": gh.Count(), "jira": ji.Count(), "slack": sl.Count()} {
+		if n != 1 {
+			t.Errorf("%s fake holds %d items, want 1", name, n)
+		}
+	}
+	if out := fmt.Sprintf("%+v %v", defs, tgs); strings.Contains(out, "whsec_") || strings.Contains(out, rk) || strings.Contains(out, "s3cr3t") {
+		t.Fatalf("printing defs or targets shows a secret: %s", out)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, c := range []struct {
+		def  targets.Def
+		want string
+	}{
+		{targets.Def{Name: "Bad Name", Kind: "local"}, "target name"},
+		{targets.Def{Name: "x", Kind: "trello"}, `unknown kind "trello"`},
+		{targets.Def{Name: "x", Kind: "github", Owner: "a", Repo: "b"}, "token is required"},
+		{targets.Def{Name: "x", Kind: "pagerduty"}, "routing key is required"},
+		{targets.Def{Name: "x", Kind: "slack", WebhookURL: downstream.NewSecret("hooks.slack.com/x")}, "not an http(s) URL"},
+		{targets.Def{Name: "x", Kind: "jira", Endpoint: "https://a.atlassian.net", Email: "e", Token: downstream.NewSecret("t")}, "project key is required"},
+		{targets.Def{Name: "x", Kind: "webhook", Endpoint: "https://x", Timeout: -time.Second}, "negative"},
+	} {
+		err := c.def.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate(%+v) = %v; want %q", c.def, err, c.want)
+		}
+		if _, _, err := targets.Open([]targets.Def{c.def}, t.TempDir(), time.Now); err == nil {
+			t.Errorf("Open(%+v) succeeded", c.def)
+		}
+	}
+	// Public hosts are the defaults where the API has one.
+	ok := []targets.Def{
+		{Name: "gh", Kind: "github", Owner: "a", Repo: "b", Token: downstream.NewSecret("t")},
+		{Name: "pd", Kind: "pagerduty", RoutingKey: downstream.NewSecret("k")},
+	}
+	for _, d := range ok {
+		if err := d.Validate(); err != nil {
+			t.Errorf("Validate(%s) = %v", d.Name, err)
+		}
+	}
+}
