@@ -94,7 +94,9 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 		// No proof either way: never resend blindly.
 		return true, a.uncertain(ctx, prev, fmt.Sprintf("attempt %d ended without an answer and %s has no consistent lookup", prev.Attempts, a.t.Name()))
 	}
-	receipt, found, err := finder.Find(ctx, d)
+	lctx, cancel := context.WithTimeout(ctx, a.f.cfg.DeliveryTimeout)
+	receipt, found, err := finder.Find(lctx, d)
+	cancel()
 	if err != nil {
 		e := downstream.Classify(err)
 		a.log.Warn("forwarder: lookup before resend failed", "err", e)

@@ -213,6 +213,11 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 			outcome = metrics.CallConflict
 			s.metrics.Conflicts.WithLabelValues(b.Tool).Inc()
 			return toolError("idempotency_key_conflict: " + conflict.Error()), nil
+		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+			// The write was queued and may still commit: do not claim otherwise.
+			s.log.Warn("create abandoned by its caller", "tool", b.Tool, "request_id", r.RequestID, "err", err)
+			return toolError(fmt.Sprintf("the call ended before the ticket was confirmed (%v); it may have been stored. "+
+				"Call find_request with the same request_id, and retry only with the same request_id and arguments.", err)), nil
 		case err != nil:
 			s.log.Error("create failed", "tool", b.Tool, "request_id", r.RequestID, "err", err)
 			return toolError(fmt.Sprintf("the ticket was not stored (%v); nothing was written. "+
