@@ -83,13 +83,14 @@ func ConsumerName(target string) string { return "deliver-" + target }
 // Run delivers until ctx is cancelled. Each target has its own durable
 // consumer and workers, so a slow target never holds up another.
 func (f *Forwarder) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, len(f.targets))
-	for _, t := range f.targets {
+	// Create every consumer before delivering anything, so a configuration
+	// error stops the forwarder before any target has started.
+	consumers := make(map[string]jetstream.Consumer, len(f.targets))
+	for name := range f.targets {
 		cons, err := f.js.CreateOrUpdateConsumer(ctx, f.cfg.Stream, jetstream.ConsumerConfig{
-			Durable:       ConsumerName(t.Name()),
-			Description:   "ticketrelay forwarder for target " + t.Name(),
-			FilterSubject: outbox.SubjectFor(t.Name()),
+			Durable:       ConsumerName(name),
+			Description:   "ticketrelay forwarder for target " + name,
+			FilterSubject: outbox.SubjectFor(name),
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			// Longer than one call, so a live delivery is not redelivered.
 			AckWait: 2*f.cfg.DeliveryTimeout + 5*time.Second,
@@ -100,25 +101,26 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 		})
 		if err != nil {
-			return fmt.Errorf("forwarder: consumer for %s: %w", t.Name(), err)
+			return fmt.Errorf("forwarder: consumer for %s: %w", name, err)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f.runTarget(ctx, t, cons); err != nil {
-				errs <- err
+		consumers[name] = cons
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for name, cons := range consumers {
+		wg.Go(func() {
+			if err := f.runTarget(ctx, f.targets[name], cons); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	close(errs)
-	return errors.Join(func() []error {
-		var all []error
-		for err := range errs {
-			all = append(all, err)
-		}
-		return all
-	}()...)
+	return errors.Join(errs...)
 }
 
 func (f *Forwarder) runTarget(ctx context.Context, t downstream.Target, cons jetstream.Consumer) error {

@@ -16,8 +16,10 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite" // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"ticketrelay/outbox"
 )
@@ -62,7 +64,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
-	if err := migrate(ctx, w); err != nil {
+	if err := migrateRetrying(ctx, w); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("ledger: migrate %s: %w", path, err)
 	}
@@ -120,6 +122,30 @@ var migrations = []string{
 		updated_at      INTEGER NOT NULL
 	) WITHOUT ROWID;
 	CREATE INDEX deliveries_state ON deliveries(state, target);` + "\n" + outbox.SchemaV1,
+	// 2: operator redrive republishes under a new message id.
+	outbox.SchemaV2,
+}
+
+// migrateRetrying runs migrate, retrying SQLITE_BUSY for about 10 s. When
+// both processes open a fresh file at once, both connections race to switch
+// it to WAL (the journal_mode pragma runs as each connection opens), and
+// SQLite answers the loser SQLITE_BUSY at once, without calling the busy
+// handler, as it does for any lock upgrade that could deadlock.
+func migrateRetrying(ctx context.Context, db *sql.DB) error {
+	delay := 5 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := migrate(ctx, db)
+		var se *sqlite.Error
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || attempt == 100 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+	}
 }
 
 func migrate(ctx context.Context, db *sql.DB) error {

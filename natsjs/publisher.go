@@ -20,8 +20,10 @@ type Publisher struct {
 
 var _ outbox.Publisher = (*Publisher)(nil)
 
-// NewPublisher wraps js. js should be created with
-// jetstream.WithPublishAsyncMaxPending ≥ the relay's batch size.
+// NewPublisher wraps js. js must be created with
+// jetstream.WithPublishAsyncMaxPending ≥ the relay's batch size and with
+// jetstream.WithPublishAsyncTimeout: Publish waits for every ack until ctx
+// ends, so without an ack timeout one lost ack would stall the relay.
 func NewPublisher(js jetstream.JetStream) *Publisher {
 	return &Publisher{js: js, stallWait: 5 * time.Second}
 }

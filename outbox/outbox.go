@@ -20,8 +20,7 @@ CREATE TABLE outbox (
 	subject      TEXT NOT NULL,
 	payload      BLOB NOT NULL,
 	created_at   INTEGER NOT NULL, -- unix nanoseconds, the ledger commit
-	published_at INTEGER,          -- unix nanoseconds of the JetStream ack
-	generation   INTEGER NOT NULL DEFAULT 0 -- bumped by each redrive
+	published_at INTEGER           -- unix nanoseconds of the JetStream ack
 );
 CREATE INDEX outbox_pending ON outbox(id) WHERE published_at IS NULL;
 CREATE TABLE leases (
@@ -29,6 +28,9 @@ CREATE TABLE leases (
 	holder     TEXT NOT NULL,
 	expires_at INTEGER NOT NULL -- unix nanoseconds
 ) WITHOUT ROWID;`
+
+// SchemaV2 adds the redrive generation (part of the second migration).
+const SchemaV2 = `ALTER TABLE outbox ADD COLUMN generation INTEGER NOT NULL DEFAULT 0; -- bumped by each redrive`
 
 // SubjectPrefix is the first token of every ticket subject.
 const SubjectPrefix = "tickets"

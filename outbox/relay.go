@@ -133,7 +133,9 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.metrics.LeaseHeld.Set(b2f(held))
 			leaseUntil = now.Add(r.cfg.LeaseTTL / 3)
 			if !held {
-				if !sleep(ctx, r.cfg.LeaseTTL/3) {
+				// A standby polls more often than a holder renews, so that it
+				// takes over soon after a clean release.
+				if !sleep(ctx, min(r.cfg.LeaseTTL/3, 10*r.cfg.PollInterval)) {
 					return nil
 				}
 				continue

@@ -1,0 +1,158 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"ticketrelay/ledger"
+)
+
+func userVersion(t *testing.T, path string) int {
+	t.Helper()
+	return count(t, raw(t, path), `PRAGMA user_version`)
+}
+
+func TestReopenKeepsDataAndSchemaVersion(t *testing.T) {
+	path := dbPath(t)
+	ctx := context.Background()
+	db, err := ledger.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e1 := wrapEnv(t, path, db)
+	first, err := e1.l.Create(ctx, request("req-persist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := userVersion(t, path)
+	if v < 1 {
+		t.Fatalf("user_version = %d after Open, want the migration count", v)
+	}
+	e1.w.Close()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	e2 := openEnv(t, path)
+	if got := userVersion(t, path); got != v {
+		t.Fatalf("user_version = %d after reopening, was %d", got, v)
+	}
+	res, err := e2.l.Create(ctx, request("req-persist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := first
+	want.Replayed = true
+	if res != want {
+		t.Fatalf("Create after reopen = %+v, want replay of %+v", res, first)
+	}
+	st, err := e2.l.Find(ctx, "req-persist")
+	if err != nil || st.Status != ledger.StatusQueued || st.TicketID != first.TicketID {
+		t.Fatalf("Find after reopen = %+v, %v", st, err)
+	}
+}
+
+// The two processes open the same file at the same moment (make run starts
+// both on a fresh data dir), then write to it side by side.
+func TestTwoHandlesOnOneFile(t *testing.T) {
+	path := dbPath(t)
+	ctx := context.Background()
+	var dbs [2]*ledger.DB
+	var errs [2]error
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 2 {
+		wg.Go(func() {
+			<-start
+			dbs[i], errs[i] = ledger.Open(ctx, path)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent Open %d: %v", i, err)
+		}
+	}
+	a, b := wrapEnv(t, path, dbs[0]), wrapEnv(t, path, dbs[1])
+	v := userVersion(t, path)
+
+	const n = 40
+	type answer struct {
+		res ledger.Result
+		err error
+	}
+	answers := make([][2]answer, n)
+	for i := range n {
+		for j, e := range []*env{a, b} {
+			wg.Go(func() {
+				// Even ids are sent to both processes, odd ids to one only.
+				id := fmt.Sprintf("req-%02d", i)
+				if i%2 == 1 {
+					id = fmt.Sprintf("req-%02d-%d", i, j)
+				}
+				res, err := e.l.Create(ctx, request(id))
+				answers[i][j] = answer{res, err}
+			})
+		}
+	}
+	wg.Wait()
+	want := 0
+	for i, pair := range answers {
+		for j, ans := range pair {
+			if ans.err != nil {
+				t.Fatalf("create %d on handle %d: %v", i, j, ans.err)
+			}
+		}
+		if i%2 == 0 {
+			want++
+			if pair[0].res.Replayed == pair[1].res.Replayed || pair[0].res.TicketID != pair[1].res.TicketID {
+				t.Errorf("req-%02d on both handles: %+v and %+v; want one creation and one replay", i, pair[0].res, pair[1].res)
+			}
+		} else {
+			want += 2
+			if pair[0].res.Replayed || pair[1].res.Replayed {
+				t.Errorf("distinct ids answered as replays: %+v %+v", pair[0].res, pair[1].res)
+			}
+		}
+	}
+	if got := rows(t, raw(t, path)); got != [3]int{want, want, want} {
+		t.Fatalf("rows = %v, want %d of each", got, want)
+	}
+	// Each handle sees what the other wrote.
+	for _, id := range []string{"req-01-1", "req-01-0"} {
+		for name, e := range map[string]*env{"a": a, "b": b} {
+			if st, err := e.l.Find(ctx, id); err != nil || st.Status != ledger.StatusQueued {
+				t.Errorf("handle %s Find(%s) = %+v, %v", name, id, st, err)
+			}
+		}
+	}
+	// Opening a third time migrates nothing.
+	c := openEnv(t, path)
+	if got := userVersion(t, c.path); got != v {
+		t.Errorf("user_version = %d after a third Open, want %d", got, v)
+	}
+}
+
+func TestOpenRefusesNewerSchema(t *testing.T) {
+	path := dbPath(t)
+	openEnv(t, path)
+	v := userVersion(t, path)
+	if _, err := raw(t, path).Exec(fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {
+		t.Fatal(err)
+	}
+	db, err := ledger.Open(context.Background(), path)
+	if err == nil {
+		db.Close()
+		t.Fatal("Open accepted a database from a newer binary")
+	}
+	if !strings.Contains(err.Error(), "newer than this binary") {
+		t.Fatalf("Open error = %v", err)
+	}
+	if _, err := ledger.Open(context.Background(), ""); err == nil {
+		t.Fatal("Open accepted an empty path")
+	}
+}

@@ -1,0 +1,194 @@
+package ledger_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	_ "modernc.org/sqlite"
+
+	"ticketrelay/ledger"
+	"ticketrelay/metrics"
+	"ticketrelay/ticket"
+)
+
+// clock is an injected, settable clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 3, 14, 9, 26, 53, 589793000, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// env is one process's view of a database: DB, writer, ledger, metrics.
+type env struct {
+	path  string
+	db    *ledger.DB
+	w     *ledger.Writer
+	l     *ledger.Ledger
+	m     *metrics.Writer
+	clock *clock
+}
+
+func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func dbPath(t *testing.T) string { return filepath.Join(t.TempDir(), "tickets.db") }
+
+// openEnv opens path and starts a writer on it; everything is closed at cleanup.
+func openEnv(t *testing.T, path string) *env {
+	t.Helper()
+	db, err := ledger.Open(context.Background(), path)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	return wrapEnv(t, path, db)
+}
+
+func wrapEnv(t *testing.T, path string, db *ledger.DB) *env {
+	t.Helper()
+	m := metrics.NewFront(prometheus.NewRegistry()).Writer
+	w := ledger.NewWriter(db, discard(), m)
+	c := newClock()
+	e := &env{path: path, db: db, w: w, m: m, clock: c, l: ledger.New(db, w, c.Now)}
+	t.Cleanup(func() {
+		w.Close()
+		if err := db.Close(); err != nil {
+			t.Errorf("close db: %v", err)
+		}
+	})
+	return e
+}
+
+// raw opens a second, independent database/sql handle on path, so tests see
+// only what was committed to the file.
+func raw(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.ToSlash(path)+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func count(t *testing.T, db *sql.DB, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// rows reports the number of rows in requests, tickets and outbox.
+func rows(t *testing.T, db *sql.DB) [3]int {
+	t.Helper()
+	return [3]int{
+		count(t, db, `SELECT count(*) FROM requests`),
+		count(t, db, `SELECT count(*) FROM tickets`),
+		count(t, db, `SELECT count(*) FROM outbox`),
+	}
+}
+
+func request(id string) ticket.Request {
+	r := ticket.Request{
+		RequestID: id,
+		Tool:      "create_ticket",
+		Target:    "local",
+		Title:     "Disk full on db-1",
+		Body:      "df shows 100%\nsince 09:00",
+		Priority:  "urgent",
+		Labels:    []string{"ops", "disk", "ops"},
+	}
+	if err := r.Normalize(); err != nil {
+		panic(err)
+	}
+	return r
+}
+
+func histogram(t *testing.T, h prometheus.Histogram) (n uint64, sum float64) {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+}
+
+func counter(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// waitFor polls cond every 10ms until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// blockWriter parks the writer goroutine inside an operation until the
+// returned release is called, so that the next operations queue up and are
+// committed together in the following batch.
+func blockWriter(t *testing.T, w *ledger.Writer) (release func()) {
+	t.Helper()
+	started := make(chan struct{})
+	unblock := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- w.InTx(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+			close(started)
+			select {
+			case <-unblock:
+				return nil
+			case <-time.After(30 * time.Second):
+				return errors.New("blocker never released")
+			}
+		})
+	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("writer did not start the blocking operation")
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			close(unblock)
+			if err := <-done; err != nil {
+				t.Errorf("blocking operation: %v", err)
+			}
+		})
+	}
+	t.Cleanup(release)
+	return release
+}

@@ -1,0 +1,156 @@
+package ledger_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"ticketrelay/ledger"
+)
+
+func TestFindUnknown(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	st, err := e.l.Find(context.Background(), "never-seen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status != ledger.StatusUnknown || st.RequestID != "never-seen" || st.TicketID != "" || st.AcceptedAt != nil {
+		t.Fatalf("Find(unknown) = %+v", st)
+	}
+	if !strings.Contains(st.Detail, "safe to call create_ticket") {
+		t.Errorf("Detail = %q", st.Detail)
+	}
+}
+
+func TestFindFollowsTheRequest(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	ctx := context.Background()
+	db := raw(t, e.path)
+	accepted := e.clock.Now()
+	res, err := e.l.Create(ctx, request("req-life"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	find := func() ledger.RequestStatus {
+		t.Helper()
+		st, err := e.l.Find(ctx, "req-life")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.TicketID != res.TicketID || st.Tool != "create_ticket" || st.Target != "local" ||
+			st.AcceptedAt == nil || !st.AcceptedAt.Equal(accepted) {
+			t.Fatalf("Find identity fields = %+v", st)
+		}
+		return st
+	}
+
+	st := find()
+	if st.Status != ledger.StatusQueued || st.PublishedAt != nil || st.UpdatedAt != nil || st.Attempts != 0 {
+		t.Fatalf("after Create: %+v, want queued", st)
+	}
+	if !strings.Contains(st.Detail, "Do not create it again") {
+		t.Errorf("queued Detail = %q", st.Detail)
+	}
+
+	published := accepted.Add(40 * time.Millisecond)
+	if _, err := db.Exec(`UPDATE outbox SET published_at = ? WHERE request_id = ?`, published.UnixNano(), "req-life"); err != nil {
+		t.Fatal(err)
+	}
+	st = find()
+	if st.Status != ledger.StatusPublished || st.InProgress || st.PublishedAt == nil || !st.PublishedAt.Equal(published) {
+		t.Fatalf("after publish: %+v, want published at %v", st, published)
+	}
+	if !strings.Contains(st.Detail, "queued for delivery to local") {
+		t.Errorf("published Detail = %q", st.Detail)
+	}
+
+	record := func(d ledger.Delivery) time.Time {
+		t.Helper()
+		e.clock.Add(time.Second)
+		d.RequestID, d.Target = "req-life", "local"
+		if err := e.l.RecordDelivery(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		return e.clock.Now()
+	}
+
+	at := record(ledger.Delivery{State: ledger.DeliveryAttempting, Attempts: 1})
+	st = find()
+	if st.Status != ledger.StatusPublished || !st.InProgress || st.Attempts != 1 || st.UpdatedAt == nil || !st.UpdatedAt.Equal(at) {
+		t.Fatalf("attempting: %+v, want published and in progress", st)
+	}
+	if st.PublishedAt == nil || !st.PublishedAt.Equal(published) {
+		t.Errorf("attempting: PublishedAt = %v, want %v", st.PublishedAt, published)
+	}
+	if !strings.Contains(st.Detail, "attempt 1 to local is in progress") {
+		t.Errorf("attempting Detail = %q", st.Detail)
+	}
+
+	next := e.clock.Now().Add(30 * time.Second)
+	at = record(ledger.Delivery{State: string(ledger.StatusRetrying), Attempts: 1, NextAttemptAt: next, LastError: "HTTP 503: busy"})
+	st = find()
+	if st.Status != ledger.StatusRetrying || st.InProgress || st.Attempts != 1 || st.LastError != "HTTP 503: busy" ||
+		st.NextAttemptAt == nil || !st.NextAttemptAt.Equal(next) || !st.UpdatedAt.Equal(at) {
+		t.Fatalf("retrying: %+v", st)
+	}
+	if !strings.Contains(st.Detail, "Attempt 1 to local failed (HTTP 503: busy)") {
+		t.Errorf("retrying Detail = %q", st.Detail)
+	}
+	d, ok, err := e.l.Delivery(ctx, "req-life")
+	if err != nil || !ok || d.Settled() || d.State != "retrying" || !d.NextAttemptAt.Equal(next) {
+		t.Fatalf("Delivery = %+v %v %v", d, ok, err)
+	}
+
+	record(ledger.Delivery{State: string(ledger.StatusDelivered), Attempts: 2, ExternalID: "line-7", ExternalURL: "file:///tmp/t.jsonl#L7"})
+	st = find()
+	if st.Status != ledger.StatusDelivered || st.ExternalID != "line-7" || st.ExternalURL != "file:///tmp/t.jsonl#L7" ||
+		st.Attempts != 2 || st.NextAttemptAt != nil || st.LastError != "" || st.InProgress {
+		t.Fatalf("delivered: %+v (next attempt and last error must be cleared)", st)
+	}
+	if st.Detail != "Delivered to local as line-7." {
+		t.Errorf("delivered Detail = %q", st.Detail)
+	}
+	if d, _, _ := e.l.Delivery(ctx, "req-life"); !d.Settled() {
+		t.Errorf("delivered is not Settled")
+	}
+}
+
+func TestFindTerminalStates(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	ctx := context.Background()
+	for _, tc := range []struct {
+		state  ledger.Status
+		detail string
+	}{
+		{ledger.StatusFailed, "failed permanently: HTTP 422: title too long"},
+		{ledger.StatusUncertain, "Check local for ticket "},
+	} {
+		id := "req-" + string(tc.state)
+		res, err := e.l.Create(ctx, request(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: string(tc.state),
+			Attempts: 3, LastError: "HTTP 422: title too long"}); err != nil {
+			t.Fatal(err)
+		}
+		st, err := e.l.Find(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Status != tc.state || st.Attempts != 3 || st.InProgress || st.PublishedAt != nil {
+			t.Errorf("%s: Find = %+v", tc.state, st)
+		}
+		if !strings.Contains(st.Detail, tc.detail) {
+			t.Errorf("%s: Detail = %q, want %q", tc.state, st.Detail, tc.detail)
+		}
+		if tc.state == ledger.StatusUncertain && !strings.Contains(st.Detail, res.TicketID) {
+			t.Errorf("uncertain Detail %q does not name ticket %s", st.Detail, res.TicketID)
+		}
+		if d, ok, _ := e.l.Delivery(ctx, id); !ok || !d.Settled() {
+			t.Errorf("%s: Delivery %+v not settled", tc.state, d)
+		}
+	}
+}

@@ -1,0 +1,14 @@
+package ledger
+
+// Hooks for the writer tests in package ledger_test: they let a test see
+// operations waiting in the queue and the closed flag without sleeping.
+
+// QueuedForTest reports how many submitted operations wait for the writer.
+func (w *Writer) QueuedForTest() int { return len(w.jobs) }
+
+// ClosedForTest reports whether Close has stopped accepting work.
+func (w *Writer) ClosedForTest() bool {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.closed
+}

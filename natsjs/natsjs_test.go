@@ -1,0 +1,278 @@
+package natsjs_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"ticketrelay/natsjs"
+	"ticketrelay/outbox"
+)
+
+func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// start runs an embedded server on storeDir and stops it at cleanup.
+func start(t *testing.T, storeDir string) *server.Server {
+	t.Helper()
+	s, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: storeDir}, discard())
+	if err != nil {
+		t.Fatalf("StartEmbedded: %v", err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+func connect(t *testing.T, s *server.Server) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func msgWithID(subject, id, data string) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	m.Data = []byte(data)
+	return m
+}
+
+func streamMsgs(t *testing.T, ctx context.Context, st jetstream.Stream) uint64 {
+	t.Helper()
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func TestSameMsgIDPublishedTwiceIsStoredOnce(t *testing.T) {
+	ctx := ctxT(t)
+	_, js := connect(t, start(t, t.TempDir()))
+	st, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Plain JetStream publishes with the header.
+	a1, err := js.PublishMsg(ctx, msgWithID("tickets.local", "req-X", "first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := js.PublishMsg(ctx, msgWithID("tickets.local", "req-X", "second"))
+	if err != nil {
+		t.Fatalf("second publish with the same Nats-Msg-Id failed: %v", err)
+	}
+	if a1.Duplicate || !a2.Duplicate {
+		t.Fatalf("acks Duplicate = %v then %v, want false then true", a1.Duplicate, a2.Duplicate)
+	}
+	if a1.Stream != "TICKETS" || a2.Sequence != a1.Sequence {
+		t.Fatalf("acks %+v and %+v: the duplicate must point at the stored message", a1, a2)
+	}
+	if n := streamMsgs(t, ctx, st); n != 1 {
+		t.Fatalf("stream holds %d messages, want 1", n)
+	}
+	stored, err := st.GetMsg(ctx, a1.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(stored.Data) != "first" || stored.Header.Get(jetstream.MsgIDHeader) != "req-X" {
+		t.Fatalf("stored message %q with id %q, want the first one", stored.Data, stored.Header.Get(jetstream.MsgIDHeader))
+	}
+
+	// The same through the outbox publisher, including a repeat inside one batch.
+	pub := natsjs.NewPublisher(js)
+	msgs := []outbox.Message{
+		{RequestID: "req-Y", Subject: "tickets.local", Payload: []byte("y")},
+		{RequestID: "req-Y", Subject: "tickets.local", Payload: []byte("y again")},
+		{RequestID: "req-X", Subject: "tickets.local", Payload: []byte("x again")},
+		{RequestID: "req-X", Subject: "tickets.local", Payload: []byte("x redriven"), Generation: 1},
+	}
+	res := pub.Publish(ctx, msgs)
+	if len(res) != len(msgs) {
+		t.Fatalf("%d results for %d messages", len(res), len(msgs))
+	}
+	want := []bool{false, true, true, false}
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("result %d: %v", i, r.Err)
+		}
+		if r.Duplicate != want[i] {
+			t.Errorf("result %d (%s) Duplicate = %v, want %v", i, msgs[i].MsgID(), r.Duplicate, want[i])
+		}
+	}
+	if n := streamMsgs(t, ctx, st); n != 3 {
+		t.Fatalf("stream holds %d messages, want 3 (X, Y, X's redrive)", n)
+	}
+	var ids []string
+	for seq := uint64(1); seq <= 3; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, m.Header.Get(jetstream.MsgIDHeader))
+	}
+	if !slices.Equal(ids, []string{"req-X", "req-Y", "req-X#redrive-1"}) {
+		t.Errorf("stored Nats-Msg-Ids %q", ids)
+	}
+}
+
+func TestStreamConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  natsjs.StreamConfig
+		ok   bool
+	}{
+		{"defaults", natsjs.StreamConfig{}.WithDefaults(), true},
+		{"window of exactly 30m", natsjs.StreamConfig{Duplicates: 30 * time.Minute, MaxAge: 30 * time.Minute}, true},
+		{"window of 2h, age 1d", natsjs.StreamConfig{Duplicates: 2 * time.Hour, MaxAge: 24 * time.Hour}, true},
+		{"window just under 30m", natsjs.StreamConfig{Duplicates: 30*time.Minute - time.Second, MaxAge: time.Hour}, false},
+		{"window of 2m (the JetStream default)", natsjs.StreamConfig{Duplicates: 2 * time.Minute, MaxAge: time.Hour}, false},
+		{"no window", natsjs.StreamConfig{MaxAge: time.Hour}, false},
+		{"max age shorter than the window", natsjs.StreamConfig{Duplicates: time.Hour, MaxAge: 59 * time.Minute}, false},
+		{"default window, max age 10m", natsjs.StreamConfig{MaxAge: 10 * time.Minute}.WithDefaults(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if tc.ok && err != nil {
+				t.Fatalf("Validate(%+v) = %v", tc.cfg, err)
+			}
+			if !tc.ok && !errors.Is(err, natsjs.ErrInvalidStream) {
+				t.Fatalf("Validate(%+v) = %v, want ErrInvalidStream", tc.cfg, err)
+			}
+		})
+	}
+	d := natsjs.StreamConfig{}.WithDefaults()
+	if d.Name != "TICKETS" || d.Duplicates != 30*time.Minute || d.MaxAge != 7*24*time.Hour || d.Replicas != 1 {
+		t.Errorf("defaults = %+v", d)
+	}
+}
+
+func TestEnsureStream(t *testing.T) {
+	ctx := ctxT(t)
+	_, js := connect(t, start(t, t.TempDir()))
+
+	if _, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Name: "BAD", Duplicates: time.Minute}); !errors.Is(err, natsjs.ErrInvalidStream) {
+		t.Fatalf("EnsureStream with a 1m window = %v, want ErrInvalidStream", err)
+	}
+	if _, err := js.Stream(ctx, "BAD"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("an invalid configuration created a stream: %v", err)
+	}
+
+	cfg := natsjs.StreamConfig{Name: "T2", Duplicates: 45 * time.Minute, MaxAge: 2 * time.Hour}
+	st, err := natsjs.EnsureStream(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(dup time.Duration) {
+		t.Helper()
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := info.Config
+		if c.Name != "T2" || c.Retention != jetstream.LimitsPolicy || c.Storage != jetstream.FileStorage ||
+			c.Duplicates != dup || c.MaxAge != 2*time.Hour || c.Replicas != 1 ||
+			!slices.Equal(c.Subjects, []string{"tickets.>"}) || c.Discard != jetstream.DiscardOld {
+			t.Fatalf("stream config = %+v", c)
+		}
+	}
+	check(45 * time.Minute)
+	if _, err := js.Publish(ctx, "tickets.local", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+
+	st, err = natsjs.EnsureStream(ctx, js, cfg)
+	if err != nil {
+		t.Fatalf("second EnsureStream: %v", err)
+	}
+	check(45 * time.Minute)
+	if n := streamMsgs(t, ctx, st); n != 1 {
+		t.Fatalf("stream holds %d messages after a second EnsureStream, want 1", n)
+	}
+
+	cfg.Duplicates = time.Hour
+	if st, err = natsjs.EnsureStream(ctx, js, cfg); err != nil {
+		t.Fatalf("EnsureStream with a longer window: %v", err)
+	}
+	check(time.Hour)
+}
+
+func TestEmbeddedServerSyncsAndKeepsDedupeAcrossRestart(t *testing.T) {
+	ctx := ctxT(t)
+	dir := t.TempDir()
+	s, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: dir}, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	jc := s.JetStreamConfig()
+	if jc == nil || !jc.SyncAlways {
+		t.Fatalf("JetStream config %+v: want SyncAlways", jc)
+	}
+	if jc.StoreDir == "" || !s.JetStreamEnabled() {
+		t.Fatalf("JetStream not on a file store: %+v", jc)
+	}
+	if s.Addr() == nil || s.Addr().String() == "127.0.0.1:0" {
+		t.Fatalf("listening on %v", s.Addr())
+	}
+	nc, js := connect(t, s)
+	if _, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := js.PublishMsg(ctx, msgWithID("tickets.local", "req-X", "x")); err != nil || a.Duplicate {
+		t.Fatalf("publish X = %+v, %v", a, err)
+	}
+	nc.Close()
+	s.Shutdown()
+	s.WaitForShutdown()
+
+	s2 := start(t, dir)
+	_, js2 := connect(t, s2)
+	st, err := natsjs.EnsureStream(ctx, js2, natsjs.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := js2.PublishMsg(ctx, msgWithID("tickets.local", "req-X", "x again"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Duplicate {
+		t.Fatalf("after a restart, republishing X was stored again (%+v): the dedupe map was lost", a)
+	}
+	if a, err := js2.PublishMsg(ctx, msgWithID("tickets.local", "req-Y", "y")); err != nil || a.Duplicate {
+		t.Fatalf("publish Y = %+v, %v", a, err)
+	}
+	if n := streamMsgs(t, ctx, st); n != 2 {
+		t.Fatalf("stream holds %d messages, want 2", n)
+	}
+}
+
+func TestStartEmbeddedRejectsBadListen(t *testing.T) {
+	for _, listen := range []string{"127.0.0.1", "127.0.0.1:http", "127.0.0.1:70000", "127.0.0.1:-1"} {
+		s, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: listen, StoreDir: t.TempDir()}, discard())
+		if err == nil {
+			s.Shutdown()
+			t.Errorf("StartEmbedded(%q) started a server", listen)
+		}
+	}
+}

@@ -1,0 +1,236 @@
+package outbox_test
+
+import (
+	"bytes"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"ticketrelay/natsjs"
+	"ticketrelay/outbox"
+	"ticketrelay/ticket"
+)
+
+// pendingRows reads the unpublished outbox rows as the relay would.
+func pendingRows(t *testing.T, db *sql.DB) []outbox.Message {
+	t.Helper()
+	rs, err := db.Query(`SELECT id, request_id, subject, payload, created_at FROM outbox WHERE published_at IS NULL ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	var msgs []outbox.Message
+	for rs.Next() {
+		var m outbox.Message
+		var created int64
+		if err := rs.Scan(&m.ID, &m.RequestID, &m.Subject, &m.Payload, &created); err != nil {
+			t.Fatal(err)
+		}
+		m.CreatedAt = time.Unix(0, created)
+		msgs = append(msgs, m)
+	}
+	if err := rs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
+func TestRelayPublishesCommittedRows(t *testing.T) {
+	b := startBroker(t)
+	js := b.connect(t)
+	path := filepath.Join(t.TempDir(), "tickets.db")
+	n := newNode(t, "relay-a", path, js, outbox.RelayConfig{}, time.Now)
+	db := raw(t, path)
+
+	before := time.Now()
+	var want []string
+	for i, id := range ids("early", 20) {
+		target := []string{"local", "jira"}[i%2]
+		if _, err := n.l.Create(testCtx(t), request(id, target)); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, id)
+	}
+	n.run(t)
+	waitFor(t, 10*time.Second, "the relay to hold its lease", func() bool { return value(t, n.m.LeaseHeld) == 1 })
+	// Rows committed while the relay runs go out too.
+	late := ids("late", 10)
+	n.create(t, late...)
+	want = append(want, late...)
+	waitFor(t, 10*time.Second, "an empty outbox", func() bool { return backlog(t, db) == 0 })
+	after := time.Now()
+	payloads := map[string][]byte{}
+	rs, err := db.Query(`SELECT request_id, payload FROM outbox`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rs.Next() {
+		var id string
+		var p []byte
+		if err := rs.Scan(&id, &p); err != nil {
+			t.Fatal(err)
+		}
+		payloads[id] = p
+	}
+	if err := errors.Join(rs.Err(), rs.Close()); err != nil {
+		t.Fatal(err)
+	}
+
+	byID := streamMessages(t, js)
+	if len(byID) != len(want) || countMsgs(byID) != len(want) {
+		t.Fatalf("stream holds %d messages under %d ids, want %d", countMsgs(byID), len(byID), len(want))
+	}
+	for _, id := range want {
+		ms := byID[id]
+		if len(ms) != 1 {
+			t.Errorf("%s stored %d times", id, len(ms))
+			continue
+		}
+		m := ms[0]
+		var tk ticket.Ticket
+		if err := json.Unmarshal(m.Data, &tk); err != nil {
+			t.Fatalf("%s: payload %s: %v", id, m.Data, err)
+		}
+		if !bytes.Equal(m.Data, payloads[id]) || tk.RequestID != id || tk.ID != ticket.IDFor(id) {
+			t.Errorf("%s: stored payload %s, outbox payload %s", id, m.Data, payloads[id])
+		}
+		if m.Subject != outbox.SubjectFor(tk.Target) {
+			t.Errorf("%s: subject %s for target %s", id, m.Subject, tk.Target)
+		}
+		at, found, err := outbox.PublishedAt(testCtx(t), db, id)
+		if err != nil || !found || at.Before(before) || at.After(after) {
+			t.Errorf("%s: published_at %v (found %v, %v), want between %v and %v", id, at, found, err, before, after)
+		}
+	}
+
+	if got := value(t, n.m.Dispatched.WithLabelValues("local")); got != 20 {
+		t.Errorf("dispatched{local} = %v, want 20", got)
+	}
+	if got := value(t, n.m.Dispatched.WithLabelValues("jira")); got != 10 {
+		t.Errorf("dispatched{jira} = %v, want 10", got)
+	}
+	if got := value(t, n.m.CommitToAck); got != 30 {
+		t.Errorf("commit_to_ack observations = %v, want 30", got)
+	}
+	if d, e := value(t, n.m.DuplicateAcks), value(t, n.m.PublishErrors); d != 0 || e != 0 {
+		t.Errorf("duplicate acks %v, publish errors %v; want 0 and 0", d, e)
+	}
+
+	n.stop(t)
+	if got := value(t, n.m.LeaseHeld); got != 0 {
+		t.Errorf("lease gauge = %v after Run returned", got)
+	}
+	var leases int
+	if err := db.QueryRow(`SELECT count(*) FROM leases`).Scan(&leases); err != nil || leases != 0 {
+		t.Errorf("%d lease rows after a clean stop (%v), want 0", leases, err)
+	}
+}
+
+// A relay that crashed after JetStream acknowledged its batch and before it
+// marked the rows publishes them again: JetStream drops them by Nats-Msg-Id.
+func TestRelayRepublishAfterCrashIsDeduplicated(t *testing.T) {
+	b := startBroker(t)
+	js := b.connect(t)
+	path := filepath.Join(t.TempDir(), "tickets.db")
+	n := newNode(t, "relay-a", path, js, outbox.RelayConfig{BatchSize: 8}, time.Now)
+	db := raw(t, path)
+	all := ids("req", 20)
+	n.create(t, all...)
+
+	// The crashed relay's publishes: 12 of the 20 rows reached JetStream.
+	first := pendingRows(t, db)[:12]
+	for i, r := range natsjs.NewPublisher(js).Publish(testCtx(t), first) {
+		if r.Err != nil || r.Duplicate {
+			t.Fatalf("direct publish %d: %+v", i, r)
+		}
+	}
+	if backlog(t, db) != 20 {
+		t.Fatal("publishing alone marked rows")
+	}
+
+	n.run(t)
+	waitFor(t, 10*time.Second, "an empty outbox", func() bool { return backlog(t, db) == 0 })
+	if got := value(t, n.m.DuplicateAcks); got != 12 {
+		t.Errorf("duplicate acks = %v, want 12", got)
+	}
+	if got := value(t, n.m.Dispatched); got != 20 {
+		t.Errorf("dispatched = %v, want 20 (duplicate acks are successes)", got)
+	}
+	if got := value(t, n.m.PublishErrors); got != 0 {
+		t.Errorf("publish errors = %v", got)
+	}
+	byID := streamMessages(t, js)
+	for _, id := range all {
+		if len(byID[id]) != 1 {
+			t.Errorf("%s stored %d times, want once", id, len(byID[id]))
+		}
+	}
+	if countMsgs(byID) != 20 {
+		t.Errorf("stream holds %d messages, want 20", countMsgs(byID))
+	}
+}
+
+func TestRelaySurvivesBrokerOutage(t *testing.T) {
+	b := startBroker(t)
+	// As the dispatcher: publishes that get no ack in time fail.
+	js := b.connect(t, jetstream.WithPublishAsyncTimeout(500*time.Millisecond))
+	path := filepath.Join(t.TempDir(), "tickets.db")
+	n := newNode(t, "relay-a", path, js, outbox.RelayConfig{}, time.Now)
+	db := raw(t, path)
+	n.run(t)
+
+	before := ids("before", 10)
+	n.create(t, before...)
+	waitFor(t, 10*time.Second, "the first rows to be published", func() bool { return backlog(t, db) == 0 })
+
+	b.stop()
+	during := ids("during", 15)
+	n.create(t, during...) // the ledger accepts while the broker is down
+	waitFor(t, 10*time.Second, "publish errors to be counted", func() bool { return value(t, n.m.PublishErrors) > 0 })
+	if got := backlog(t, db); got != 15 {
+		t.Fatalf("backlog = %d while the broker is down, want the 15 new rows", got)
+	}
+	for _, id := range during {
+		if at, _, _ := outbox.PublishedAt(testCtx(t), db, id); !at.IsZero() {
+			t.Fatalf("%s marked published at %v without an ack", id, at)
+		}
+	}
+
+	b.start(t) // same store, same port
+	waitFor(t, 20*time.Second, "the outbox to drain after the broker came back", func() bool { return backlog(t, db) == 0 })
+	byID := streamMessages(t, js)
+	for _, id := range append(before, during...) {
+		if len(byID[id]) != 1 {
+			t.Errorf("%s stored %d times, want exactly once", id, len(byID[id]))
+		}
+	}
+	if countMsgs(byID) != 25 {
+		t.Errorf("stream holds %d messages, want 25", countMsgs(byID))
+	}
+	if got := value(t, n.m.Dispatched); got != 25 {
+		t.Errorf("dispatched = %v, want 25", got)
+	}
+	t.Logf("publish errors %v, duplicate acks %v", value(t, n.m.PublishErrors), value(t, n.m.DuplicateAcks))
+}
+
+func TestRelayConfigValidation(t *testing.T) {
+	for name, cfg := range map[string]outbox.RelayConfig{
+		"no holder":       {},
+		"negative batch":  {Holder: "h", BatchSize: -1},
+		"negative poll":   {Holder: "h", PollInterval: -time.Second},
+		"lease under 1 s": {Holder: "h", LeaseTTL: 500 * time.Millisecond},
+	} {
+		if _, err := outbox.NewRelay(cfg, nil, nil, nil, discard(), nil, time.Now); err == nil {
+			t.Errorf("%s: NewRelay accepted %+v", name, cfg)
+		}
+	}
+	d := outbox.RelayConfig{}.WithDefaults()
+	if d.BatchSize != 512 || d.PollInterval != 20*time.Millisecond || d.LeaseTTL != 15*time.Second || d.GaugeInterval != time.Second {
+		t.Errorf("defaults = %+v", d)
+	}
+}
