@@ -192,3 +192,12 @@ func blockWriter(t *testing.T, w *ledger.Writer) (release func()) {
 	t.Cleanup(release)
 	return release
 }
+
+func testGauge(t *testing.T, g prometheus.Gauge) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
+}
