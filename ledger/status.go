@@ -112,6 +112,9 @@ func detail(st RequestStatus) string {
 		}
 		return "Accepted and queued for delivery to " + st.Target + ". Do not create it again."
 	case StatusDelivered:
+		if st.ExternalID == "" {
+			return "Delivered to " + st.Target + " (it returns no id for what it created)."
+		}
 		return "Delivered to " + st.Target + " as " + st.ExternalID + "."
 	case StatusRetrying:
 		return fmt.Sprintf("Attempt %d to %s failed (%s); it will be retried automatically. Do not create it again.",

@@ -115,21 +115,31 @@ var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 // Validate checks a definition without opening anything or touching the
 // network: the name, the kind, and what the kind's adapter requires.
 func (d Def) Validate() error {
-	if !nameRE.MatchString(d.Name) {
-		return fmt.Errorf("target name %q: use 1-63 lowercase letters, digits, '-' or '_'", d.Name)
+	if err := d.ValidateShape(); err != nil {
+		return err
 	}
-	k, ok := kinds[d.Kind]
-	if !ok {
-		return fmt.Errorf("target %q: unknown kind %q (known: %v)", d.Name, d.Kind, KindNames())
-	}
-	if d.Timeout < 0 {
-		return fmt.Errorf("target %q: timeout %v is negative", d.Name, d.Timeout)
-	}
+	k := kinds[d.Kind]
 	if k.open == nil {
 		return nil
 	}
 	_, err := k.open(d.withDefaults(), nil, time.Now) // constructors validate; none dials
 	return err
+}
+
+// ValidateShape checks what needs no secret: the name, the kind and the
+// timeout. A definition read without its secrets (mcp-front, which
+// delivers nothing) can pass only this; Validate also needs the secrets.
+func (d Def) ValidateShape() error {
+	if !nameRE.MatchString(d.Name) {
+		return fmt.Errorf("target name %q: use 1-63 lowercase letters, digits, '-' or '_'", d.Name)
+	}
+	if _, ok := kinds[d.Kind]; !ok {
+		return fmt.Errorf("target %q: unknown kind %q (known: %v)", d.Name, d.Kind, KindNames())
+	}
+	if d.Timeout < 0 {
+		return fmt.Errorf("target %q: timeout %v is negative", d.Name, d.Timeout)
+	}
+	return nil
 }
 
 func (d Def) withDefaults() Def {

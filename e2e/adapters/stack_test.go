@@ -1,0 +1,275 @@
+package adapters_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"ticketrelay/internal/app"
+)
+
+// syncBuffer is a process's stderr, written by many goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is one process run in-process.
+type proc struct {
+	name   string
+	addrs  map[string]string
+	stderr *syncBuffer
+}
+
+// run starts a process and waits until it serves. It is stopped when the
+// test ends and must then exit cleanly; its log is shown if the test failed.
+func run(t *testing.T, name string, main func(context.Context, app.Env) error, env map[string]string, args ...string) *proc {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &proc{name: name, stderr: &syncBuffer{}}
+	ready := make(chan map[string]string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- main(ctx, app.Env{
+			Args: args, Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: p.stderr,
+			Lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+			Ready:  func(a map[string]string) { ready <- a },
+		})
+	}()
+	select {
+	case p.addrs = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("%s exited before serving: %v\n%s", name, err, p.stderr)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatalf("%s not serving after 30s\n%s", name, p.stderr)
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%s exited with %v", name, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("%s did not stop within 30s", name)
+		}
+		if t.Failed() {
+			t.Logf("---- %s log ----\n%s", name, p.stderr)
+		}
+	})
+	return p
+}
+
+// stack is the whole pipeline on one data directory.
+type stack struct {
+	dispatcher *proc
+	front      *proc
+	cs         *mcp.ClientSession
+}
+
+// startStack writes config, starts the dispatcher (embedded NATS, the
+// environment env holding the target's secrets), then mcp-front on the same
+// database (with no environment at all: it needs no secret), and connects
+// an MCP client to it.
+func startStack(t *testing.T, config string, env map[string]string) *stack {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "ticketrelay.yaml")
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(dir, "tickets.db")
+	s := &stack{}
+	// The dispatcher first: it creates the database, so the two processes
+	// never race to migrate a fresh file.
+	s.dispatcher = run(t, "dispatcher", app.RunDispatcher, env,
+		"-db", db, "-data", filepath.Join(dir, "data"), "-config", cfg,
+		"-nats-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0",
+		"-retry-base", "20ms", "-retry-max", "200ms", "-delivery-timeout", "2s",
+		"-lease-ttl", "2s", "-poll-interval", "5ms")
+	s.front = run(t, "mcp-front", app.RunFront, nil,
+		"-db", db, "-config", cfg, "-listen", "127.0.0.1:0", "-metrics-listen", "")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := mcp.NewClient(&mcp.Implementation{Name: "ticketrelay-e2e-adapters", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint: "http://" + s.front.addrs["mcp"] + "/mcp", MaxRetries: -1, DisableStandaloneSSE: true,
+	}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	s.cs = cs
+	return s
+}
+
+// createResult is a create tool's answer.
+type createResult struct {
+	RequestID string `json:"request_id"`
+	TicketID  string `json:"ticket_id"`
+	Target    string `json:"target"`
+	Status    string `json:"status"`
+	Replayed  bool   `json:"replayed"`
+}
+
+// status is find_request's answer.
+type status struct {
+	RequestID   string `json:"request_id"`
+	Status      string `json:"status"`
+	TicketID    string `json:"ticket_id"`
+	Target      string `json:"target"`
+	Attempts    int    `json:"attempts"`
+	LastError   string `json:"last_error"`
+	ExternalID  string `json:"external_id"`
+	ExternalURL string `json:"external_url"`
+	Detail      string `json:"detail"`
+}
+
+func (s *stack) call(t *testing.T, tool string, args map[string]any, out any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	if len(res.Content) != 1 {
+		t.Fatalf("%s: %d content items", tool, len(res.Content))
+	}
+	tc, ok := res.Content[0].(*mcp.TextContent)
+	if !ok {
+		t.Fatalf("%s: content %T", tool, res.Content[0])
+	}
+	if res.IsError {
+		t.Fatalf("%s: tool error: %s", tool, tc.Text)
+	}
+	if err := json.Unmarshal([]byte(tc.Text), out); err != nil {
+		t.Fatalf("%s: answer %s: %v", tool, tc.Text, err)
+	}
+}
+
+func (s *stack) create(t *testing.T, tool string, args map[string]any) createResult {
+	t.Helper()
+	var r createResult
+	s.call(t, tool, args, &r)
+	if r.RequestID != args["request_id"] || r.Status != "queued" || r.Replayed || r.TicketID == "" {
+		t.Fatalf("%s answered %+v; want a fresh queued ticket for %v", tool, r, args["request_id"])
+	}
+	return r
+}
+
+func (s *stack) find(t *testing.T, id string) status {
+	t.Helper()
+	var st status
+	s.call(t, "find_request", map[string]any{"request_id": id}, &st)
+	if st.RequestID != id || st.Detail == "" {
+		t.Fatalf("find_request %s answered %+v", id, st)
+	}
+	return st
+}
+
+// settle polls find_request until the request reaches a final state
+// (delivered, failed or uncertain) and returns it.
+func (s *stack) settle(t *testing.T, id string, timeout time.Duration) status {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var seen []string
+	for {
+		st := s.find(t, id)
+		if len(seen) == 0 || seen[len(seen)-1] != st.Status {
+			seen = append(seen, st.Status)
+		}
+		switch st.Status {
+		case "delivered", "failed", "uncertain":
+			return st
+		case "queued", "published", "retrying":
+		default:
+			t.Fatalf("find_request %s: unexpected status %q: %+v", id, st.Status, st)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("request %s not settled after %s (statuses seen: %v); last: %+v", id, timeout, seen, st)
+		}
+		time.Sleep(15 * time.Millisecond)
+	}
+}
+
+// metric reads the dispatcher's /metrics and returns the value of the
+// counter or gauge name with the given labels ("k", "v", ...); a series
+// never touched is 0.
+func (s *stack) metric(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.dispatcher.addrs["metrics"]+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	fam := fams[name]
+	if fam == nil {
+		return 0
+	}
+	var sum float64
+	for _, m := range fam.GetMetric() {
+		if hasLabels(m, labels) {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
+
+func hasLabels(m *dto.Metric, labels []string) bool {
+	for i := 0; i+1 < len(labels); i += 2 {
+		found := false
+		for _, lp := range m.GetLabel() {
+			found = found || lp.GetName() == labels[i] && lp.GetValue() == labels[i+1]
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func yamlQuote(s string) string { return fmt.Sprintf("%q", s) }
