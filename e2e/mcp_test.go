@@ -1,0 +1,330 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+const createTool = "create_ticket"
+
+var ticketIDRE = regexp.MustCompile(`^tkt_[0-9a-hjkmnp-tv-z]{21}$`)
+
+// connect opens a new MCP session over streamable HTTP. The standalone SSE
+// stream and the transport's reconnects are off: a test that kills the
+// server wants the error, not a silent resend.
+func connect(ctx context.Context, url string) (*mcp.ClientSession, error) {
+	c := mcp.NewClient(&mcp.Implementation{Name: "ticketrelay-e2e", Version: "1"}, nil)
+	return c.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint:             url,
+		MaxRetries:           -1,
+		DisableStandaloneSSE: true,
+	}, nil)
+}
+
+func mustConnect(t testing.TB, url string) *mcp.ClientSession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// createResult is create_ticket's structured answer.
+type createResult struct {
+	RequestID string    `json:"request_id"`
+	TicketID  string    `json:"ticket_id"`
+	Target    string    `json:"target"`
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
+	Replayed  bool      `json:"replayed"`
+}
+
+// findResult is the part of find_request's answer the tests look at.
+type findResult struct {
+	RequestID   string `json:"request_id"`
+	Status      string `json:"status"`
+	TicketID    string `json:"ticket_id"`
+	ExternalID  string `json:"external_id"`
+	ExternalURL string `json:"external_url"`
+	Detail      string `json:"detail"`
+}
+
+func ticketArgs(id, title string) map[string]any {
+	return map[string]any{
+		"request_id": id,
+		"title":      title,
+		"body":       "Steps to reproduce:\n1. call create_ticket\n2. drop the answer",
+		"priority":   "high",
+		"labels":     []string{"e2e", "idempotency"},
+	}
+}
+
+// toolText is the text of a result's single text content.
+func toolText(res *mcp.CallToolResult) (string, error) {
+	if len(res.Content) != 1 {
+		return "", fmt.Errorf("want 1 content item, got %d", len(res.Content))
+	}
+	tc, ok := res.Content[0].(*mcp.TextContent)
+	if !ok {
+		return "", fmt.Errorf("content is %T, not text", res.Content[0])
+	}
+	return tc.Text, nil
+}
+
+// decodeResult checks a successful tool result's shape: one text content
+// holding a JSON object, the same object as the structured content, with no
+// fields beyond v's.
+func decodeResult(res *mcp.CallToolResult, v any) error {
+	if res.IsError {
+		txt, _ := toolText(res)
+		return fmt.Errorf("tool error: %s", txt)
+	}
+	txt, err := toolText(res)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(strings.NewReader(txt))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("text content %q: %w", txt, err)
+	}
+	sc, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		return fmt.Errorf("structured content: %w", err)
+	}
+	var a, b any
+	if err := json.Unmarshal([]byte(txt), &a); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(sc, &b); err != nil {
+		return err
+	}
+	if fmt.Sprint(a) != fmt.Sprint(b) {
+		return fmt.Errorf("structured content %s differs from text content %s", sc, txt)
+	}
+	return nil
+}
+
+// create calls create_ticket and checks the answer is a well-formed result
+// for args' request_id.
+func create(ctx context.Context, cs *mcp.ClientSession, args map[string]any) (createResult, error) {
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: createTool, Arguments: args})
+	if err != nil {
+		return createResult{}, err
+	}
+	var r createResult
+	if err := decodeResult(res, &r); err != nil {
+		return r, err
+	}
+	return r, checkCreateResult(r, args["request_id"].(string))
+}
+
+func checkCreateResult(r createResult, id string) error {
+	switch {
+	case r.RequestID != id:
+		return fmt.Errorf("result for request_id %q, want %q", r.RequestID, id)
+	case !ticketIDRE.MatchString(r.TicketID):
+		return fmt.Errorf("ticket_id %q is not a ticket id", r.TicketID)
+	case r.Target != "local":
+		return fmt.Errorf("target %q, want local", r.Target)
+	case r.Status != "queued":
+		return fmt.Errorf("status %q, want queued (the result of the first call, replayed unchanged)", r.Status)
+	case r.CreatedAt.IsZero():
+		return fmt.Errorf("no created_at")
+	}
+	return nil
+}
+
+func mustCreate(t testing.TB, cs *mcp.ClientSession, args map[string]any) createResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	r, err := create(ctx, cs, args)
+	if err != nil {
+		t.Fatalf("create_ticket %v: %v", args["request_id"], err)
+	}
+	return r
+}
+
+var findStatuses = map[string]bool{"unknown": true, "queued": true, "published": true, "delivered": true,
+	"retrying": true, "failed": true, "uncertain": true}
+
+func find(ctx context.Context, cs *mcp.ClientSession, id string) (findResult, error) {
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "find_request", Arguments: map[string]any{"request_id": id}})
+	if err != nil {
+		return findResult{}, err
+	}
+	var raw map[string]any
+	if err := decodeResult(res, &raw); err != nil {
+		return findResult{}, err
+	}
+	txt, _ := toolText(res)
+	var r findResult
+	if err := json.Unmarshal([]byte(txt), &r); err != nil {
+		return r, err
+	}
+	switch {
+	case r.RequestID != id:
+		return r, fmt.Errorf("find_request answered for %q, want %q", r.RequestID, id)
+	case !findStatuses[r.Status]:
+		return r, fmt.Errorf("find_request: unknown status %q", r.Status)
+	case r.Detail == "":
+		return r, fmt.Errorf("find_request: no detail")
+	case r.Status != "unknown" && !ticketIDRE.MatchString(r.TicketID):
+		return r, fmt.Errorf("find_request: status %s with ticket_id %q", r.Status, r.TicketID)
+	case r.Status == "delivered" && (r.ExternalID == "" || r.ExternalURL == ""):
+		return r, fmt.Errorf("find_request: delivered without external id/url: %+v", r)
+	}
+	return r, nil
+}
+
+// waitDelivered polls find_request until every id is delivered.
+func waitDelivered(t testing.TB, cs *mcp.ClientSession, timeout time.Duration, ids ...string) {
+	t.Helper()
+	pending := map[string]string{}
+	for _, id := range ids {
+		pending[id] = "never asked"
+	}
+	deadline := time.Now().Add(timeout)
+	for len(pending) > 0 {
+		for id := range pending {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			r, err := find(ctx, cs, id)
+			cancel()
+			if err != nil {
+				t.Fatalf("find_request %s: %v", id, err)
+			}
+			switch r.Status {
+			case "delivered":
+				delete(pending, id)
+			case "queued", "published":
+				pending[id] = r.Status
+			default:
+				t.Fatalf("find_request %s: status %s: %s", id, r.Status, r.Detail)
+			}
+		}
+		if len(pending) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			n := 0
+			for id, st := range pending {
+				if n++; n > 5 {
+					break
+				}
+				t.Logf("still %s: %s", st, id)
+			}
+			t.Fatalf("%d of %d requests not delivered after %s", len(pending), len(ids), timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ---- raw streamable HTTP (what the go-sdk client cannot send) ----
+
+const rawProtocolVersion = "2025-11-25"
+
+// rawSession is an MCP session driven by hand-made HTTP requests.
+type rawSession struct {
+	url string
+	id  string // Mcp-Session-Id
+}
+
+// rawInitialize runs initialize and notifications/initialized by hand and
+// returns the session.
+func rawInitialize(t testing.TB, url string) *rawSession {
+	t.Helper()
+	init := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":%q,`+
+		`"capabilities":{},"clientInfo":{"name":"raw-e2e","version":"1"}}}`, rawProtocolVersion)
+	resp, body := rawPost(t, url, "", []byte(init))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("initialize: %s: %s", resp.Status, body)
+	}
+	s := &rawSession{url: url, id: resp.Header.Get("Mcp-Session-Id")}
+	if s.id == "" {
+		t.Fatalf("initialize: no Mcp-Session-Id header (headers %v)", resp.Header)
+	}
+	msg := sseMessage(t, resp.Header.Get("Content-Type"), body)
+	if !bytes.Contains(msg, []byte(`"result"`)) {
+		t.Fatalf("initialize: %s", msg)
+	}
+	resp, body = rawPost(t, url, s.id, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("notifications/initialized: %s: %s", resp.Status, body)
+	}
+	return s
+}
+
+// call sends one JSON-RPC request body and returns the JSON-RPC response.
+func (s *rawSession) call(t testing.TB, body []byte) []byte {
+	t.Helper()
+	resp, out := rawPost(t, s.url, s.id, body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: %s: %s", s.url, resp.Status, out)
+	}
+	return sseMessage(t, resp.Header.Get("Content-Type"), out)
+}
+
+func rawPost(t testing.TB, url, session string, body []byte) (*http.Response, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if session != "" {
+		req.Header.Set("Mcp-Session-Id", session)
+		req.Header.Set("MCP-Protocol-Version", rawProtocolVersion)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST %s: reading the answer: %v", url, err)
+	}
+	return resp, out
+}
+
+// sseMessage extracts the one JSON-RPC message of a response body, which is
+// either plain JSON or a server-sent event stream.
+func sseMessage(t testing.TB, contentType string, body []byte) []byte {
+	t.Helper()
+	if strings.HasPrefix(contentType, "application/json") {
+		return body
+	}
+	var data [][]byte
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if d, ok := bytes.CutPrefix(sc.Bytes(), []byte("data:")); ok {
+			if d = bytes.TrimSpace(d); len(d) > 0 {
+				data = append(data, append([]byte(nil), d...))
+			}
+		}
+	}
+	if len(data) != 1 {
+		t.Fatalf("want one SSE data message, got %d in %q", len(data), body)
+	}
+	return data[0]
+}

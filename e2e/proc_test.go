@@ -1,0 +1,416 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	_ "modernc.org/sqlite"
+)
+
+// stopTimeout bounds a clean shutdown after SIGINT.
+const stopTimeout = 15 * time.Second
+
+// proc is one running instance of a binary.
+type proc struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	addrs   map[string]string
+	done    chan struct{} // closed when the process has exited
+	waitErr error         // cmd.Wait's answer, valid once done is closed
+	// exitExpected is set when the test kills the process or has checked
+	// that it killed itself; any other exit before the end fails the test.
+	exitExpected atomic.Bool
+}
+
+// startProc starts bin with args (plus -addr-file), logs its stderr to
+// dir/name.log and waits until it announces its addresses, which must
+// include every key in want. The process is stopped with SIGINT at the end of
+// the test, and must then exit with status 0.
+func startProc(t testing.TB, dir, name, bin string, args, env []string, want ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, logPath: filepath.Join(dir, name+".log"), done: make(chan struct{})}
+	addrFile := filepath.Join(dir, name+".addr.json")
+	logf, err := os.Create(p.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	p.cmd = exec.Command(bin, append(args, "-addr-file", addrFile)...)
+	p.cmd.Env = append(withoutEnv(os.Environ(), "TICKETRELAY_*"), env...)
+	p.cmd.Stderr = logf
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if t.Failed() {
+			p.dumpLog(t)
+		}
+	})
+	t.Cleanup(func() {
+		switch {
+		case !p.exited():
+			p.stop(t)
+		case !p.exitExpected.Load():
+			t.Errorf("%s exited during the test: %v", p.name, p.waitErr)
+		}
+	})
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if b, err := os.ReadFile(addrFile); err == nil {
+			var addrs map[string]string
+			if err := json.Unmarshal(b, &addrs); err != nil {
+				t.Fatalf("%s: -addr-file %s: %v: %q", name, addrFile, err, b)
+			}
+			for _, k := range want {
+				if addrs[k] == "" {
+					t.Fatalf("%s: -addr-file has no %q address: %s", name, k, b)
+				}
+			}
+			p.addrs = addrs
+			return p
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited before it served: %v", name, p.waitErr)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s wrote no -addr-file within 30s", name)
+		}
+	}
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGINT and checks that the process exits 0 within stopTimeout:
+// a clean shutdown is part of the product.
+func (p *proc) stop(t testing.TB) {
+	t.Helper()
+	// Connections the client dialled but never used look "new" to the
+	// server, and http.Server.Shutdown waits up to 5s for them: hang up
+	// as a client that is done would.
+	http.DefaultClient.CloseIdleConnections()
+	began := time.Now()
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil && !p.exited() {
+		t.Errorf("%s: SIGINT: %v", p.name, err)
+	}
+	select {
+	case <-p.done:
+		if d := time.Since(began); d > 2*time.Second {
+			t.Logf("%s took %s to shut down", p.name, d.Round(time.Millisecond))
+		}
+		if p.waitErr != nil {
+			t.Errorf("%s did not shut down cleanly on SIGINT: %v", p.name, p.waitErr)
+		}
+	case <-time.After(stopTimeout):
+		t.Errorf("%s still running %s after SIGINT; killing it", p.name, stopTimeout)
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// kill9 kills the process with SIGKILL (it may be called from any
+// goroutine); the caller waits on done.
+func (p *proc) kill9() {
+	p.exitExpected.Store(true)
+	_ = p.cmd.Process.Kill()
+}
+
+// killedBySIGKILL reports whether the process has exited by SIGKILL.
+func (p *proc) killedBySIGKILL() bool {
+	if !p.exited() || p.cmd.ProcessState == nil {
+		return false
+	}
+	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+func (p *proc) log() string {
+	b, _ := os.ReadFile(p.logPath)
+	return string(b)
+}
+
+func (p *proc) dumpLog(t testing.TB) {
+	const max = 64 << 10
+	s := p.log()
+	if len(s) > max {
+		s = "…" + s[len(s)-max:]
+	}
+	t.Logf("----- stderr of %s (%s) -----\n%s----- end of %s -----", p.name, p.logPath, s, p.name)
+}
+
+// stack is a dispatcher and an mcp-front sharing one data directory.
+type stack struct {
+	dir   string // data directory of the dispatcher
+	db    string // SQLite file shared by both
+	jsonl string // the local target's file
+	disp  *proc
+	front *proc
+	url   string // streamable HTTP endpoint of mcp-front
+	n     map[string]int
+	// dispArgs are extra flags of every dispatcher of the stack.
+	dispArgs []string
+}
+
+func newStack(t testing.TB) *stack {
+	dir := t.TempDir()
+	return &stack{
+		dir:   dir,
+		db:    filepath.Join(dir, "tickets.db"),
+		jsonl: filepath.Join(dir, "tickets.jsonl"),
+		n:     map[string]int{},
+	}
+}
+
+// startStack starts a dispatcher and an mcp-front on fresh ports.
+func startStack(t testing.TB) *stack {
+	s := newStack(t)
+	s.startDispatcher(t)
+	s.startFront(t, "127.0.0.1:0")
+	return s
+}
+
+func (s *stack) instance(kind string) string {
+	s.n[kind]++
+	return fmt.Sprintf("%s-%d", kind, s.n[kind])
+}
+
+func (s *stack) startDispatcher(t testing.TB, env ...string) *proc {
+	t.Helper()
+	s.disp = startProc(t, s.dir, s.instance("dispatcher"), dispatcherBin, append([]string{
+		"-data", s.dir, "-db", s.db,
+		"-nats-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0",
+		"-lease-ttl", "2s", "-poll-interval", "5ms",
+	}, s.dispArgs...), env, "nats", "metrics")
+	return s.disp
+}
+
+func (s *stack) startFront(t testing.TB, listen string) *proc {
+	t.Helper()
+	s.front = startProc(t, s.dir, s.instance("mcp-front"), frontBin, []string{
+		"-db", s.db, "-listen", listen, "-metrics-listen", "127.0.0.1:0",
+	}, nil, "mcp", "metrics")
+	s.url = "http://" + s.front.addrs["mcp"] + "/mcp"
+	return s.front
+}
+
+// waitFor polls cond every 15ms until it holds, and fails the test with
+// what's message at the deadline.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(15 * time.Millisecond)
+	}
+}
+
+// ---- metrics ----
+
+// metrics is one scrape of a /metrics endpoint.
+type metrics map[string]*dto.MetricFamily
+
+func scrape(t testing.TB, p *proc) metrics {
+	t.Helper()
+	m, err := tryScrape(p.addrs["metrics"])
+	if err != nil {
+		t.Fatalf("scrape %s: %v", p.name, err)
+	}
+	return m
+}
+
+func tryScrape(addr string) (metrics, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parse /metrics: %w", err)
+	}
+	return fams, nil
+}
+
+// get sums the counters, gauges or untyped values of family name whose labels
+// include every pair of labels (given as "k", "v", ...). A family or a label
+// set that was never touched counts as 0.
+func (m metrics) get(name string, labels ...string) float64 {
+	fam := m[name]
+	if fam == nil {
+		return 0
+	}
+	var sum float64
+	for _, mt := range fam.GetMetric() {
+		if !hasLabels(mt, labels) {
+			continue
+		}
+		switch {
+		case mt.Counter != nil:
+			sum += mt.GetCounter().GetValue()
+		case mt.Gauge != nil:
+			sum += mt.GetGauge().GetValue()
+		case mt.Untyped != nil:
+			sum += mt.GetUntyped().GetValue()
+		}
+	}
+	return sum
+}
+
+func hasLabels(mt *dto.Metric, labels []string) bool {
+	for i := 0; i+1 < len(labels); i += 2 {
+		found := false
+		for _, lp := range mt.GetLabel() {
+			if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// ---- SQLite ----
+
+// openDB opens the shared SQLite file read-only.
+func openDB(t testing.TB, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.ToSlash(path)+"?mode=ro&_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+type rowCounts struct{ requests, tickets, outbox int }
+
+func countRows(t testing.TB, db *sql.DB) rowCounts {
+	t.Helper()
+	var c rowCounts
+	for _, q := range []struct {
+		table string
+		n     *int
+	}{{"requests", &c.requests}, {"tickets", &c.tickets}, {"outbox", &c.outbox}} {
+		if err := db.QueryRow("SELECT count(*) FROM " + q.table).Scan(q.n); err != nil {
+			t.Fatalf("count %s: %v", q.table, err)
+		}
+	}
+	return c
+}
+
+// ---- the local target's file ----
+
+type jsonlLine struct {
+	Key         string    `json:"key"`
+	DeliveredAt time.Time `json:"delivered_at"`
+	Ticket      struct {
+		RequestID string `json:"request_id"`
+		TicketID  string `json:"ticket_id"`
+		Title     string `json:"title"`
+		Body      string `json:"body"`
+		Priority  string `json:"priority"`
+	} `json:"ticket"`
+}
+
+// readJSONL parses every line of the local target's file; a line that is not
+// a complete ticket line fails the test.
+func readJSONL(t testing.TB, path string) []jsonlLine {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	if !bytes.HasSuffix(b, []byte("\n")) {
+		t.Fatalf("%s: last line is not terminated: %q", path, b[bytes.LastIndexByte(b, '\n')+1:])
+	}
+	var out []jsonlLine
+	for i, line := range bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n")) {
+		var l jsonlLine
+		if err := json.Unmarshal(line, &l); err != nil || l.Key == "" || l.Ticket.TicketID == "" || l.DeliveredAt.IsZero() {
+			t.Fatalf("%s line %d is not a ticket line (%v): %q", path, i+1, err, line)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func linesFor(lines []jsonlLine, key string) int {
+	n := 0
+	for _, l := range lines {
+		if l.Key == key {
+			n++
+		}
+	}
+	return n
+}
+
+// portOf returns the port of a host:port address.
+func portOf(t testing.TB, addr string) string {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+func contains(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
