@@ -75,8 +75,10 @@ func (a *attempt) run(ctx context.Context) error {
 
 	a.f.metrics.DeliveryAttempts.WithLabelValues(a.t.Name()).Inc()
 	cctx, cancel := context.WithTimeout(ctx, a.f.cfg.DeliveryTimeout)
+	stop := a.keepAlive()
 	start := time.Now()
 	receipt, err := a.t.Deliver(cctx, d)
+	stop()
 	cancel()
 	a.f.metrics.DeliveryDuration.WithLabelValues(a.t.Name()).Observe(time.Since(start).Seconds())
 	failpoint.Hit(failpoint.ForwarderAfterDeliver)
@@ -95,7 +97,9 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 		return true, a.uncertain(ctx, prev, fmt.Sprintf("attempt %d ended without an answer and %s has no consistent lookup", prev.Attempts, a.t.Name()))
 	}
 	lctx, cancel := context.WithTimeout(ctx, a.f.cfg.DeliveryTimeout)
+	stop := a.keepAlive()
 	receipt, found, err := finder.Find(lctx, d)
+	stop()
 	cancel()
 	if err != nil {
 		e := downstream.Classify(err)
@@ -185,6 +189,30 @@ func (a *attempt) uncertain(ctx context.Context, rec ledger.Delivery, why string
 	a.f.metrics.Uncertain.WithLabelValues(a.t.Name()).Inc()
 	a.log.Warn("delivery uncertain", "why", why)
 	return a.ack()
+}
+
+// keepAlive tells JetStream every Config.AckWait/3 that the message is still being
+// worked on, so a slow downstream call is not redelivered to another worker
+// meanwhile. The returned func stops it.
+func (a *attempt) keepAlive() (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(a.f.cfg.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := a.msg.InProgress(); err != nil {
+					a.log.Warn("forwarder: extending the ack deadline", "err", err)
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 func (a *attempt) ack() error {

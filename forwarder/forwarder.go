@@ -39,6 +39,10 @@ type Config struct {
 	Workers int
 	// DeliveryTimeout bounds one downstream call. Default 30s.
 	DeliveryTimeout time.Duration
+	// AckWait is how long JetStream waits for an ack before it redelivers:
+	// how soon messages a crashed dispatcher had pulled come back. A delivery
+	// in progress extends it every AckWait/3. Default 10s.
+	AckWait time.Duration
 	// MaxAttempts is how many calls a request gets before it fails. Default 10.
 	MaxAttempts int
 	// Retry paces transient failures. Default 1s doubling up to 5m.
@@ -51,6 +55,7 @@ func (c Config) WithDefaults() Config {
 	c.Workers = cmp.Or(c.Workers, 4)
 	c.DeliveryTimeout = cmp.Or(c.DeliveryTimeout, 30*time.Second)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
+	c.AckWait = cmp.Or(c.AckWait, 10*time.Second)
 	if c.Retry == (backoff.Policy{}) {
 		c.Retry = backoff.Policy{Base: time.Second, Max: 5 * time.Minute}
 	}
@@ -92,8 +97,9 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			Description:   "ticketrelay forwarder for target " + name,
 			FilterSubject: outbox.SubjectFor(name),
 			AckPolicy:     jetstream.AckExplicitPolicy,
-			// Longer than one call, so a live delivery is not redelivered.
-			AckWait: 2*f.cfg.DeliveryTimeout + 5*time.Second,
+			// Short, so that messages a crashed dispatcher had pulled come
+			// back soon; a live delivery keeps its message with InProgress.
+			AckWait: f.cfg.AckWait,
 			// The forwarder counts attempts itself (in the ledger, across
 			// crashes) and terminates the message when they are exhausted.
 			MaxDeliver:    -1,
