@@ -62,7 +62,10 @@ func TestRelayPublishesCommittedRows(t *testing.T) {
 	late := ids("late", 10)
 	n.create(t, late...)
 	want = append(want, late...)
-	waitFor(t, 10*time.Second, "an empty outbox", func() bool { return backlog(t, db) == 0 })
+	// The relay counts a batch right after its mark commits: wait for both.
+	waitFor(t, 10*time.Second, "an empty outbox and 30 commit-to-ack observations", func() bool {
+		return backlog(t, db) == 0 && value(t, n.m.CommitToAck) == 30
+	})
 	after := time.Now()
 	payloads := map[string][]byte{}
 	rs, err := db.Query(`SELECT request_id, payload FROM outbox`)
@@ -154,7 +157,10 @@ func TestRelayRepublishAfterCrashIsDeduplicated(t *testing.T) {
 	}
 
 	n.run(t)
-	waitFor(t, 10*time.Second, "an empty outbox", func() bool { return backlog(t, db) == 0 })
+	// The relay counts a batch right after its mark commits: wait for both.
+	waitFor(t, 10*time.Second, "an empty outbox and 20 dispatched", func() bool {
+		return backlog(t, db) == 0 && value(t, n.m.Dispatched) == 20
+	})
 	if got := value(t, n.m.DuplicateAcks); got != 12 {
 		t.Errorf("duplicate acks = %v, want 12", got)
 	}
