@@ -22,6 +22,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	_ "modernc.org/sqlite"
+
+	"ticketrelay/internal/testwait"
 )
 
 // stopTimeout bounds a clean shutdown after SIGINT.
@@ -224,17 +226,10 @@ func (s *stack) startFront(t testing.TB, listen string) *proc {
 	return s.front
 }
 
-// waitFor polls cond every 15ms until it holds, and fails the test with
-// what's message at the deadline.
+// waitFor waits for cond with a deadline (see internal/testwait).
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(15 * time.Millisecond)
-	}
+	testwait.For(t, timeout, what, cond)
 }
 
 // ---- metrics ----

@@ -19,6 +19,7 @@ import (
 	"ticketrelay/downstream"
 	"ticketrelay/forwarder"
 	"ticketrelay/internal/backoff"
+	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
@@ -156,16 +157,10 @@ func (e *env) find(t *testing.T, id string) ledger.RequestStatus {
 	return st
 }
 
-// waitFor polls cond every 10ms until it holds or timeout passes.
+// waitFor waits for cond with a deadline (see internal/testwait).
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, timeout, what, cond)
 }
 
 func (e *env) waitStatus(t *testing.T, id string, want ledger.Status) ledger.RequestStatus {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"ticketrelay/downstream"
+	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
 )
 
@@ -28,10 +29,7 @@ func TestSlowDeliveryIsNotRedelivered(t *testing.T) {
 	held.WaitArrived(t)
 	// Hold the call for five AckWaits: without InProgress JetStream would
 	// redeliver the message to the idle worker, which would call again.
-	time.Sleep(5 * cfg.AckWait)
-	if n := len(api.Calls()); n != 1 {
-		t.Fatalf("%d calls while the first was in progress, want 1", n)
-	}
+	testwait.Holds(t, 5*cfg.AckWait, "one call while the first is in progress", func() bool { return len(api.Calls()) == 1 })
 	held.Open()
 	e.waitStatus(t, id, ledger.StatusDelivered)
 	if n := len(api.Calls()); n != 1 {

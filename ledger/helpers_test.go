@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	_ "modernc.org/sqlite"
 
+	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/ticket"
@@ -144,16 +145,10 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// waitFor polls cond every 10ms until it holds or timeout passes.
+// waitFor waits for cond with a deadline (see internal/testwait).
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, timeout, what, cond)
 }
 
 // blockWriter parks the writer goroutine inside an operation until the

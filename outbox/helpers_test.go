@@ -21,6 +21,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"ticketrelay/internal/backoff"
+	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
@@ -266,16 +267,10 @@ func testCtx(t *testing.T) context.Context {
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// waitFor polls cond every 10ms until it holds or timeout passes.
+// waitFor waits for cond with a deadline (see internal/testwait).
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, timeout, what, cond)
 }
 
 // clock is an injected, settable clock.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"ticketrelay/internal/testwait"
 	"ticketrelay/outbox"
 )
 
@@ -71,15 +72,11 @@ func TestOnlyOneRelayPublishes(t *testing.T) {
 	// Rows written through b's handle are published by a alone. Sample the
 	// gauges while that happens and for longer than one standby retry.
 	bn.create(t, ids("first", 20)...)
-	deadline := time.Now().Add(ttl/3 + 200*time.Millisecond)
-	for time.Now().Before(deadline) || backlog(t, db) != 0 {
-		if ha, hb := value(t, a.m.LeaseHeld), value(t, bn.m.LeaseHeld); ha != 1 || hb != 0 {
-			t.Fatalf("lease gauges a=%v b=%v, want a=1 b=0", ha, hb)
-		}
-		if time.Now().After(deadline.Add(10 * time.Second)) {
-			t.Fatal("the outbox did not drain")
-		}
-		time.Sleep(10 * time.Millisecond)
+	onlyAHolds := func() bool { return value(t, a.m.LeaseHeld) == 1 && value(t, bn.m.LeaseHeld) == 0 }
+	testwait.Holds(t, ttl/3+200*time.Millisecond, "a holding the lease alone", onlyAHolds)
+	waitFor(t, 10*time.Second, "the outbox to drain", func() bool { return backlog(t, db) == 0 })
+	if !onlyAHolds() {
+		t.Fatalf("lease gauges a=%v b=%v, want a=1 b=0", value(t, a.m.LeaseHeld), value(t, bn.m.LeaseHeld))
 	}
 	if da, dbn := value(t, a.m.Dispatched), value(t, bn.m.Dispatched); da != 20 || dbn != 0 {
 		t.Fatalf("dispatched a=%v b=%v, want 20 and 0", da, dbn)
@@ -124,13 +121,9 @@ func TestRelayTakesOverExpiredLease(t *testing.T) {
 	n.run(t)
 	// Two standby retries (every ttl/3 of real time) on a frozen clock: the
 	// lease has not expired, so nothing moves.
-	deadline := time.Now().Add(2*ttl/3 + 100*time.Millisecond)
-	for time.Now().Before(deadline) {
-		if value(t, n.m.LeaseHeld) != 0 || backlog(t, db) != 5 {
-			t.Fatalf("relay took an unexpired lease: held %v, backlog %d", value(t, n.m.LeaseHeld), backlog(t, db))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Holds(t, 2*ttl/3+100*time.Millisecond, "the unexpired lease of another holder (relay must not publish)", func() bool {
+		return value(t, n.m.LeaseHeld) == 0 && backlog(t, db) == 5
+	})
 	c.Add(ttl + time.Nanosecond)
 	waitFor(t, 5*time.Second, "the relay to take the expired lease and publish", func() bool {
 		return value(t, n.m.LeaseHeld) == 1 && backlog(t, db) == 0
