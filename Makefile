@@ -5,7 +5,7 @@ LISTEN   ?= 127.0.0.1:8080
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X ticketrelay/internal/app.Version=$(VERSION)
 
-.PHONY: all build run test test/short test/race lint vet fmt bench clean
+.PHONY: all build run test test/short test/race lint vet fmt bench clean interop
 
 all: build
 
@@ -31,8 +31,15 @@ vet:
 
 lint: vet
 
+interop: build ## conformance suite (sessions and -stateless), MCP Inspector CLI (HTTP, stdio), strict 1,000-call stdio test
+	BIN=$(CURDIR)/bin bash interop/run.sh
+
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+bench: build ## benchmark table vs same-run baselines (a few minutes; BENCH_QUICK=1: ~1 minute); writes bench/results/
+	$(GO) build -o bin/ ./cmd/loadgen ./bench/noopserver ./bench/profwrap
+	bin/loadgen -bin bin -out bench/results -version $(VERSION) $(if $(filter 1,$(BENCH_QUICK)),-quick) $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin

@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"ticketrelay/downstream"
+	"ticketrelay/internal/failpoint"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/ticket"
@@ -60,6 +61,10 @@ func New(cfg Config, l *ledger.Ledger, m *metrics.Front, log *slog.Logger) (*mcp
 	srv := mcp.NewServer(&mcp.Implementation{Name: name, Title: "ticketrelay", Version: cfg.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Logger:       log,
+		// Prompts and resources are declared, empty, because prompts/list and
+		// resources/list are answered (with empty lists) anyway.
+		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{},
+			Prompts: &mcp.PromptCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
 	})
 	for _, b := range cfg.Bindings {
 		srv.AddTool(createTool(b), s.createHandler(b))
@@ -133,6 +138,11 @@ var createInputSchema = map[string]any{
 			"items":       map[string]any{"type": "string", "minLength": 1, "maxLength": ticket.MaxLabelLen},
 			"description": "Tags for the ticket.",
 		},
+		"wait_for_delivery_seconds": map[string]any{
+			"type": "integer", "minimum": 0, "maximum": MaxWaitForDelivery, "default": 0,
+			"description": "Optional: after accepting the ticket, wait up to this many seconds for its delivery and answer with the status reached " +
+				"(progress notifications report each change if you pass a progress token). Not part of the request: a retry may wait or not.",
+		},
 	},
 }
 
@@ -181,6 +191,9 @@ type createArgs struct {
 	Body      string   `json:"body"`
 	Priority  string   `json:"priority"`
 	Labels    []string `json:"labels"`
+	// WaitForDelivery is not part of the request's identity (not in
+	// ticket.Request, so not in its hash): a retry that waits still replays.
+	WaitForDelivery int `json:"wait_for_delivery_seconds"`
 }
 
 type findArgs struct {
@@ -206,15 +219,23 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 			outcome = metrics.CallInvalid
 			return s.invalid(b.Tool, err), nil
 		}
+		if err := checkWait(a.WaitForDelivery); err != nil {
+			outcome = metrics.CallInvalid
+			return s.invalid(b.Tool, err), nil
+		}
 		res, err := s.ledger.Create(ctx, r)
+		if err == nil {
+			failpoint.Hit(failpoint.FrontAfterCommit) // committed, not yet answered
+		}
 		var conflict *ledger.ConflictError
 		switch {
 		case errors.As(err, &conflict):
 			outcome = metrics.CallConflict
 			s.metrics.Conflicts.WithLabelValues(b.Tool).Inc()
 			return toolError("idempotency_key_conflict: " + conflict.Error()), nil
-		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-			// The write was queued and may still commit: do not claim otherwise.
+		case err != nil && (ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+			// The write was queued and completes without its caller: do not
+			// claim that nothing was written.
 			s.log.Warn("create abandoned by its caller", "tool", b.Tool, "request_id", r.RequestID, "err", err)
 			return toolError(fmt.Sprintf("the call ended before the ticket was confirmed (%v); it may have been stored. "+
 				"Call find_request with the same request_id, and retry only with the same request_id and arguments.", err)), nil
@@ -227,6 +248,9 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 			s.metrics.Replays.WithLabelValues(b.Tool).Inc()
 		default:
 			outcome = metrics.CallCreated
+		}
+		if a.WaitForDelivery > 0 {
+			return jsonResult(s.awaitDelivery(ctx, req, res, time.Duration(a.WaitForDelivery)*time.Second))
 		}
 		return jsonResult(res)
 	}
@@ -270,7 +294,7 @@ func (s *Server) invalid(tool string, err error) *mcp.CallToolResult {
 // boundedArg keeps the metric label to the known argument names.
 func boundedArg(arg string) string {
 	switch arg {
-	case "request_id", "title", "body", "priority", "labels":
+	case "request_id", "title", "body", "priority", "labels", "wait_for_delivery_seconds":
 		return arg
 	}
 	return "arguments"

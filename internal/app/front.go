@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -34,7 +35,20 @@ func RunFront(ctx context.Context, env Env) error {
 		configPath     = fs.String("config", "", "configuration `file` (targets and tools)")
 		logLevel       = fs.String("log-level", "info", "log `level`: debug, info, warn, error (logs go to stderr)")
 		allowedOrigins = fs.String("allowed-origins", "", "comma-separated browser `origins` allowed besides loopback")
-		stateless      = fs.Bool("stateless", false, "serve streamable HTTP without sessions")
+		stateless      = fs.Bool("stateless", false, "serve streamable HTTP without sessions for every protocol version (behind a load balancer); "+
+			"by default 2025-11-25 clients get sessions and 2026-07-28 clients are served statelessly")
+		sessionTimeout = fs.Duration("session-timeout", mcpserver.DefaultSessionTimeout, "close HTTP sessions idle this `long`")
+		eventBytes     = fs.Int("event-store-bytes", mcpserver.DefaultEventStoreBytes, "memory `bytes` kept for resuming dropped SSE streams with Last-Event-ID (0: no resumption)")
+		keepAlive      = fs.Duration("keepalive", 30*time.Second, "ping `interval` on sessions holding a GET stream open (0: no pings)")
+		keepAliveFails = fs.Int("keepalive-failures", mcpserver.DefaultKeepAliveFailures, "close a session after this `many` consecutive unanswered pings (sessions without a GET stream are never pinged)")
+		maxBody        = fs.Int64("max-body-bytes", mcpserver.DefaultMaxBodyBytes, "largest HTTP request body in `bytes` (413 beyond)")
+		tokensFile     = fs.String("auth-tokens-file", "", "bearer tokens `file`: one \"subject:token\" (or bare token) per line; required to listen beyond loopback")
+		tokensEnv      = fs.String("auth-tokens-env", "TICKETRELAY_AUTH_TOKENS", "environment `variable` holding bearer tokens, \"subject:token\" entries separated by commas")
+		authResource   = fs.String("auth-resource", "", "canonical `URL` of this endpoint (https://host/mcp): with -auth-servers, serves OAuth protected-resource metadata")
+		authServers    = fs.String("auth-servers", "", "comma-separated OAuth authorization server `URLs` for the protected-resource metadata")
+		insecure       = fs.Bool("insecure", false, "allow listening beyond loopback without bearer tokens")
+		rateLimit      = fs.Float64("rate-limit", -1, "HTTP requests per second per client (token subject or IP); 0: no limit; default -1 means 20 when -listen is beyond loopback, no limit on loopback")
+		rateBurst      = fs.Int("rate-burst", 0, "requests a client may send at once (default 2×rate-limit)")
 		addrFile       = fs.String("addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
 		benchNoop      = fs.Bool("bench-noop-tool", false, "for benchmarks only: also serve "+mcpserver.NoopToolPrefix+"<tool>, a twin of each create tool that validates its arguments and writes nothing")
 	)
@@ -108,7 +122,12 @@ func RunFront(ctx context.Context, env Env) error {
 		if err := announce(env, *addrFile, addrs); err != nil {
 			return err
 		}
-		err := srv.Run(ctx, &mcp.IOTransport{Reader: nopReadCloser{env.Stdin}, Writer: nopWriteCloser{env.Stdout}})
+		var t mcp.Transport = &mcp.IOTransport{Reader: nopReadCloser{env.Stdin}, Writer: nopWriteCloser{env.Stdout}}
+		if log.Enabled(ctx, slog.LevelDebug) {
+			// Every JSON-RPC message, both ways, as a debug line on stderr.
+			t = &mcp.LoggingTransport{Transport: t, Writer: debugLines{log}}
+		}
+		err := srv.Run(ctx, t)
 		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, mcp.ErrConnectionClosed) {
 			return fmt.Errorf("stdio: %w", err)
 		}
@@ -116,12 +135,51 @@ func RunFront(ctx context.Context, env Env) error {
 		return nil
 	}
 
+	authCfg, err := frontAuth(env, *tokensFile, *tokensEnv, *authResource, splitList(*authServers))
+	if err != nil {
+		return err
+	}
+	loopback := mcpserver.IsLoopbackListen(*listen)
+	switch {
+	case authCfg != nil:
+		log.Info("bearer-token authentication on", "subjects", authCfg.Tokens.Subjects())
+	case !loopback && !*insecure:
+		return fmt.Errorf("%w: refusing to serve %s beyond loopback without authentication: give -auth-tokens-file or $%s, or pass -insecure",
+			ErrUsage, *listen, *tokensEnv)
+	case !loopback:
+		log.Warn("serving beyond loopback WITHOUT authentication (-insecure)", "listen", *listen)
+	}
+	limit := mcpserver.RateLimit{PerSecond: *rateLimit, Burst: *rateBurst}
+	if *rateLimit < 0 {
+		limit.PerSecond = 0
+		if !loopback {
+			limit.PerSecond = 20
+		}
+	}
+	if *eventBytes <= 0 {
+		*eventBytes = -1
+	}
 	h := mcpserver.NewHTTPHandler(srv, mcpserver.HTTPConfig{
-		AllowedOrigins: splitList(*allowedOrigins),
-		Stateless:      *stateless,
-		Logger:         log,
+		AllowedOrigins:    splitList(*allowedOrigins),
+		Stateless:         *stateless,
+		SessionTimeout:    *sessionTimeout,
+		EventStoreBytes:   *eventBytes,
+		KeepAlive:         *keepAlive,
+		KeepAliveFailures: *keepAliveFails,
+		MaxBodyBytes:      *maxBody,
+		Auth:              authCfg,
+		RateLimit:         limit,
+		Logger:            log,
 	})
+	defer h.Close()
 	mux := httpMux(h)
+	if authCfg != nil && authCfg.Resource != "" {
+		_, path, _ := mcpserver.ResourceMetadataLocation(authCfg.Resource)
+		mux.Handle(path, mcpserver.ResourceMetadataHandler(authCfg))
+		if path != "/.well-known/oauth-protected-resource" {
+			mux.Handle("/.well-known/oauth-protected-resource", mcpserver.ResourceMetadataHandler(authCfg))
+		}
+	}
 	hs, err := serve(ctx, *listen, mux, log)
 	if err != nil {
 		return err

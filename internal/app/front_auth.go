@@ -1,0 +1,56 @@
+package app
+
+import (
+	"fmt"
+	"os"
+
+	"ticketrelay/mcpserver"
+)
+
+// frontAuth reads the bearer tokens from the file and the environment
+// variable; nil means no authentication. Token values never reach a log or
+// an error message.
+func frontAuth(env Env, file, envVar, resource string, servers []string) (*mcpserver.AuthConfig, error) {
+	tokens := &mcpserver.Tokens{}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("-auth-tokens-file: %w", err)
+		}
+		t, err := mcpserver.ParseTokens(file, string(b))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+		}
+		if err := tokens.Merge(t); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrUsage, file, err)
+		}
+		if t.Len() == 0 {
+			return nil, fmt.Errorf("%w: -auth-tokens-file %s holds no token", ErrUsage, file)
+		}
+	}
+	if v, ok := env.Lookup(envVar); ok && envVar != "" {
+		t, err := mcpserver.ParseTokens("$"+envVar, v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+		}
+		if err := tokens.Merge(t); err != nil {
+			return nil, fmt.Errorf("%w: $%s: %v", ErrUsage, envVar, err)
+		}
+	}
+	if tokens.Len() == 0 {
+		if resource != "" || len(servers) > 0 {
+			return nil, fmt.Errorf("%w: -auth-resource and -auth-servers need bearer tokens (-auth-tokens-file or $%s)", ErrUsage, envVar)
+		}
+		return nil, nil
+	}
+	cfg := &mcpserver.AuthConfig{Tokens: tokens, Resource: resource, AuthorizationServers: servers}
+	if resource != "" {
+		if _, _, err := mcpserver.ResourceMetadataLocation(resource); err != nil {
+			return nil, fmt.Errorf("%w: -auth-resource: %v", ErrUsage, err)
+		}
+		if len(servers) == 0 {
+			return nil, fmt.Errorf("%w: -auth-resource needs -auth-servers", ErrUsage)
+		}
+	}
+	return cfg, nil
+}
