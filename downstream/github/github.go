@@ -65,9 +65,9 @@ func New(cfg Config) (*Target, error) {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
-	base := strings.TrimRight(cfg.BaseURL, "/")
-	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
-		return nil, fmt.Errorf("github %q: endpoint %q is not an http(s) URL", cfg.Name, cfg.BaseURL)
+	base, err := rest.BaseURL("github", cfg.Name, cfg.BaseURL, "")
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Owner == "" || cfg.Repo == "" || strings.ContainsAny(cfg.Owner+cfg.Repo, "/ ") {
 		return nil, fmt.Errorf("github %q: owner and repo are required (e.g. owner: acme, repo: support)", cfg.Name)

@@ -63,9 +63,9 @@ var (
 
 // New validates cfg and builds the target.
 func New(cfg Config) (*Target, error) {
-	base := strings.TrimRight(cfg.BaseURL, "/")
-	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
-		return nil, fmt.Errorf("jira %q: endpoint %q is not an http(s) URL (e.g. https://acme.atlassian.net)", cfg.Name, cfg.BaseURL)
+	base, err := rest.BaseURL("jira", cfg.Name, cfg.BaseURL, "https://acme.atlassian.net")
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Email == "" || cfg.Token.IsZero() {
 		return nil, fmt.Errorf("jira %q: email and API token are required", cfg.Name)

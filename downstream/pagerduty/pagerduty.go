@@ -53,9 +53,9 @@ func New(cfg Config) (*Target, error) {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
-	base := strings.TrimRight(cfg.BaseURL, "/")
-	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
-		return nil, fmt.Errorf("pagerduty %q: endpoint %q is not an http(s) URL", cfg.Name, cfg.BaseURL)
+	base, err := rest.BaseURL("pagerduty", cfg.Name, cfg.BaseURL, "")
+	if err != nil {
+		return nil, err
 	}
 	if cfg.RoutingKey.IsZero() {
 		return nil, fmt.Errorf("pagerduty %q: a routing key is required", cfg.Name)

@@ -64,9 +64,9 @@ var (
 
 // New validates cfg and builds the target.
 func New(cfg Config) (*Target, error) {
-	base := strings.TrimRight(cfg.BaseURL, "/")
-	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
-		return nil, fmt.Errorf("zendesk %q: endpoint %q is not an http(s) URL (e.g. https://acme.zendesk.com)", cfg.Name, cfg.BaseURL)
+	base, err := rest.BaseURL("zendesk", cfg.Name, cfg.BaseURL, "https://acme.zendesk.com")
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Email == "" || cfg.Token.IsZero() {
 		return nil, fmt.Errorf("zendesk %q: email and API token are required", cfg.Name)

@@ -5,6 +5,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"ticketrelay/internal/failpoint"
+	"ticketrelay/internal/flagenv"
 )
 
 // Version is set at build time (-ldflags "-X ticketrelay/internal/app.Version=…").
@@ -127,4 +131,24 @@ func announce(env Env, addrFile string, addrs map[string]string) error {
 		return fmt.Errorf("-addr-file: %w", err)
 	}
 	return os.Rename(tmp, addrFile)
+}
+
+// start parses a process's flags (with their environment twins), arms the
+// failpoints and builds the stderr logger from the -log-level flag. help is
+// true when -help was asked: the caller has nothing more to do.
+func start(fs *flag.FlagSet, env Env, logLevel *string) (set map[string]bool, log *slog.Logger, help bool, err error) {
+	set, err = flagenv.Parse(fs, env.Args, env.Lookup)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil, nil, true, nil
+	}
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if err := failpoint.Init(); err != nil {
+		return nil, nil, false, err
+	}
+	if log, err = newLogger(env.Stderr, *logLevel); err != nil {
+		return nil, nil, false, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	return set, log, false, nil
 }

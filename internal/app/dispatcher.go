@@ -18,8 +18,6 @@ import (
 	"ticketrelay/config"
 	"ticketrelay/forwarder"
 	"ticketrelay/internal/backoff"
-	"ticketrelay/internal/failpoint"
-	"ticketrelay/internal/flagenv"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
@@ -58,18 +56,9 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		fmt.Fprintf(fs.Output(), "Usage: dispatcher [flags]\n\nRelays accepted tickets to JetStream and delivers them to their targets.\n\n%s\nFlags:\n", adminUsage)
 		fs.PrintDefaults()
 	}
-	if _, err := flagenv.Parse(fs, env.Args, env.Lookup); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	if err := failpoint.Init(); err != nil {
+	_, log, help, err := start(fs, env, logLevel)
+	if help || err != nil {
 		return err
-	}
-	log, err := newLogger(env.Stderr, *logLevel)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	if *dbPath == "" {
 		*dbPath = filepath.Join(*dataDir, "tickets.db")

@@ -13,8 +13,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"ticketrelay/config"
-	"ticketrelay/internal/failpoint"
-	"ticketrelay/internal/flagenv"
 	"ticketrelay/ledger"
 	"ticketrelay/mcpserver"
 	"ticketrelay/metrics"
@@ -56,19 +54,9 @@ func RunFront(ctx context.Context, env Env) error {
 		fmt.Fprintf(fs.Output(), "Usage: mcp-front [flags]\n\nServes the ticketrelay MCP tools (create_ticket, find_request).\n\n")
 		fs.PrintDefaults()
 	}
-	set, err := flagenv.Parse(fs, env.Args, env.Lookup)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	if err := failpoint.Init(); err != nil {
+	set, log, help, err := start(fs, env, logLevel)
+	if help || err != nil {
 		return err
-	}
-	log, err := newLogger(env.Stderr, *logLevel)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	if *stdio && !set["metrics-listen"] {
 		*metricsListen = "" // several stdio instances must not race for one port

@@ -179,3 +179,17 @@ func Message(r *Response) string {
 	}
 	return s
 }
+
+// BaseURL checks an adapter's configured endpoint and returns it without a
+// trailing slash. kind and name make the error say which target is wrong;
+// example (may be empty) shows what a good endpoint looks like.
+func BaseURL(kind, name, endpoint, example string) (string, error) {
+	base := strings.TrimRight(endpoint, "/")
+	if strings.HasPrefix(base, "http://") || strings.HasPrefix(base, "https://") {
+		return base, nil
+	}
+	if example != "" {
+		example = " (e.g. " + example + ")"
+	}
+	return "", fmt.Errorf("%s %q: endpoint %q is not an http(s) URL%s", kind, name, endpoint, example)
+}
