@@ -133,10 +133,10 @@ func announce(env Env, addrFile string, addrs map[string]string) error {
 	return os.Rename(tmp, addrFile)
 }
 
-// start parses a process's flags (with their environment twins), arms the
+// parseStart parses a process's flags (with their environment twins), arms the
 // failpoints and builds the stderr logger from the -log-level flag. help is
 // true when -help was asked: the caller has nothing more to do.
-func start(fs *flag.FlagSet, env Env, logLevel *string) (set map[string]bool, log *slog.Logger, help bool, err error) {
+func parseStart(fs *flag.FlagSet, env Env, logLevel *string) (set map[string]bool, log *slog.Logger, help bool, err error) {
 	set, err = flagenv.Parse(fs, env.Args, env.Lookup)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil, nil, true, nil

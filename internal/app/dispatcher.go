@@ -56,7 +56,7 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		fmt.Fprintf(fs.Output(), "Usage: dispatcher [flags]\n\nRelays accepted tickets to JetStream and delivers them to their targets.\n\n%s\nFlags:\n", adminUsage)
 		fs.PrintDefaults()
 	}
-	_, log, help, err := start(fs, env, logLevel)
+	_, log, help, err := parseStart(fs, env, logLevel)
 	if help || err != nil {
 		return err
 	}

@@ -54,7 +54,7 @@ func RunFront(ctx context.Context, env Env) error {
 		fmt.Fprintf(fs.Output(), "Usage: mcp-front [flags]\n\nServes the ticketrelay MCP tools (create_ticket, find_request).\n\n")
 		fs.PrintDefaults()
 	}
-	set, log, help, err := start(fs, env, logLevel)
+	set, log, help, err := parseStart(fs, env, logLevel)
 	if help || err != nil {
 		return err
 	}
