@@ -35,7 +35,7 @@ type Config struct {
 	Stream string
 	// KeyNamespace prefixes dedupe keys sent downstream (see downstream.Key).
 	KeyNamespace string
-	// Workers is the number of concurrent deliveries per target. Default 4.
+	// Workers is the number of concurrent deliveries per target. Default 16.
 	Workers int
 	// DeliveryTimeout bounds one downstream call. Default 30s.
 	DeliveryTimeout time.Duration
@@ -52,7 +52,7 @@ type Config struct {
 // WithDefaults fills zero fields.
 func (c Config) WithDefaults() Config {
 	c.Stream = cmp.Or(c.Stream, "TICKETS")
-	c.Workers = cmp.Or(c.Workers, 4)
+	c.Workers = cmp.Or(c.Workers, 16)
 	c.DeliveryTimeout = cmp.Or(c.DeliveryTimeout, 30*time.Second)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
 	c.AckWait = cmp.Or(c.AckWait, 10*time.Second)

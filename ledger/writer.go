@@ -6,8 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"ticketrelay/metrics"
 )
@@ -134,7 +138,7 @@ func (w *Writer) commit(batch []job) {
 // operation's own error goes to errs and rolls back only that operation. A
 // batch of one needs no savepoint: its error rolls back the transaction.
 func (w *Writer) runBatch(ctx context.Context, batch []job, errs []error) error {
-	tx, err := w.db.BeginTx(ctx, nil)
+	tx, err := beginImmediate(ctx, w.db)
 	if err != nil {
 		return fmt.Errorf("ledger: begin: %w", err)
 	}
@@ -162,4 +166,37 @@ func (w *Writer) runBatch(ctx context.Context, batch []job, errs []error) error 
 		return fmt.Errorf("ledger: commit: %w", err)
 	}
 	return nil
+}
+
+// LockWait bounds how long the writer waits for the other process to
+// release the database's write lock.
+const LockWait = 10 * time.Second
+
+// beginImmediate starts an IMMEDIATE transaction, retrying while the other
+// process holds the write lock. Its pauses start at 50µs and grow to 1ms
+// (with jitter), so the lock changes hands within a fraction of a typical
+// transaction instead of after SQLite's 1…100 ms busy-handler sleeps.
+func beginImmediate(ctx context.Context, db *sql.DB) (*sql.Tx, error) {
+	deadline := time.Now().Add(LockWait)
+	pause := 50 * time.Microsecond
+	for {
+		tx, err := db.BeginTx(ctx, nil)
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return tx, err
+		}
+		t := time.NewTimer(pause/2 + rand.N(pause))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, time.Millisecond)
+	}
+}
+
+// isBusy reports whether err is SQLITE_BUSY (or one of its extended codes).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
