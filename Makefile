@@ -43,3 +43,17 @@ bench: build ## benchmark table vs same-run baselines (a few minutes; BENCH_QUIC
 
 clean:
 	rm -rf bin
+
+# Fault-injection run (torture/): kills the processes and the fakes misbehave
+# while callers retry; then checks the history. Prints one line per property,
+# the counts and the seed; SEED=N replays a seed's decisions.
+SEED              ?= 0
+TORTURE_DURATION  ?= 3m
+TORTURE_CALLERS   ?= 6
+TORTURE_FLAGS     ?=
+.PHONY: torture
+torture: ## long fault-injection run (TORTURE_DURATION=3m, SEED=N, TORTURE_CALLERS=6, TORTURE_FLAGS=...)
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/mcp-front ./cmd/dispatcher ./cmd/torture
+	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
+	bin/torture -front bin/mcp-front -dispatcher bin/dispatcher -nats-server bin/nats-server \
+		-duration $(TORTURE_DURATION) -seed $(SEED) -callers $(TORTURE_CALLERS) $(TORTURE_FLAGS)

@@ -113,7 +113,7 @@ var fieldRE = regexp.MustCompile(`line (\d+): field (\S+) not found in type conf
 func yamlError(err error) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
-		return fmt.Errorf("%s", strings.ReplaceAll(err.Error(), "\n", " "))
+		return fmt.Errorf("%s", lineBreaks.Replace(err.Error()))
 	}
 	where := map[string]string{"File": "at the top level", "Target": "in a target", "Tool": "in a tool"}
 	msgs := make([]string, 0, len(te.Errors))
@@ -122,10 +122,13 @@ func yamlError(err error) error {
 			msgs = append(msgs, fmt.Sprintf("line %s: unknown key %q %s", m[1], m[2], where[m[3]]))
 			continue
 		}
-		msgs = append(msgs, strings.TrimSpace(e))
+		// A message may quote a scalar of the file, line breaks included.
+		msgs = append(msgs, lineBreaks.Replace(strings.TrimSpace(e)))
 	}
 	return errors.New(strings.Join(msgs, "; "))
 }
+
+var lineBreaks = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ")
 
 var (
 	toolNameRE  = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)

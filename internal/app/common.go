@@ -5,8 +5,8 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"

@@ -1,0 +1,234 @@
+package torture
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Input is everything the checker reads: the history, what find_request
+// answered after the run, what the fakes hold and the SQLite file.
+type Input struct {
+	Events []Event
+	// Final is find_request's answer for each request id after the run
+	// ("" or missing: no answer).
+	Final   map[string]string
+	Records []Record
+	DB      Snapshot
+	// Shutdown lists the processes that did not stop cleanly at the end.
+	Shutdown []string
+	// FakeFaults counts the faults the fakes were told to inject, by name.
+	FakeFaults map[string]int
+}
+
+// Property is the verdict on one property.
+type Property struct {
+	Name       string
+	OK         bool
+	Summary    string
+	Violations []string
+}
+
+// Counts describe a run, so that it can be quoted.
+type Counts struct {
+	Requests, Accepted, LedgerRows                  int
+	Calls, Retries, Replays, Hedges, Cuts, Timeouts int
+	Finds                                           int
+	Delivered, Uncertain, Failed                    int
+	Kills                                           map[string]int // by component: SIGKILLs sent by the harness
+	FailpointKills                                  map[string]int // by failpoint
+	Crashes                                         int
+	Records                                         int
+	FakeFaults                                      map[string]int
+}
+
+// Result is the checker's verdict.
+type Result struct {
+	Properties []Property
+	Counts     Counts
+}
+
+// OK reports whether every property holds.
+func (r Result) OK() bool {
+	for _, p := range r.Properties {
+		if !p.OK {
+			return false
+		}
+	}
+	return true
+}
+
+// Lines renders one line per property (and up to maxViolations of its
+// violations, indented), then the counts.
+func (r Result) Lines(maxViolations int) []string {
+	var out []string
+	for _, p := range r.Properties {
+		verdict := "PASS"
+		if !p.OK {
+			verdict = "FAIL"
+		}
+		out = append(out, fmt.Sprintf("%s %-22s %s", verdict, p.Name, p.Summary))
+		for i, v := range p.Violations {
+			if i == maxViolations {
+				out = append(out, fmt.Sprintf("     … and %d more", len(p.Violations)-i))
+				break
+			}
+			out = append(out, "     - "+v)
+		}
+	}
+	return append(out, r.Counts.String())
+}
+
+func (c Counts) String() string {
+	return fmt.Sprintf("counts: requests=%d accepted=%d ledger=%d calls=%d retries=%d replays=%d hedges=%d cuts=%d timeouts=%d finds=%d "+
+		"delivered=%d uncertain=%d failed=%d kills=%d %s failpoint-kills=%d %s crashes=%d fake-faults=%d %s",
+		c.Requests, c.Accepted, c.LedgerRows, c.Calls, c.Retries, c.Replays, c.Hedges, c.Cuts, c.Timeouts, c.Finds,
+		c.Delivered, c.Uncertain, c.Failed, sum(c.Kills), brief(c.Kills), sum(c.FailpointKills), brief(c.FailpointKills),
+		c.Crashes, sum(c.FakeFaults), brief(c.FakeFaults))
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func brief(m map[string]int) string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s:%d", k, m[k]))
+	}
+	return "(" + strings.Join(parts, " ") + ")"
+}
+
+// checker holds the indexes the properties share.
+type checker struct {
+	in       Input
+	reqs     map[string]Request
+	ids      []string            // every request id sent, sorted
+	answers  map[string][]Event  // accepted create answers
+	known    map[string]bool     // find_request said known
+	bad      map[string][]Event  // conflicts and refusals
+	recs     map[string][]Record // fake items by request id
+	phantoms []Record            // fake items of no request
+}
+
+// Check evaluates every property.
+func Check(in Input) Result {
+	c := &checker{in: in, reqs: map[string]Request{}, answers: map[string][]Event{}, known: map[string]bool{},
+		bad: map[string][]Event{}, recs: map[string][]Record{}}
+	for _, e := range in.Events {
+		switch {
+		case e.Kind == KindRequest && e.Request != nil:
+			c.reqs[e.Request.ID] = *e.Request
+		case e.Kind == KindCall && e.Outcome == OutAccepted:
+			c.answers[e.RequestID] = append(c.answers[e.RequestID], e)
+		case e.Kind == KindCall && (e.Outcome == OutConflict || e.Outcome == OutInvalid):
+			c.bad[e.RequestID] = append(c.bad[e.RequestID], e)
+		case e.Kind == KindFind && e.Outcome == OutKnown:
+			c.known[e.RequestID] = true
+		}
+	}
+	c.ids = slices.Sorted(maps.Keys(c.reqs))
+	for _, r := range in.Records {
+		if _, ok := c.reqs[r.RequestID]; !ok {
+			c.phantoms = append(c.phantoms, r)
+			continue
+		}
+		c.recs[r.RequestID] = append(c.recs[r.RequestID], r)
+	}
+	return Result{
+		Properties: []Property{
+			c.answersAgree(), c.acceptedDelivered(), c.keyedExactlyOnce(), c.unkeyedAtMostOnce(),
+			c.ambiguousUncertain(), c.settled(), c.recordsAgree(), c.processes(),
+		},
+		Counts: c.counts(),
+	}
+}
+
+// seenAccepted reports whether any client saw id accepted: a create
+// result, or find_request knowing it.
+func (c *checker) seenAccepted(id string) bool { return len(c.answers[id]) > 0 || c.known[id] }
+
+// accepted are the requests the system accepted: seen accepted by a
+// client, or committed to the ledger.
+func (c *checker) accepted() []string {
+	var out []string
+	for _, id := range c.ids {
+		if c.seenAccepted(id) || c.in.DB.Rows[id] != nil {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// final is find_request's last answer about id (or, without one, what the
+// ledger says).
+func (c *checker) final(id string) string {
+	if s := c.in.Final[id]; s != "" {
+		return s
+	}
+	if r := c.in.DB.Rows[id]; r != nil {
+		return r.status()
+	}
+	return "unknown"
+}
+
+func (c *checker) counts() Counts {
+	n := Counts{Requests: len(c.reqs), LedgerRows: len(c.in.DB.Rows), Records: len(c.in.Records),
+		Kills: map[string]int{}, FailpointKills: map[string]int{}, FakeFaults: c.in.FakeFaults}
+	lastAttempt := map[string]int{}
+	for _, e := range c.in.Events {
+		switch e.Kind {
+		case KindCall:
+			n.Calls++
+			switch e.Mode {
+			case ModeHedge:
+				n.Hedges++
+			case ModeCut:
+				n.Cuts++
+			case ModeTimeout:
+				n.Timeouts++
+			}
+			if e.Outcome == OutAccepted && e.Replayed {
+				n.Replays++
+			}
+			if e.Mode != ModeReplay {
+				lastAttempt[e.RequestID] = max(lastAttempt[e.RequestID], e.Attempt)
+			}
+		case KindFind:
+			n.Finds++
+		case KindKill:
+			switch e.Cause {
+			case CauseScheduler, CauseDisarm:
+				n.Kills[e.Component]++
+			case CauseFailpoint:
+				n.FailpointKills[e.Detail]++
+			default:
+				n.Crashes++
+			}
+		}
+	}
+	for _, a := range lastAttempt {
+		n.Retries += a - 1
+	}
+	for _, id := range c.ids {
+		if c.seenAccepted(id) {
+			n.Accepted++
+		}
+	}
+	for id := range c.in.DB.Rows {
+		switch c.final(id) {
+		case "delivered":
+			n.Delivered++
+		case "uncertain":
+			n.Uncertain++
+		case "failed":
+			n.Failed++
+		}
+	}
+	return n
+}

@@ -1,0 +1,76 @@
+package torture
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+)
+
+// Config describes one run. Zero fields take the documented defaults.
+type Config struct {
+	// FrontBin, DispatcherBin and NATSBin are the paths of the mcp-front,
+	// dispatcher and nats-server binaries. Required: Run builds nothing.
+	FrontBin, DispatcherBin, NATSBin string
+	// Dir holds everything of the run: data, logs, the config file and the
+	// history (history.jsonl). Required; it should be empty.
+	Dir string
+	// Seed drives every random decision of the harness. 0: chosen from the
+	// clock (and reported, so the run can be replayed).
+	Seed uint64
+	// Callers is the number of concurrent MCP callers. Default 6.
+	Callers int
+	// Requests is the number of requests of each caller; 0 means as many as
+	// fit in Duration.
+	Requests int
+	// Duration is the length of the fault phase. Default 20s.
+	Duration time.Duration
+	// Kills is the number of SIGKILLs the scheduler sends during the fault
+	// phase, spread over it (failpoint kills come on top). Default one per 5s.
+	Kills int
+	// FaultRate is the share of create requests a fake answers with a
+	// fault while faults run. Default 0.25; negative: none.
+	FaultRate float64
+	// Grace bounds how long callers keep retrying after the faults stop.
+	// Default 30s.
+	Grace time.Duration
+	// Settle bounds the wait for every accepted request to settle after the
+	// callers are done. Default 60s.
+	Settle time.Duration
+	// Log receives the harness's progress (nil: discarded).
+	Log *slog.Logger
+}
+
+// withDefaults returns c with every zero field set.
+func (c Config) withDefaults() Config {
+	c.Callers = cmp.Or(c.Callers, 6)
+	c.Duration = cmp.Or(c.Duration, 20*time.Second)
+	if c.Kills == 0 {
+		c.Kills = max(1, int(c.Duration/(5*time.Second)))
+	}
+	if c.FaultRate == 0 {
+		c.FaultRate = 0.25
+	}
+	c.Grace = cmp.Or(c.Grace, 30*time.Second)
+	c.Settle = cmp.Or(c.Settle, 60*time.Second)
+	if c.Log == nil {
+		c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	for name, v := range map[string]string{"FrontBin": c.FrontBin, "DispatcherBin": c.DispatcherBin, "NATSBin": c.NATSBin, "Dir": c.Dir} {
+		if v == "" {
+			errs = append(errs, fmt.Errorf("torture: %s is required", name))
+		}
+	}
+	if c.Callers < 1 || c.Requests < 0 || c.Duration < time.Second || c.Kills < 0 || c.FaultRate > 1 {
+		errs = append(errs, fmt.Errorf("torture: invalid config: callers %d, requests %d, duration %s, kills %d, fault rate %g",
+			c.Callers, c.Requests, c.Duration, c.Kills, c.FaultRate))
+	}
+	return errors.Join(errs...)
+}

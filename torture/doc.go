@@ -1,0 +1,19 @@
+// Package torture is ticketrelay's fault-injection harness: a Jepsen-style
+// run that records a history and checks it afterwards.
+//
+// Run starts the six third-party fakes in-process (webhook, Zendesk and
+// PagerDuty take a dedupe key; GitHub, Jira and Slack do not), an external
+// nats-server, the dispatcher and mcp-front as subprocesses, and drives them
+// with concurrent MCP callers that cut their TCP connections mid-call, time
+// out, and retry with the same request_id on new sessions (following the
+// agent protocol of find_request for tools without idempotentHint). Meanwhile
+// a scheduler driven by a seeded RNG kills the three processes with SIGKILL at
+// random moments (and arms failpoints that kill them at exact points), and the
+// fakes lose responses, answer 500 or 429, hang and reset connections.
+//
+// When the faults stop, Run waits (bounded) until every accepted request is
+// settled, then Check reads the history, the fakes' records and the SQLite
+// file (read-only) and reports one line per property, and the counts that let
+// a run be quoted. A failing run prints its seed; the same seed replays the
+// same decisions (the timing of a real system is not replayable).
+package torture

@@ -1,0 +1,166 @@
+package torture_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+type stdioRow struct {
+	name string
+	line []byte // one line, without its newline
+	// want is the exact answer to the line; "" when the session ends.
+	want string
+	// ends: the server ends the session on this line (exit status 1, no
+	// further answer) and says why on stderr.
+	ends   string
+	ledger int // ledger rows afterwards
+}
+
+// TestHostileStdio sends each row to a fresh `mcp-front -stdio` after the
+// handshake, then a ping, then closes stdin.
+//
+// DEVIATION (reported): on a line that is not one JSON-RPC message (garbage,
+// a batch, a wrong version tag, nesting past 1000 levels) the SDK's stdio
+// transport ends the session and mcp-front exits 1, where JSON-RPC 2.0 asks
+// for a -32700/-32600 error answer and the session to go on. The rows pin
+// today's behaviour so that a change is noticed.
+func TestHostileStdio(t *testing.T) {
+	rows := []stdioRow{
+		{name: "garbage JSON", line: []byte(`{not json`), ends: "invalid character 'n' looking for beginning of object key string"},
+		// The transport decodes a stream of JSON values, not lines: a
+		// truncated message swallows the ping after it, and the session
+		// ends at EOF with neither answered.
+		{name: "truncated message", line: []byte(`{"jsonrpc":"2.0","id":1,"method":`), ends: "unexpected EOF"},
+		{name: "not an object", line: []byte(`"tools/list"`), ends: `unmarshaling jsonrpc message: json: cannot unmarshal "\"tools/list\"" into Go value of type jsonrpc2.wireDecode`},
+		{name: "JSON-RPC 1.0", line: []byte(`{"jsonrpc":"1.0","id":2,"method":"ping"}`), ends: `invalid message version tag "1.0"; expected "2.0"`},
+		{name: "batch", line: batch, ends: msgBatch},
+		{name: "empty batch", line: []byte(`[]`), ends: "empty batch"},
+		{name: "deep JSON 20000", line: deep(3, 20000), ends: "invalid character '[' exceeded max depth"},
+		{name: "deep JSON 2000", line: deep(4, 2000), ends: "unmarshaling jsonrpc message: json: exceeded maximum nesting depth of 1000"},
+		{name: "deep JSON 500", line: deep(5, 500), want: toolError(5, `invalid argument "title": must be of type string, got array; nothing was written`)},
+		{name: "unknown tool", line: unknownTool, want: rpcError(32, -32602, `unknown tool "delete_everything"`)},
+		{name: "unknown method", line: unknownMeth, want: rpcError(34, -32601, `method not found: "tickets/drop"`)},
+		{name: "params not an object", line: paramsString, want: rpcError(35, -32602, msgParams)},
+		{name: "arguments not an object", line: argsString, want: toolError(36, msgArgsString)},
+		{name: "wrong type", line: wrongType, want: toolError(37, msgWrongType)},
+		{name: "control character in request_id", line: ctrlID, want: toolError(33, msgCtrlID)},
+		{name: "invalid UTF-8", line: badUTF8, want: toolError(38, msgBadUTF8)},
+		{name: "huge field", line: bigField, want: toolError(40, msgBigField)},
+		{name: "valid create (control)", line: toolCall(41, "create_ticket", `{"request_id":"stdio-ok","title":"fine"}`), ledger: 1},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			answers, stderr, exitErr, db := runStdio(t, r.line, r.ends == "")
+			if r.ends != "" {
+				if exitErr == nil || !strings.Contains(stderr, r.ends) {
+					t.Errorf("want the session to end (exit 1) saying %q; exit %v, stderr:\n%s", r.ends, exitErr, clip(stderr))
+				}
+				if len(answers) != 0 {
+					t.Errorf("answers after the hostile line: %q", answers)
+				}
+			} else {
+				if exitErr != nil {
+					t.Errorf("mcp-front exited with %v; stderr:\n%s", exitErr, clip(stderr))
+				}
+				if !sameAnswer(answers["99"], `{"jsonrpc":"2.0","id":99,"result":{}}`) {
+					t.Errorf("the ping after the hostile line: %q", answers["99"])
+				}
+				id := idOf(r.line)
+				if r.want != "" && !sameAnswer(answers[id], r.want) {
+					t.Errorf("answer to id %s:\n got %q\nwant %q", id, clip(answers[id]), clip(r.want))
+				}
+			}
+			if n := countRequests(t, db); n != r.ledger {
+				t.Errorf("%d ledger rows, want %d", n, r.ledger)
+			}
+		})
+	}
+}
+
+func idOf(line []byte) string {
+	var m struct {
+		ID json.RawMessage `json:"id"`
+	}
+	_ = json.Unmarshal(line, &m)
+	return string(m.ID)
+}
+
+// runStdio runs one stdio session: handshake, line, ping, EOF (once the
+// answers to the line and the ping are in, if wait). It returns the answers
+// after the handshake by id, stderr, the exit error and the database path.
+// Every stdout line must be a JSON-RPC message.
+func runStdio(t *testing.T, line []byte, wait bool) (map[string]string, string, error, string) {
+	t.Helper()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "tickets.db")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, frontBin, "-stdio", "-db", db)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan []byte)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 0, 64<<10), 8<<20)
+		for sc.Scan() {
+			lines <- bytes.Clone(sc.Bytes())
+		}
+	}()
+	write := func(b []byte) {
+		if _, err := stdin.Write(append(bytes.Clone(b), '\n')); err != nil {
+			t.Logf("write stdin: %v", err) // the server may have ended the session
+		}
+	}
+	write(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"hostile","version":"0"}}}`, protocol))
+	first, ok := <-lines
+	if !ok || !bytes.Contains(first, []byte(`"id":0,"result"`)) {
+		t.Fatalf("initialize: %q; stderr:\n%s", first, stderr.String())
+	}
+	write([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+	write(line)
+	write([]byte(`{"jsonrpc":"2.0","id":99,"method":"ping"}`))
+	if !wait {
+		stdin.Close()
+	}
+	answers := map[string]string{}
+	// The answers come in any order; wait for the ping's (or the end).
+	for l := range lines {
+		var m struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+		}
+		if err := json.Unmarshal(l, &m); err != nil || m.JSONRPC != "2.0" {
+			t.Errorf("stdout line is not a JSON-RPC message: %q", clip(string(l)))
+			continue
+		}
+		answers[string(m.ID)] = string(l)
+		if id := idOf(line); wait && answers["99"] != "" && (id == "" || answers[id] != "") {
+			break
+		}
+	}
+	stdin.Close()
+	for range lines {
+	}
+	err = cmd.Wait()
+	return answers, stderr.String(), err, db
+}

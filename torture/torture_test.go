@@ -1,0 +1,75 @@
+package torture_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"ticketrelay/torture"
+)
+
+// TestTortureShort is the bounded run of `make test`: 6 callers × 15
+// requests over 20 s of faults with 4 scheduled kills (failpoint kills come
+// on top). TORTURE_SEED replays a seed.
+func TestTortureShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the torture run takes about 30 s; skipped with -short")
+	}
+	var seed uint64
+	if s := os.Getenv("TORTURE_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("TORTURE_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	torture.ReplayCommand = func(c torture.Config) string {
+		return fmt.Sprintf("TORTURE_SEED=%d go test -race -count=1 -run TestTortureShort ./torture/", c.Seed)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	rep, err := torture.Run(ctx, torture.Config{
+		FrontBin: frontBin, DispatcherBin: dispatcherBin, NATSBin: natsBin, Dir: dir,
+		Seed: seed, Callers: 6, Requests: 15, Duration: 20 * time.Second, Kills: 4,
+		Settle: 30 * time.Second, Grace: 20 * time.Second,
+		Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	if err != nil {
+		t.Fatalf("torture run (seed %d): %v", rep.Seed, err)
+	}
+	for _, l := range rep.Lines() {
+		t.Log(l)
+	}
+	if !rep.OK() {
+		t.Errorf("a property was violated; seed %d; replay: %s", rep.Seed, rep.Replay)
+	}
+	c := rep.Result.Counts
+	// The run must have exercised what it claims to.
+	switch {
+	case c.Requests != 90:
+		t.Errorf("%d requests, want 90", c.Requests)
+	case c.Accepted < 80:
+		t.Errorf("only %d of %d requests were seen accepted", c.Accepted, c.Requests)
+	case c.Cuts == 0 || c.Timeouts == 0 || c.Replays == 0:
+		t.Errorf("the load injected no cut, timeout or replay: %s", c)
+	case len(c.Kills) < 3:
+		t.Errorf("not every process was killed: %s", c)
+	case c.Delivered == 0:
+		t.Errorf("nothing was delivered: %s", c)
+	}
+}
+
+// testWriter sends log lines to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimSuffix(string(b), "\n"))
+	return len(b), nil
+}
