@@ -223,6 +223,14 @@ func checkBody(limit int64, next http.Handler) http.Handler {
 			writeRPCError(w, http.StatusBadRequest, CodeInvalidRequest, "Invalid Request: the body must be a JSON-RPC 2.0 message object")
 			return
 		}
+		// Batches, other version tags and deep nesting: the same JSON-RPC
+		// answer as over stdio, not the SDK's plain text.
+		if e := checkMessage(trimmed); e != nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write(e.encode())
+			return
+		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
 )
 
@@ -205,6 +206,13 @@ func TestProgressWhileWaiting(t *testing.T) {
 			if d := time.Since(start); d > 10*time.Second {
 				t.Errorf("answered after %v: the wait did not end at delivery", d)
 			}
+			// The client runs notification handlers apart from the result:
+			// the last notification may land a moment after the answer.
+			testwait.Until(5*time.Second, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(notes) > 0 && strings.HasPrefix(notes[len(notes)-1].Message, "delivered")
+			})
 			mu.Lock()
 			defer mu.Unlock()
 			if len(notes) < 2 || !strings.HasPrefix(notes[0].Message, "queued") || !strings.HasPrefix(notes[len(notes)-1].Message, "delivered") {

@@ -39,17 +39,15 @@ func TestHostileHTTP(t *testing.T) {
 		{name: "empty body", body: []byte(" \n"),
 			status: 400, media: "application/json", want: rpcError(nil, -32600, "Invalid Request: empty body")},
 		{name: "JSON-RPC 1.0", body: []byte(`{"jsonrpc":"1.0","id":2,"method":"ping"}`),
-			status: 400, media: "text/plain", want: `malformed payload: invalid message version tag "1.0"; expected "2.0"` + "\n"},
-		{name: "batch", body: batch, status: 400, media: "text/plain", want: msgBatch + "\n"},
-		{name: "empty batch", body: []byte(`[]`), status: 400, media: "text/plain", want: "malformed payload: empty batch\n"},
-		// Nesting past encoding/json's limit (10000) is not valid JSON to
-		// the body check; under it, the SDK refuses more than 1000 levels,
-		// in plain text rather than JSON-RPC (DEVIATION, reported; so are
-		// the SDK's plain-text answers to a batch and a wrong version tag).
+			status: 400, media: "application/json", want: rpcError(2, -32600, `Invalid Request: "jsonrpc" must be "2.0", got "1.0"`)},
+		{name: "batch", body: batch, status: 400, media: "application/json", want: rpcError(nil, -32600, "Invalid Request: batch requests are not supported")},
+		{name: "empty batch", body: []byte(`[]`), status: 400, media: "application/json", want: rpcError(nil, -32600, "Invalid Request: batch requests are not supported")},
+		// Nesting past encoding/json's limit (10000) is not valid JSON; past
+		// 1000 levels it is refused as over stdio.
 		{name: "deep JSON 20000", body: deep(3, 20000),
 			status: 400, media: "application/json", want: rpcError(nil, -32700, "Parse error: the body is not valid JSON")},
 		{name: "deep JSON 2000", body: deep(4, 2000),
-			status: 400, media: "text/plain", want: "malformed payload: unmarshaling jsonrpc message: json: exceeded maximum nesting depth of 1000\n"},
+			status: 400, media: "application/json", want: rpcError(4, -32600, "Invalid Request: nested deeper than 1000 levels")},
 		{name: "deep JSON 500", body: deep(5, 500),
 			status: 200, media: "text/event-stream", want: toolError(5, `invalid argument "title": must be of type string, got array; nothing was written`)},
 		{name: "unknown tool", body: unknownTool,

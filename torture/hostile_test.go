@@ -68,7 +68,6 @@ var (
 	msgWrongType  = `invalid argument "title": must be of type string, got number; nothing was written`
 	msgBadUTF8    = `invalid argument "arguments": are not valid UTF-8; nothing was written`
 	msgBigField   = `invalid argument "body": is 102400 bytes long; at most 65536 are allowed; nothing was written`
-	msgBatch      = "JSON-RPC batching is not supported in 2025-06-18 and later (request version: 2025-11-25)"
 )
 
 // sameAnswer compares two answers as JSON values if both are JSON, else

@@ -110,7 +110,10 @@ func RunFront(ctx context.Context, env Env) error {
 		if err := announce(env, *addrFile, addrs); err != nil {
 			return err
 		}
-		var t mcp.Transport = &mcp.IOTransport{Reader: nopReadCloser{env.Stdin}, Writer: nopWriteCloser{env.Stdout}}
+		// The guard answers malformed lines itself, so one bad line from a
+		// client does not end the session.
+		in, out := mcpserver.GuardStdio(env.Stdin, env.Stdout, log)
+		var t mcp.Transport = &mcp.IOTransport{Reader: in, Writer: out}
 		if log.Enabled(ctx, slog.LevelDebug) {
 			// Every JSON-RPC message, both ways, as a debug line on stderr.
 			t = &mcp.LoggingTransport{Transport: t, Writer: debugLines{log}}

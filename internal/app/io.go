@@ -7,14 +7,6 @@ import (
 	"strings"
 )
 
-type nopReadCloser struct{ io.Reader }
-
-func (nopReadCloser) Close() error { return nil }
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
-
 func httpMux(mcpHandler http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcpHandler)
