@@ -25,7 +25,9 @@ import (
 // stays.
 func TestKeepaliveSparesClientsWithoutStream(t *testing.T) {
 	e := newTenv(t)
-	const interval = 40 * time.Millisecond
+	// Each ping may take interval/2 to be answered: long enough for a real
+	// client on a loaded machine running -race, short enough for a quick test.
+	const interval = 250 * time.Millisecond
 	ts, _ := e.serve(t, HTTPConfig{KeepAlive: interval, KeepAliveFailures: 2})
 
 	quiet := &wire{t: t, url: ts.URL}
