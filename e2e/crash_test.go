@@ -159,13 +159,19 @@ func TestCrashBothProcessesUnderLoad(t *testing.T) {
 	// kill -9 mcp-front as soon as a third of the requests are answered.
 	frontKilled := make(chan int64, 1)
 	wg.Go(func() {
-		for ctx.Err() == nil {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
 			if n := l.n.Load(); n >= total/3 {
 				f1.kill9()
 				frontKilled <- n
 				return
 			}
-			time.Sleep(time.Millisecond)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
 		}
 	})
 

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"ticketrelay/internal/testwait"
 )
 
 const createTool = "create_ticket"
@@ -200,8 +202,7 @@ func waitDelivered(t testing.TB, cs *mcp.ClientSession, timeout time.Duration, i
 	for _, id := range ids {
 		pending[id] = "never asked"
 	}
-	deadline := time.Now().Add(timeout)
-	for len(pending) > 0 {
+	done := testwait.Until(timeout, func() bool {
 		for id := range pending {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			r, err := find(ctx, cs, id)
@@ -218,20 +219,17 @@ func waitDelivered(t testing.TB, cs *mcp.ClientSession, timeout time.Duration, i
 				t.Fatalf("find_request %s: status %s: %s", id, r.Status, r.Detail)
 			}
 		}
-		if len(pending) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			n := 0
-			for id, st := range pending {
-				if n++; n > 5 {
-					break
-				}
-				t.Logf("still %s: %s", st, id)
+		return len(pending) == 0
+	})
+	if !done {
+		n := 0
+		for id, st := range pending {
+			if n++; n > 5 {
+				break
 			}
-			t.Fatalf("%d of %d requests not delivered after %s", len(pending), len(ids), timeout)
+			t.Logf("still %s: %s", st, id)
 		}
-		time.Sleep(20 * time.Millisecond)
+		t.Fatalf("%d of %d requests not delivered after %s", len(pending), len(ids), timeout)
 	}
 }
 

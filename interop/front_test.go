@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"ticketrelay/internal/testwait"
 )
 
 // TestFrontRefusesOpenListenWithoutAuth: mcp-front will not serve beyond
@@ -49,15 +51,12 @@ func TestFrontTokensFromEnv(t *testing.T) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	var addrs map[string]string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &addrs) == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mcp-front did not start: %s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	started := testwait.Until(20*time.Second, func() bool {
+		b, err := os.ReadFile(addrFile)
+		return err == nil && json.Unmarshal(b, &addrs) == nil
+	})
+	if !started {
+		t.Fatalf("mcp-front did not start: %s", logs.String())
 	}
 	url := "http://" + addrs["mcp"] + "/mcp"
 	post := func(auth string) int {

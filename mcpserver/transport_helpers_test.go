@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"ticketrelay/downstream"
+	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 )
@@ -80,13 +81,7 @@ func (e *tenv) tickets(t *testing.T) int {
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(15 * time.Millisecond)
-	}
+	testwait.For(t, timeout, what, cond)
 }
 
 // connect opens a go-sdk client session over streamable HTTP. version ""

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"ticketrelay/internal/testwait"
 )
 
 type httpRow struct {
@@ -159,21 +161,19 @@ func startHTTPFront(t *testing.T) *httpFront {
 			t.Logf("mcp-front stderr:\n%s", b)
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if b, err := os.ReadFile(addrFile); err == nil {
-			var addrs map[string]string
-			if err := json.Unmarshal(b, &addrs); err != nil || addrs["mcp"] == "" {
-				t.Fatalf("-addr-file: %q: %v", b, err)
-			}
-			f.url = "http://" + addrs["mcp"] + "/mcp"
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("mcp-front wrote no -addr-file within 20s")
-		}
-		time.Sleep(15 * time.Millisecond)
+	var b []byte
+	if !testwait.Until(20*time.Second, func() bool {
+		var err error
+		b, err = os.ReadFile(addrFile)
+		return err == nil
+	}) {
+		t.Fatal("mcp-front wrote no -addr-file within 20s")
 	}
+	var addrs map[string]string
+	if err := json.Unmarshal(b, &addrs); err != nil || addrs["mcp"] == "" {
+		t.Fatalf("-addr-file: %q: %v", b, err)
+	}
+	f.url = "http://" + addrs["mcp"] + "/mcp"
 	init := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"hostile","version":"0"}}}`, protocol)
 	req := f.request(t, init, map[string]string{"Mcp-Session-Id": "", "Mcp-Protocol-Version": ""})
 	resp := do(t, req)

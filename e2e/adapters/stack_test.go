@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/testwait"
 )
 
 // syncBuffer is a process's stderr, written by many goroutines.
@@ -201,25 +202,28 @@ func (s *stack) find(t *testing.T, id string) status {
 // (delivered, failed or uncertain) and returns it.
 func (s *stack) settle(t *testing.T, id string, timeout time.Duration) status {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var seen []string
-	for {
-		st := s.find(t, id)
+	var (
+		seen []string
+		st   status
+	)
+	settled := testwait.Until(timeout, func() bool {
+		st = s.find(t, id)
 		if len(seen) == 0 || seen[len(seen)-1] != st.Status {
 			seen = append(seen, st.Status)
 		}
 		switch st.Status {
 		case "delivered", "failed", "uncertain":
-			return st
+			return true
 		case "queued", "published", "retrying":
-		default:
-			t.Fatalf("find_request %s: unexpected status %q: %+v", id, st.Status, st)
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("request %s not settled after %s (statuses seen: %v); last: %+v", id, timeout, seen, st)
-		}
-		time.Sleep(15 * time.Millisecond)
+		t.Fatalf("find_request %s: unexpected status %q: %+v", id, st.Status, st)
+		return false
+	})
+	if !settled {
+		t.Fatalf("request %s not settled after %s (statuses seen: %v); last: %+v", id, timeout, seen, st)
 	}
+	return st
 }
 
 // metric reads the dispatcher's /metrics and returns the value of the
