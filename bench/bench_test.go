@@ -1,0 +1,293 @@
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"ticketrelay/downstream"
+	"ticketrelay/downstream/local"
+	"ticketrelay/ledger"
+	"ticketrelay/mcpserver"
+	"ticketrelay/metrics"
+	"ticketrelay/outbox"
+	"ticketrelay/ticket"
+)
+
+func TestPercentile(t *testing.T) {
+	var d []time.Duration
+	for i := 100; i >= 1; i-- {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	sortDurations(d)
+	for _, c := range []struct {
+		p    float64
+		want time.Duration
+	}{{50, 50 * time.Millisecond}, {99, 99 * time.Millisecond}, {100, 100 * time.Millisecond}, {0.1, time.Millisecond}} {
+		if got := percentile(d, c.p); got != c.want {
+			t.Errorf("p%v = %v, want %v", c.p, got, c.want)
+		}
+	}
+	if got := percentile(nil, 99); got != 0 {
+		t.Errorf("p99 of nothing = %v", got)
+	}
+}
+
+func TestProcStat(t *testing.T) {
+	// A command name with spaces and a parenthesis, as the kernel writes it.
+	line := "4242 (my (odd) cmd) S 1 2 3 4 5 6 7 8 9 10 150 25 0 0 20 0 8 0 100 200 300"
+	got, err := parseStatCPU([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 175 * clockTick; got != want {
+		t.Errorf("cpu = %v, want %v", got, want)
+	}
+	if _, err := parseStatCPU([]byte("4242 (x) S 1 2")); err == nil {
+		t.Error("a short stat line parsed")
+	}
+	// The harness's own process: its CPU time grows and its peak RSS is real.
+	before, err := cpuTime(selfPID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		after, err := cpuTime(selfPID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after > before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CPU time stayed at %v while spinning for 5s", before)
+		}
+		for i := 0; i < 1_000_000; i++ {
+			_ = strings.Repeat("x", i%7)
+		}
+	}
+	rss, err := peakRSS(selfPID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rss < 1<<20 || rss > 64<<30 {
+		t.Errorf("peak RSS %d bytes is implausible", rss)
+	}
+}
+
+func TestParseSamples(t *testing.T) {
+	page := `# HELP ticketrelay_sqlite_commit_batch_size Operations committed together.
+# TYPE ticketrelay_sqlite_commit_batch_size histogram
+ticketrelay_sqlite_commit_batch_size_bucket{le="1"} 3
+ticketrelay_sqlite_commit_batch_size_sum 42
+ticketrelay_sqlite_commit_batch_size_count 7
+ticketrelay_tool_calls_total{outcome="created",tool="create_ticket"} 5
+ticketrelay_tool_calls_total{outcome="replayed",tool="create_ticket"} 2
+ticketrelay_tool_calls_total_other 100
+`
+	s, err := parseSamples(bufio.NewScanner(strings.NewReader(page)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.sum("ticketrelay_sqlite_commit_batch_size_sum"); got != 42 {
+		t.Errorf("sum = %v", got)
+	}
+	if got := s.sum("ticketrelay_tool_calls_total"); got != 7 {
+		t.Errorf("tool calls = %v, want 7 (labelled series only, not a longer name)", got)
+	}
+	if _, err := parseSamples(bufio.NewScanner(strings.NewReader("novalue\n"))); err == nil {
+		t.Error("a line without a value parsed")
+	}
+}
+
+func TestReport(t *testing.T) {
+	r := &report{started: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC), version: "v1", machine: machine{Cores: 2}}
+	r.add(row{"1", "create | noop", "32 sessions", "900/s", "1000/s", "0.90×", "≥ 0.9×", "PASS"})
+	r.detail("1 create: %d calls", 9000)
+	var md, txt strings.Builder
+	r.markdown(&md)
+	r.text(&txt)
+	for _, want := range []string{"| 1 | create \\| noop | 32 sessions | 900/s | 1000/s | 0.90× | ≥ 0.9× | PASS |", "- 1 create: 9000 calls", "2026-11-30"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	if !strings.Contains(txt.String(), "create | noop") || !strings.Contains(txt.String(), "PASS") {
+		t.Errorf("text table:\n%s", txt.String())
+	}
+}
+
+// TestPrefill checks that bulk-loaded rows are what the ledger and the
+// relay would have written: find_request, the backlog and the payload read
+// them as their own.
+func TestPrefill(t *testing.T) {
+	ctx := t.Context()
+	for _, published := range []bool{false, true} {
+		path := filepath.Join(t.TempDir(), "tickets.db")
+		if _, err := (prefill{path: path, rows: 1200, chunk: 500, target: "local", published: published}).run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		db, err := ledger.Open(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		var rid string
+		var payload []byte
+		if err := db.Reader().QueryRowContext(ctx, `SELECT count(*) FROM requests`).Scan(&n); err != nil || n != 1200 {
+			t.Fatalf("requests: %d, %v", n, err)
+		}
+		if err := db.Reader().QueryRowContext(ctx, `SELECT request_id, payload FROM outbox ORDER BY id LIMIT 1 OFFSET 789`).Scan(&rid, &payload); err != nil {
+			t.Fatal(err)
+		}
+		var tk ticket.Ticket
+		if err := json.Unmarshal(payload, &tk); err != nil || tk.RequestID != rid || tk.ID == "" {
+			t.Fatalf("payload of %s: %+v, %v", rid, tk, err)
+		}
+		backlog, _, err := outbox.Backlog(ctx, db.Reader())
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := ledger.NewWriter(db, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.NewFront(prometheus.NewRegistry()).Writer)
+		st, err := ledger.New(db, w, time.Now).Find(ctx, rid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantBacklog, wantStatus := int64(1200), ledger.StatusQueued
+		if published {
+			wantBacklog, wantStatus = 0, ledger.StatusPublished
+		}
+		if backlog != wantBacklog || st.Status != wantStatus || st.TicketID != tk.ID {
+			t.Errorf("published=%v: backlog %d, find %+v; want backlog %d, status %s, ticket %s", published, backlog, st, wantBacklog, wantStatus, tk.ID)
+		}
+		w.Close()
+		db.Close()
+	}
+}
+
+// TestLoad drives a real mcpserver (real SQLite) over streamable HTTP with
+// the load generator: fresh calls to create_ticket and its no-op twin, then
+// a replay of the created ones.
+func TestLoad(t *testing.T) {
+	ctx := t.Context()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "tickets.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	m := metrics.NewFront(prometheus.NewRegistry())
+	w := ledger.NewWriter(db, log, m.Writer)
+	t.Cleanup(w.Close)
+	b := mcpserver.Binding{Tool: createTool, Target: "local", Capabilities: downstream.Capabilities{DedupeKey: true}}
+	srv, err := mcpserver.New(mcpserver.Config{Bindings: []mcpserver.Binding{b}}, ledger.New(db, w, time.Now), m, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mcpserver.AddNoopTool(srv, b, m, log); got != noopTool {
+		t.Fatalf("no-op tool is %q, want %q", got, noopTool)
+	}
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	s, err := connect(ctx, hs.URL, "", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.close)
+
+	run := func(l load) *outcome {
+		t.Helper()
+		l.warmup, l.measure = 100*time.Millisecond, 400*time.Millisecond
+		o, err := s.run(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.errors > 0 || o.calls == 0 || len(o.lat) == 0 || o.window <= 0 {
+			t.Fatalf("%s: %d calls, %d latencies in %v, %d errors (%v)", l.tool, o.calls, len(o.lat), o.window, o.errors, o.firstErr)
+		}
+		return o
+	}
+	run(load{tool: noopTool, src: &freshSource{}})
+	created := run(load{tool: createTool, src: &freshSource{}})
+	var rows int64
+	if err := db.Reader().QueryRowContext(ctx, `SELECT count(*) FROM requests`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != int64(len(created.done)) {
+		t.Errorf("%d ledger rows after %d successful creates (the no-op tool must write nothing)", rows, len(created.done))
+	}
+	replay := run(load{tool: createTool, src: &listSource{list: created.done}, replayed: true})
+	if len(replay.done) > len(created.done) {
+		t.Errorf("replayed %d calls of a list of %d", len(replay.done), len(created.done))
+	}
+
+	// A paced run stops by itself at the end of its window and keeps to
+	// its rate.
+	paced := run(load{tool: noopTool, src: &freshSource{}, rate: 50})
+	if got := paced.throughput(); got > 80 {
+		t.Errorf("paced at 50/s, measured %.0f/s", got)
+	}
+
+	// A tool error is counted, not hidden.
+	o, err := s.run(ctx, load{tool: createTool, src: &listSource{list: []Args{{RequestID: "has space", Title: "x"}}},
+		warmup: 0, measure: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.errors != 1 || !strings.Contains(o.firstErr.Error(), "request_id") {
+		t.Errorf("invalid call: %d errors, first %v", o.errors, o.firstErr)
+	}
+}
+
+func TestDeliveryLags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tickets.jsonl")
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var b strings.Builder
+	for i, id := range []string{"a", "b", "c"} {
+		l := local.Line{Key: id, DeliveredAt: created.Add(time.Duration(i+1) * time.Millisecond),
+			Ticket: ticket.Ticket{Request: ticket.Request{RequestID: id}, CreatedAt: created}}
+		j, _ := json.Marshal(l)
+		b.Write(append(j, '\n'))
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lags, err := deliveryLags(path, []string{"c", "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lags) != 2 || lags[0] != time.Millisecond || lags[1] != 3*time.Millisecond {
+		t.Errorf("lags = %v", lags)
+	}
+	if _, err := deliveryLags(path, []string{"a", "zzz"}); err == nil {
+		t.Error("a missing ticket went unnoticed")
+	}
+}
+
+func TestConfig(t *testing.T) {
+	full := Config{BinDir: "bin"}.WithDefaults()
+	quick := Config{BinDir: "bin", Quick: true}.WithDefaults()
+	if full.GrowthRows != 1_000_000 || full.RelayRows != 100_000 || full.maxSessions() != 32 || full.Rounds != 4 || full.RawRows != 25_000 {
+		t.Errorf("full defaults: %+v", full)
+	}
+	if quick.Measure >= full.Measure || quick.GrowthRows >= full.GrowthRows {
+		t.Errorf("quick run is not smaller: %+v", quick)
+	}
+	if err := (Config{BinDir: "bin", Only: []int{8}}).WithDefaults().validate(); err == nil {
+		t.Error("scenario 8 accepted")
+	}
+	if !full.wants(4) || (Config{Only: []int{1}}).wants(4) {
+		t.Error("wants")
+	}
+}

@@ -1,0 +1,25 @@
+// Package bench is ticketrelay's benchmark harness (`make bench`): a load
+// generator that drives real mcp-front and dispatcher processes on loopback
+// with the go-sdk MCP client, and prints one table in which every figure
+// stands next to a baseline measured in the same run, with the ratio and the
+// target it is held to. The machines it runs on are shared and noisy, so the
+// targets are ratios, never absolute times, and nothing here is asserted by
+// `make test`.
+//
+// Scenarios (issue 6):
+//
+//  1. create_ticket over streamable HTTP at 1, 8 and 32 sessions vs the
+//     bench_noop_create_ticket twin on the same mcp-front build
+//     (mcp-front -bench-noop-tool).
+//  2. the same vs go-sdk's default no-op server (bench/noopserver), with the
+//     server CPU per call of both.
+//  3. replay of scenario 1's calls with the same request_ids.
+//  4. the relay draining an outbox backlog vs a raw JetStream async publish
+//     loop against the same embedded server settings.
+//  5. commit → delivered lag through the local target at half of scenario
+//     1's throughput.
+//  6. scenario 1 at 32 sessions on a ledger that already holds many rows.
+//  7. peak RSS of mcp-front and dispatcher during scenario 1 at 32 sessions.
+//
+// The harness is Linux-only: it reads CPU time and peak RSS from /proc.
+package bench

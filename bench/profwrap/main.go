@@ -1,0 +1,21 @@
+// Command profwrap is mcp-front (the same code: internal/app.RunFront) with
+// a net/http/pprof listener on $BENCH_PPROF_ADDR, for `loadgen -pprof` to
+// profile the server under load. Benchmarks only: the production binaries
+// have no pprof listener.
+package main
+
+import (
+	"log"
+	"net/http"
+	_ "net/http/pprof"
+	"os"
+
+	"ticketrelay/internal/app"
+)
+
+func main() {
+	if addr := os.Getenv("BENCH_PPROF_ADDR"); addr != "" {
+		go func() { log.Println(http.ListenAndServe(addr, http.DefaultServeMux)) }()
+	}
+	app.Main(app.RunFront)
+}
