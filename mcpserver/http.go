@@ -29,7 +29,7 @@ const (
 // Defaults of HTTPConfig.
 const (
 	DefaultSessionTimeout    = 30 * time.Minute
-	DefaultEventStoreBytes   = 16 << 20
+	DefaultEventStoreBytes   = 4 << 20
 	DefaultMaxBodyBytes      = 1 << 20
 	DefaultKeepAliveFailures = 3
 )

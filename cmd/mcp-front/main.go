@@ -2,7 +2,12 @@
 package main
 
 import (
+	"os"
+
 	"ticketrelay/internal/app"
 )
 
-func main() { app.Main(app.RunFront) }
+func main() {
+	app.TuneFrontGC(os.LookupEnv)
+	app.Main(app.RunFront)
+}

@@ -36,7 +36,11 @@ type Target struct {
 	mu   sync.Mutex
 	f    *os.File
 	seen map[string]int // key → line number (1-based)
-	n    int
+	n    int            // lines written
+	err  error          // a failed write or sync: the file's tail is in doubt until reopened
+
+	syncMu sync.Mutex // one fsync at a time; it covers every line written before it
+	synced int        // lines known durable (guarded by syncMu)
 }
 
 var (
@@ -56,6 +60,12 @@ func Open(name, path string, now func() time.Time) (*Target, error) {
 		f.Close()
 		return nil, fmt.Errorf("local target %s: %w", path, err)
 	}
+	// Lines a crashed process wrote but never synced become durable now.
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("local target %s: %w", path, err)
+	}
+	t.synced = t.n
 	return t, nil
 }
 
@@ -95,27 +105,63 @@ var Capabilities = downstream.Capabilities{DedupeKey: true, Lookup: downstream.L
 func (t *Target) Capabilities() downstream.Capabilities { return Capabilities }
 
 // Deliver appends the ticket unless its key is already in the file, and
-// fsyncs before it answers.
+// answers once its line is durable. Concurrent deliveries share fsyncs: one
+// sync covers every line written before it (group commit), so the file's
+// throughput is not one ticket per fsync.
 func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream.Receipt, error) {
+	line, err := t.append(d)
+	if err != nil {
+		return downstream.Receipt{}, err
+	}
+	if err := t.sync(line); err != nil {
+		return downstream.Receipt{}, err
+	}
+	return t.receipt(line), nil
+}
+
+// append writes d's line (or finds the line already written for its key)
+// and returns its number.
+func (t *Target) append(d downstream.Delivery) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.err != nil {
+		return 0, &downstream.Error{Class: downstream.Transient, Err: fmt.Errorf("local target needs a restart: %w", t.err)}
+	}
 	if n, ok := t.seen[d.Key]; ok {
-		return t.receipt(n), nil
+		return n, nil // its caller or this one waits for the sync that covers it
 	}
 	b, err := json.Marshal(Line{Key: d.Key, DeliveredAt: t.now().UTC(), Ticket: d.Ticket})
 	if err != nil {
-		return downstream.Receipt{}, &downstream.Error{Class: downstream.Permanent, Err: err}
+		return 0, &downstream.Error{Class: downstream.Permanent, Err: err}
 	}
-	b = append(b, '\n')
-	if _, err := t.f.Write(b); err != nil {
-		return downstream.Receipt{}, &downstream.Error{Class: downstream.Transient, Err: err}
-	}
-	if err := t.f.Sync(); err != nil {
-		return downstream.Receipt{}, &downstream.Error{Class: downstream.Transient, Err: err}
+	if _, err := t.f.Write(append(b, '\n')); err != nil {
+		t.err = err
+		return 0, &downstream.Error{Class: downstream.Transient, Err: err}
 	}
 	t.n++
 	t.seen[d.Key] = t.n
-	return t.receipt(t.n), nil
+	return t.n, nil
+}
+
+// sync returns once line n is durable, syncing the file if no sync since
+// its write has done so.
+func (t *Target) sync(n int) error {
+	t.syncMu.Lock()
+	defer t.syncMu.Unlock()
+	if t.synced >= n {
+		return nil
+	}
+	t.mu.Lock()
+	written := t.n
+	t.mu.Unlock()
+	if err := t.f.Sync(); err != nil {
+		t.mu.Lock()
+		t.err = err
+		t.mu.Unlock()
+		return &downstream.Error{Class: downstream.Transient, Err: err}
+	}
+	t.synced = written
+	return nil
 }
 
 // Find implements downstream.Finder.
