@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -284,24 +283,6 @@ func readResponse(t *testing.T, resp *http.Response) rpcMsg {
 		t.Fatalf("HTTP %d, body %q is not JSON-RPC", resp.StatusCode, b)
 	}
 	return m
-}
-
-// logBuffer collects log output for assertions.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func createBody(id int, rid, title string, extra string) []byte {

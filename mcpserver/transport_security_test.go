@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"ticketrelay/internal/testio"
 )
 
 const (
@@ -42,7 +44,7 @@ func TestBearerTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs logBuffer
+	var logs testio.Buffer
 	e := newTenv(t)
 	ts, _ := e.serve(t, HTTPConfig{
 		Auth:   &AuthConfig{Tokens: tokens, Resource: "https://tickets.example/mcp", AuthorizationServers: []string{"https://auth.example"}},

@@ -1,7 +1,6 @@
 package adapters_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,32 +18,15 @@ import (
 	"github.com/prometheus/common/model"
 
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/testio"
 	"ticketrelay/internal/testwait"
 )
-
-// syncBuffer is a process's stderr, written by many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // proc is one process run in-process.
 type proc struct {
 	name   string
 	addrs  map[string]string
-	stderr *syncBuffer
+	stderr *testio.Buffer
 }
 
 // run starts a process and waits until it serves. It is stopped when the
@@ -53,7 +34,7 @@ type proc struct {
 func run(t *testing.T, name string, main func(context.Context, app.Env) error, env map[string]string, args ...string) *proc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &proc{name: name, stderr: &syncBuffer{}}
+	p := &proc{name: name, stderr: &testio.Buffer{}}
 	ready := make(chan map[string]string, 1)
 	done := make(chan error, 1)
 	go func() {

@@ -26,31 +26,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"ticketrelay/internal/flagenv"
+	"ticketrelay/internal/testio"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/ticket"
 )
 
 // ---- running the processes in-process ----
-
-// syncBuffer collects a process's stderr; the process writes from many
-// goroutines while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // fakeEnv is a process environment: vars it holds, and a record of every
 // name the process asked for.
@@ -85,7 +67,7 @@ func (e *fakeEnv) Asked() []string {
 // running is a process started by start.
 type running struct {
 	addrs  map[string]string
-	stderr *syncBuffer
+	stderr *testio.Buffer
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -95,7 +77,7 @@ type running struct {
 func start(t *testing.T, run func(context.Context, Env) error, env *fakeEnv, args ...string) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{stderr: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	r := &running{stderr: &testio.Buffer{}, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan map[string]string, 1)
 	go func() {
 		r.done <- run(ctx, Env{
@@ -132,7 +114,7 @@ func runOnce(t *testing.T, run func(context.Context, Env) error, env *fakeEnv, a
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var out, errb syncBuffer
+	var out, errb testio.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, Env{Args: args, Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Lookup: env.Lookup,
