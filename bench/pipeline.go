@@ -22,21 +22,11 @@ func (r *runner) scenario7(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	disp, err := r.startDispatcher(ctx, dir)
+	disp, front, fs, stop, err := r.startPipeline(ctx, dir, n)
 	if err != nil {
 		return err
 	}
-	defer disp.stop()
-	front, err := r.startFront(ctx, "mcp-front", dir, false)
-	if err != nil {
-		return err
-	}
-	defer front.stop()
-	fs, err := connect(ctx, front.mcpURL(), r.cfg.Protocol, n)
-	if err != nil {
-		return err
-	}
-	defer fs.close()
+	defer stop()
 	// As long a create_ticket load as scenario 1's at this session count:
 	// a warm-up and every round.
 	if err := r.warm(ctx, fs, createTool); err != nil {
@@ -104,21 +94,11 @@ func (r *runner) scenario5(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	disp, err := r.startDispatcher(ctx, dir)
+	disp, front, fs, stop, err := r.startPipeline(ctx, dir, n)
 	if err != nil {
 		return err
 	}
-	defer disp.stop()
-	front, err := r.startFront(ctx, "mcp-front", dir, false)
-	if err != nil {
-		return err
-	}
-	defer front.stop()
-	fs, err := connect(ctx, front.mcpURL(), r.cfg.Protocol, n)
-	if err != nil {
-		return err
-	}
-	defer fs.close()
+	defer stop()
 	l := r.single(createTool, &freshSource{}, front, disp)
 	l.rate = rate
 	o, err := fs.run(ctx, l)
@@ -246,4 +226,26 @@ func deliveryLags(path string, ids []string) ([]time.Duration, error) {
 		return nil, fmt.Errorf("bench: %d tickets of the window are missing from %s", len(want), path)
 	}
 	return sortDurations(lags), nil
+}
+
+// startPipeline starts the dispatcher and mcp-front on dir's database and
+// connects n client sessions; stop closes the sessions and stops both
+// processes (it is safe after an explicit stop of either).
+func (r *runner) startPipeline(ctx context.Context, dir string, n int) (disp, front *proc, fs *sessions, stop func(), err error) {
+	disp, err = r.startDispatcher(ctx, dir)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	front, err = r.startFront(ctx, "mcp-front", dir, false)
+	if err != nil {
+		disp.stop()
+		return nil, nil, nil, nil, err
+	}
+	fs, err = connect(ctx, front.mcpURL(), r.cfg.Protocol, n)
+	if err != nil {
+		front.stop()
+		disp.stop()
+		return nil, nil, nil, nil, err
+	}
+	return disp, front, fs, func() { fs.close(); front.stop(); disp.stop() }, nil
 }
