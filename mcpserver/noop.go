@@ -39,14 +39,8 @@ func (s *Server) noopHandler(tool string, b Binding) mcp.ToolHandler {
 			s.metrics.ToolCalls.WithLabelValues(tool, outcome).Inc()
 			s.metrics.CallDuration.WithLabelValues(tool).Observe(time.Since(start).Seconds())
 		}()
-		var a createArgs
-		if err := decodeArgs(req.Params.Arguments, &a); err != nil {
-			outcome = metrics.CallInvalid
-			return s.invalid(tool, err), nil
-		}
-		r := ticket.Request{RequestID: a.RequestID, Tool: b.Tool, Target: b.Target,
-			Title: a.Title, Body: a.Body, Priority: a.Priority, Labels: a.Labels}
-		if err := r.Normalize(); err != nil {
+		r, _, err := decodeCreate(b, req.Params.Arguments)
+		if err != nil {
 			outcome = metrics.CallInvalid
 			return s.invalid(tool, err), nil
 		}

@@ -200,6 +200,21 @@ type findArgs struct {
 	RequestID string `json:"request_id"`
 }
 
+// decodeCreate decodes and validates the arguments of b's create tool into
+// the normalized request (and the arguments that are not part of it).
+func decodeCreate(b Binding, raw json.RawMessage) (ticket.Request, createArgs, error) {
+	var a createArgs
+	if err := decodeArgs(raw, &a); err != nil {
+		return ticket.Request{}, a, err
+	}
+	r := ticket.Request{RequestID: a.RequestID, Tool: b.Tool, Target: b.Target,
+		Title: a.Title, Body: a.Body, Priority: a.Priority, Labels: a.Labels}
+	if err := r.Normalize(); err != nil {
+		return r, a, err
+	}
+	return r, a, checkWait(a.WaitForDelivery)
+}
+
 func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		start := time.Now()
@@ -208,18 +223,8 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 			s.metrics.ToolCalls.WithLabelValues(b.Tool, outcome).Inc()
 			s.metrics.CallDuration.WithLabelValues(b.Tool).Observe(time.Since(start).Seconds())
 		}()
-		var a createArgs
-		if err := decodeArgs(req.Params.Arguments, &a); err != nil {
-			outcome = metrics.CallInvalid
-			return s.invalid(b.Tool, err), nil
-		}
-		r := ticket.Request{RequestID: a.RequestID, Tool: b.Tool, Target: b.Target,
-			Title: a.Title, Body: a.Body, Priority: a.Priority, Labels: a.Labels}
-		if err := r.Normalize(); err != nil {
-			outcome = metrics.CallInvalid
-			return s.invalid(b.Tool, err), nil
-		}
-		if err := checkWait(a.WaitForDelivery); err != nil {
+		r, a, err := decodeCreate(b, req.Params.Arguments)
+		if err != nil {
 			outcome = metrics.CallInvalid
 			return s.invalid(b.Tool, err), nil
 		}
