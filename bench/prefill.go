@@ -102,22 +102,14 @@ func (p prefill) insertChunk(ctx context.Context, tx *sql.Tx, n int, lo int64, r
 		return fmt.Errorf("ids: %w", err)
 	}
 	_, err = tx.ExecContext(ctx, `
-		INSERT INTO requests (request_id, tool, target, args_hash, ticket_id, result, created_at)
+		INSERT INTO requests (request_id, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels)
 		SELECT rid, 'create_ticket', ?1, lower(hex(randomblob(32))), 'tkt_' || substr(rid, 1, 21),
-			?2 || rid || ?3 || 'tkt_' || substr(rid, 1, 21) || ?4, ?5 + i * 1000
+			?2 || rid || ?3 || 'tkt_' || substr(rid, 1, 21) || ?4, ?5 + i * 1000,
+			'Nightly export failed (prefilled ' || i || ')', ?6, 'normal', '["export","nightly"]'
 		FROM temp.chunk ORDER BY rid`,
-		p.target, result[0], result[1], result[2], lo)
+		p.target, result[0], result[1], result[2], lo, sampleBody)
 	if err != nil {
 		return fmt.Errorf("requests: %w", err)
-	}
-	_, err = tx.ExecContext(ctx, `
-		INSERT INTO tickets (ticket_id, request_id, title, body, priority, labels, created_at)
-		SELECT 'tkt_' || substr(rid, 1, 21), rid, 'Nightly export failed (prefilled ' || i || ')',
-			?1, 'normal', '["export","nightly"]', ?2 + i * 1000
-		FROM temp.chunk ORDER BY rid`,
-		sampleBody, lo)
-	if err != nil {
-		return fmt.Errorf("tickets: %w", err)
 	}
 	published := any(nil)
 	if p.published {

@@ -128,6 +128,19 @@ var migrations = []string{
 	CREATE INDEX deliveries_state ON deliveries(state, target);` + "\n" + outbox.SchemaV1,
 	// 2: operator redrive republishes under a new message id.
 	outbox.SchemaV2,
+	// 3: the ticket moves into its ledger row. A create inserted into three
+	// B-trees keyed by random ids (requests, tickets, tickets' request_id
+	// index) plus a foreign-key probe; each dirtied its own page of the WAL.
+	// Now it inserts into one. The view keeps the tickets readable by name.
+	`ALTER TABLE requests ADD COLUMN title    TEXT NOT NULL DEFAULT '';
+	ALTER TABLE requests ADD COLUMN body     TEXT NOT NULL DEFAULT '';
+	ALTER TABLE requests ADD COLUMN priority TEXT NOT NULL DEFAULT '';
+	ALTER TABLE requests ADD COLUMN labels   TEXT NOT NULL DEFAULT '[]'; -- JSON array
+	UPDATE requests SET title = t.title, body = t.body, priority = t.priority, labels = t.labels
+		FROM tickets t WHERE t.request_id = requests.request_id;
+	DROP TABLE tickets;
+	CREATE VIEW tickets AS
+		SELECT ticket_id, request_id, title, body, priority, labels, created_at FROM requests;`,
 }
 
 // migrateRetrying runs migrate, retrying SQLITE_BUSY for about 10 s. When

@@ -156,3 +156,59 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 		t.Fatal("Open accepted an empty path")
 	}
 }
+
+// A database written by a binary of schema 2 (tickets in their own table)
+// keeps every ticket, replays its requests and reports their status after
+// migration 3 moves the tickets into the ledger rows.
+func TestMigrationKeepsTicketsOfSchema2(t *testing.T) {
+	path := dbPath(t)
+	ctx := context.Background()
+	old := raw(t, path)
+	for i, m := range ledger.MigrationsForTest(2) {
+		if _, err := old.Exec(m); err != nil {
+			t.Fatalf("migration %d: %v", i+1, err)
+		}
+	}
+	req := request("req-schema2")
+	stmts := []struct {
+		query string
+		args  []any
+	}{
+		{`PRAGMA user_version = 2`, nil},
+		{`INSERT INTO requests (request_id, tool, target, args_hash, ticket_id, result, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			[]any{req.RequestID, req.Tool, req.Target, req.Hash(), "tkt_old",
+				`{"request_id":"req-schema2","ticket_id":"tkt_old","target":"local","status":"queued","created_at":"2026-11-01T00:00:00Z","replayed":false}`, int64(1)}},
+		{`INSERT INTO tickets (ticket_id, request_id, title, body, priority, labels, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			[]any{"tkt_old", req.RequestID, req.Title, req.Body, req.Priority, `["disk","ops"]`, int64(1)}},
+		{`INSERT INTO outbox (request_id, subject, payload, created_at) VALUES (?, 'tickets.local', '{}', 1)`, []any{req.RequestID}},
+	}
+	for _, s := range stmts {
+		if _, err := old.Exec(s.query, s.args...); err != nil {
+			t.Fatalf("%s: %v", s.query, err)
+		}
+	}
+
+	e := openEnv(t, path)
+	if got, want := userVersion(t, path), len(ledger.MigrationsForTest(3)); got < want {
+		t.Fatalf("user_version = %d after Open, want at least %d", got, want)
+	}
+	res, err := e.l.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Replayed || res.TicketID != "tkt_old" {
+		t.Fatalf("Create after migration = %+v, want a replay of tkt_old", res)
+	}
+	var title, body, priority, labels string
+	err = raw(t, path).QueryRow(`SELECT title, body, priority, labels FROM tickets WHERE ticket_id = 'tkt_old'`).
+		Scan(&title, &body, &priority, &labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if title != req.Title || body != req.Body || priority != req.Priority || labels != `["disk","ops"]` {
+		t.Fatalf("ticket after migration = %q %q %q %q", title, body, priority, labels)
+	}
+	if st, err := e.l.Find(ctx, req.RequestID); err != nil || st.TicketID != "tkt_old" || st.Status != ledger.StatusQueued {
+		t.Fatalf("Find after migration = %+v, %v", st, err)
+	}
+}

@@ -50,8 +50,8 @@ func (c RetentionConfig) Validate() error {
 	return nil
 }
 
-// Prune removes up to batch settled requests accepted before cutoff, with
-// their ticket, outbox row and delivery record, in one transaction. It
+// Prune removes up to batch settled requests accepted before cutoff (the
+// ledger row holds the ticket), with their outbox row and delivery record, in one transaction. It
 // returns how many requests it removed.
 func (l *Ledger) Prune(ctx context.Context, cutoff time.Time, batch int) (int, error) {
 	var n int
@@ -81,7 +81,7 @@ func (l *Ledger) Prune(ctx context.Context, cutoff time.Time, batch int) (int, e
 		if err != nil {
 			return err
 		}
-		for _, table := range []string{"tickets", "outbox", "deliveries", "requests"} {
+		for _, table := range []string{"outbox", "deliveries", "requests"} {
 			if _, err := tx.ExecContext(ctx,
 				`DELETE FROM `+table+` WHERE request_id IN (SELECT value FROM json_each(?))`, string(list)); err != nil {
 				return fmt.Errorf("prune %s: %w", table, err)

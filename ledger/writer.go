@@ -39,6 +39,7 @@ type Writer struct {
 	mu      sync.RWMutex // guards closed against sends on jobs
 	closed  bool
 	done    chan struct{}
+	stmts   stmtCache // used on the writer goroutine only
 }
 
 // NewWriter starts the writer goroutine on db's write pool.
@@ -109,7 +110,9 @@ func (w *Writer) loop() {
 			}
 		}
 		w.commit(batch)
+		w.stmts.prepareWanted(context.Background(), w.db, w.log)
 	}
+	w.stmts.close()
 }
 
 // commit runs one batch. The context is not any caller's: a submitted
@@ -149,15 +152,15 @@ func (w *Writer) runBatch(ctx context.Context, batch []job, errs []error) error 
 		}
 	} else {
 		for i, j := range batch {
-			if _, err := tx.ExecContext(ctx, "SAVEPOINT op"); err != nil {
+			if _, err := w.stmts.exec(ctx, tx, "SAVEPOINT op"); err != nil {
 				return fmt.Errorf("ledger: savepoint: %w", err)
 			}
 			if errs[i] = j.fn(ctx, tx); errs[i] != nil {
-				if _, err := tx.ExecContext(ctx, "ROLLBACK TO op"); err != nil {
+				if _, err := w.stmts.exec(ctx, tx, "ROLLBACK TO op"); err != nil {
 					return fmt.Errorf("ledger: rollback to savepoint: %w", err)
 				}
 			}
-			if _, err := tx.ExecContext(ctx, "RELEASE op"); err != nil {
+			if _, err := w.stmts.exec(ctx, tx, "RELEASE op"); err != nil {
 				return fmt.Errorf("ledger: release savepoint: %w", err)
 			}
 		}

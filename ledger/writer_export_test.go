@@ -21,3 +21,7 @@ func (db *DB) LimitPagesForTest(n int) error {
 	_, err := db.write.Exec(fmt.Sprintf("PRAGMA max_page_count = %d", n))
 	return err
 }
+
+// MigrationsForTest returns the first n migrations, so that a test can build
+// a database as an older binary left it.
+func MigrationsForTest(n int) []string { return migrations[:n] }

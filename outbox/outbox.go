@@ -75,9 +75,15 @@ func RedriveTx(ctx context.Context, tx *sql.Tx, requestID string) error {
 	return nil
 }
 
+// Execer runs a statement in the caller's transaction: a *sql.Tx, or the
+// ledger's transaction with prepared statements.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
 // InsertTx adds m to the outbox inside the caller's transaction, so the row
 // exists if and only if the caller's other writes commit.
-func InsertTx(ctx context.Context, tx *sql.Tx, m Message) error {
+func InsertTx(ctx context.Context, tx Execer, m Message) error {
 	_, err := tx.ExecContext(ctx,
 		`INSERT INTO outbox (request_id, subject, payload, created_at) VALUES (?, ?, ?, ?)`,
 		m.RequestID, m.Subject, m.Payload, m.CreatedAt.UnixNano())
