@@ -16,7 +16,7 @@ import (
 )
 
 // prefill is a bulk load of accepted requests straight into a ledger file:
-// ledger rows, tickets and outbox rows shaped like the ones create_ticket
+// ledger rows (with their tickets) and outbox rows shaped like the ones create_ticket
 // writes (random UUID-sized request ids, the same payload and result
 // sizes). The file and its schema come from the ledger's own Open; the rows
 // go in with INSERT … SELECT statements on a connection tuned for a bulk
@@ -84,8 +84,9 @@ func (p prefill) run(ctx context.Context) (time.Duration, error) {
 	return time.Since(start), db.Close()
 }
 
-// insertChunk adds n requests created at lo, lo+1µs, …. Each table takes
-// them in key order, so that a chunk walks its B-trees once.
+// insertChunk adds n requests created at lo, lo+1µs, …. Their ids follow
+// the file's last one, and within the chunk the random request ids are
+// numbered in sort order, so that the chunk walks each B-tree once.
 func (p prefill) insertChunk(ctx context.Context, tx *sql.Tx, n int, lo int64, result, payload [3]string) error {
 	if _, err := tx.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS chunk (i INTEGER PRIMARY KEY, rid TEXT NOT NULL)`); err != nil {
 		return err
@@ -96,18 +97,23 @@ func (p prefill) insertChunk(ctx context.Context, tx *sql.Tx, n int, lo int64, r
 	// Random request ids (UUID-sized), so the B-trees hold keys spread as
 	// they are under real load; the ticket id is derived from it.
 	_, err := tx.ExecContext(ctx, `
-		WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM c WHERE i < ?1 - 1)
-		INSERT INTO temp.chunk (i, rid) SELECT i, lower(hex(randomblob(18))) FROM c`, n)
+		WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM c WHERE i < ?1 - 1),
+		r(rid) AS (SELECT lower(hex(randomblob(18))) FROM c)
+		INSERT INTO temp.chunk (i, rid) SELECT row_number() OVER (ORDER BY rid) - 1, rid FROM r`, n)
 	if err != nil {
 		return fmt.Errorf("ids: %w", err)
 	}
+	var base int64
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) + 1 FROM requests`).Scan(&base); err != nil {
+		return err
+	}
 	_, err = tx.ExecContext(ctx, `
-		INSERT INTO requests (request_id, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels)
-		SELECT rid, 'create_ticket', ?1, lower(hex(randomblob(32))), 'tkt_' || substr(rid, 1, 21),
+		INSERT INTO requests (id, request_id, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels)
+		SELECT ?7 + i, rid, 'create_ticket', ?1, lower(hex(randomblob(32))), 'tkt_' || substr(rid, 1, 21),
 			?2 || rid || ?3 || 'tkt_' || substr(rid, 1, 21) || ?4, ?5 + i * 1000,
 			'Nightly export failed (prefilled ' || i || ')', ?6, 'normal', '["export","nightly"]'
-		FROM temp.chunk ORDER BY rid`,
-		p.target, result[0], result[1], result[2], lo, sampleBody)
+		FROM temp.chunk ORDER BY i`,
+		p.target, result[0], result[1], result[2], lo, sampleBody, base)
 	if err != nil {
 		return fmt.Errorf("requests: %w", err)
 	}
@@ -116,10 +122,10 @@ func (p prefill) insertChunk(ctx context.Context, tx *sql.Tx, n int, lo int64, r
 		published = int64(1_000_000) // 1ms after the commit
 	}
 	_, err = tx.ExecContext(ctx, `
-		INSERT INTO outbox (request_id, subject, payload, created_at, published_at)
-		SELECT rid, ?1, CAST(?2 || rid || ?3 || 'tkt_' || substr(rid, 1, 21) || ?4 AS BLOB), ?5 + i * 1000, ?5 + i * 1000 + ?6
+		INSERT INTO outbox (id, request_id, subject, payload, created_at, published_at)
+		SELECT ?7 + i, rid, ?1, CAST(?2 || rid || ?3 || 'tkt_' || substr(rid, 1, 21) || ?4 AS BLOB), ?5 + i * 1000, ?5 + i * 1000 + ?6
 		FROM temp.chunk ORDER BY i`,
-		outbox.SubjectFor(p.target), payload[0], payload[1], payload[2], lo, published)
+		outbox.SubjectFor(p.target), payload[0], payload[1], payload[2], lo, published, base)
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}

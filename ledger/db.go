@@ -128,19 +128,36 @@ var migrations = []string{
 	CREATE INDEX deliveries_state ON deliveries(state, target);` + "\n" + outbox.SchemaV1,
 	// 2: operator redrive republishes under a new message id.
 	outbox.SchemaV2,
-	// 3: the ticket moves into its ledger row. A create inserted into three
-	// B-trees keyed by random ids (requests, tickets, tickets' request_id
-	// index) plus a foreign-key probe; each dirtied its own page of the WAL.
-	// Now it inserts into one. The view keeps the tickets readable by name.
-	`ALTER TABLE requests ADD COLUMN title    TEXT NOT NULL DEFAULT '';
-	ALTER TABLE requests ADD COLUMN body     TEXT NOT NULL DEFAULT '';
-	ALTER TABLE requests ADD COLUMN priority TEXT NOT NULL DEFAULT '';
-	ALTER TABLE requests ADD COLUMN labels   TEXT NOT NULL DEFAULT '[]'; -- JSON array
-	UPDATE requests SET title = t.title, body = t.body, priority = t.priority, labels = t.labels
-		FROM tickets t WHERE t.request_id = requests.request_id;
+	// 3: fewer B-trees keyed by random ids. A create inserted at a random
+	// key into five (requests, tickets, tickets' request_id index and
+	// foreign-key probe, the outbox's request_id index), each a page of the
+	// WAL per commit and a cache miss on a large file. Now it inserts into one
+	// small index (request_id → id); the rows are appended in id order. The
+	// ticket lives in its ledger row (the view keeps it readable by name) and
+	// the outbox row takes the ledger row's id.
+	`CREATE TABLE requests_v3 (
+		id         INTEGER PRIMARY KEY AUTOINCREMENT, -- also the outbox row's id
+		request_id TEXT NOT NULL UNIQUE,
+		tool       TEXT NOT NULL,
+		target     TEXT NOT NULL,
+		args_hash  TEXT NOT NULL,
+		ticket_id  TEXT NOT NULL,
+		result     TEXT NOT NULL,
+		created_at INTEGER NOT NULL, -- unix nanoseconds
+		title      TEXT NOT NULL,
+		body       TEXT NOT NULL,
+		priority   TEXT NOT NULL,
+		labels     TEXT NOT NULL -- JSON array
+	);
+	INSERT INTO requests_v3 (id, request_id, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels)
+		SELECT o.id, r.request_id, r.tool, r.target, r.args_hash, r.ticket_id, r.result, r.created_at, t.title, t.body, t.priority, t.labels
+		FROM requests r JOIN outbox o USING (request_id) JOIN tickets t USING (request_id) ORDER BY o.id;
 	DROP TABLE tickets;
+	DROP TABLE requests;
+	ALTER TABLE requests_v3 RENAME TO requests;
+	CREATE INDEX requests_created ON requests(created_at);
 	CREATE VIEW tickets AS
-		SELECT ticket_id, request_id, title, body, priority, labels, created_at FROM requests;`,
+		SELECT ticket_id, request_id, title, body, priority, labels, created_at FROM requests;` + "\n" + outbox.SchemaV3,
 }
 
 // migrateRetrying runs migrate, retrying SQLITE_BUSY for about 10 s. When

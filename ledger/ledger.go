@@ -124,16 +124,22 @@ func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash
 	if err != nil {
 		return Result{}, err
 	}
-	// The ticket is stored in the ledger row: one B-tree insert at a random
-	// key instead of three (see migration 3).
-	if _, err := tx.ExecContext(ctx,
+	// The ticket is stored in the ledger row, and the outbox row takes its
+	// id: one insert at a random key per create (see migration 3).
+	ins, err := tx.ExecContext(ctx,
 		`INSERT INTO requests (request_id, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		req.RequestID, req.Tool, req.Target, hash, t.ID, string(stored), now.UnixNano(),
-		req.Title, req.Body, req.Priority, string(labels)); err != nil {
+		req.Title, req.Body, req.Priority, string(labels))
+	if err != nil {
+		return Result{}, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
+	}
+	id, err := ins.LastInsertId()
+	if err != nil {
 		return Result{}, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
 	}
 	if err := outbox.InsertTx(ctx, tx, outbox.Message{
+		ID:        id,
 		RequestID: req.RequestID,
 		Subject:   outbox.SubjectFor(req.Target),
 		Payload:   payload,

@@ -55,7 +55,11 @@ func (l *Ledger) redriveTx(ctx context.Context, tx *sql.Tx, requestID string) er
 		string(StatusRetrying), "redriven by an operator after: "+state, l.now().UnixNano(), requestID); err != nil {
 		return fmt.Errorf("ledger: redrive %s: %w", requestID, err)
 	}
-	return outbox.RedriveTx(ctx, tx, requestID)
+	var id int64
+	if err := tx.QueryRowContext(ctx, `SELECT id FROM requests WHERE request_id = ?`, requestID).Scan(&id); err != nil {
+		return fmt.Errorf("ledger: redrive %s: %w", requestID, err)
+	}
+	return outbox.RedriveTx(ctx, tx, id)
 }
 
 // RedriveFailed redrives every failed request (of target, if not empty) and

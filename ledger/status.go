@@ -53,10 +53,10 @@ type RequestStatus struct {
 // StatusUnknown, not an error.
 func (l *Ledger) Find(ctx context.Context, requestID string) (RequestStatus, error) {
 	st := RequestStatus{RequestID: requestID, Status: StatusUnknown}
-	var created int64
+	var id, created int64
 	err := l.db.read.QueryRowContext(ctx,
-		`SELECT ticket_id, tool, target, created_at FROM requests WHERE request_id = ?`, requestID).
-		Scan(&st.TicketID, &st.Tool, &st.Target, &created)
+		`SELECT id, ticket_id, tool, target, created_at FROM requests WHERE request_id = ?`, requestID).
+		Scan(&id, &st.TicketID, &st.Tool, &st.Target, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		st.Detail = "No request with this request_id was accepted (or its record has expired). " +
 			"It is safe to call create_ticket with it."
@@ -66,7 +66,7 @@ func (l *Ledger) Find(ctx context.Context, requestID string) (RequestStatus, err
 		return st, fmt.Errorf("ledger: find %s: %w", requestID, err)
 	}
 	st.AcceptedAt = timePtr(created)
-	pub, _, err := outbox.PublishedAt(ctx, l.db.read, requestID)
+	pub, _, err := outbox.PublishedAt(ctx, l.db.read, id)
 	if err != nil {
 		return st, err
 	}

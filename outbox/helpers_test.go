@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -289,4 +290,18 @@ func (c *clock) Add(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
+}
+
+// publishedAt is outbox.PublishedAt for the row of requestID.
+func publishedAt(t *testing.T, db *sql.DB, requestID string) (time.Time, bool, error) {
+	t.Helper()
+	var id int64
+	err := db.QueryRowContext(testCtx(t), `SELECT id FROM outbox WHERE request_id = ?`, requestID).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	return outbox.PublishedAt(testCtx(t), db, id)
 }

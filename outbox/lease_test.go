@@ -129,7 +129,7 @@ func TestRelayTakesOverExpiredLease(t *testing.T) {
 		return value(t, n.m.LeaseHeld) == 1 && backlog(t, db) == 0
 	})
 	for _, id := range ids("req", 5) {
-		at, _, err := outbox.PublishedAt(testCtx(t), db, id)
+		at, _, err := publishedAt(t, db, id)
 		if err != nil || !at.Equal(c.Now()) {
 			t.Errorf("%s published_at %v (%v), want the injected clock %v", id, at, err, c.Now())
 		}

@@ -32,6 +32,25 @@ CREATE TABLE leases (
 // SchemaV2 adds the redrive generation (part of the second migration).
 const SchemaV2 = `ALTER TABLE outbox ADD COLUMN generation INTEGER NOT NULL DEFAULT 0; -- bumped by each redrive`
 
+// SchemaV3 (part of the third migration) drops the unique index on
+// request_id: an insert at a random key, a page of the WAL per create. A row
+// is found by its id, which the ledger gives it: its own row's id.
+const SchemaV3 = `
+CREATE TABLE outbox_v3 (
+	id           INTEGER PRIMARY KEY, -- the ledger row's id
+	request_id   TEXT NOT NULL,
+	subject      TEXT NOT NULL,
+	payload      BLOB NOT NULL,
+	created_at   INTEGER NOT NULL, -- unix nanoseconds, the ledger commit
+	published_at INTEGER,          -- unix nanoseconds of the JetStream ack
+	generation   INTEGER NOT NULL DEFAULT 0 -- bumped by each redrive
+);
+INSERT INTO outbox_v3 (id, request_id, subject, payload, created_at, published_at, generation)
+	SELECT id, request_id, subject, payload, created_at, published_at, generation FROM outbox;
+DROP TABLE outbox;
+ALTER TABLE outbox_v3 RENAME TO outbox;
+CREATE INDEX outbox_pending ON outbox(id) WHERE published_at IS NULL;`
+
 // SubjectPrefix is the first token of every ticket subject.
 const SubjectPrefix = "tickets"
 
@@ -58,19 +77,19 @@ func (m Message) MsgID() string {
 	return fmt.Sprintf("%s#redrive-%d", m.RequestID, m.Generation)
 }
 
-// ErrNotFound is returned for a request id without an outbox row.
+// ErrNotFound is returned for an id without an outbox row.
 var ErrNotFound = errors.New("outbox: no such request")
 
-// RedriveTx queues requestID's message for publishing again, under a new
-// message id, inside the caller's transaction.
-func RedriveTx(ctx context.Context, tx *sql.Tx, requestID string) error {
+// RedriveTx queues message id for publishing again, under a new message id,
+// inside the caller's transaction.
+func RedriveTx(ctx context.Context, tx Execer, id int64) error {
 	res, err := tx.ExecContext(ctx,
-		`UPDATE outbox SET published_at = NULL, generation = generation + 1 WHERE request_id = ?`, requestID)
+		`UPDATE outbox SET published_at = NULL, generation = generation + 1 WHERE id = ?`, id)
 	if err != nil {
-		return fmt.Errorf("outbox: redrive %s: %w", requestID, err)
+		return fmt.Errorf("outbox: redrive %d: %w", id, err)
 	}
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return fmt.Errorf("%w: %s", ErrNotFound, requestID)
+		return fmt.Errorf("%w: %d", ErrNotFound, id)
 	}
 	return nil
 }
@@ -82,11 +101,13 @@ type Execer interface {
 }
 
 // InsertTx adds m to the outbox inside the caller's transaction, so the row
-// exists if and only if the caller's other writes commit.
+// exists if and only if the caller's other writes commit. m.ID is the row's
+// id (the ledger passes its own row's); zero lets SQLite choose one.
 func InsertTx(ctx context.Context, tx Execer, m Message) error {
+	id := sql.NullInt64{Int64: m.ID, Valid: m.ID != 0}
 	_, err := tx.ExecContext(ctx,
-		`INSERT INTO outbox (request_id, subject, payload, created_at) VALUES (?, ?, ?, ?)`,
-		m.RequestID, m.Subject, m.Payload, m.CreatedAt.UnixNano())
+		`INSERT INTO outbox (id, request_id, subject, payload, created_at) VALUES (?, ?, ?, ?, ?)`,
+		id, m.RequestID, m.Subject, m.Payload, m.CreatedAt.UnixNano())
 	if err != nil {
 		return fmt.Errorf("outbox: insert %s: %w", m.RequestID, err)
 	}
@@ -98,16 +119,16 @@ type Querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// PublishedAt reports whether requestID has an outbox row and when JetStream
-// acknowledged it (zero if not yet).
-func PublishedAt(ctx context.Context, q Querier, requestID string) (at time.Time, found bool, err error) {
+// PublishedAt reports whether message id has an outbox row and when
+// JetStream acknowledged it (zero if not yet).
+func PublishedAt(ctx context.Context, q Querier, id int64) (at time.Time, found bool, err error) {
 	var ns sql.NullInt64
-	err = q.QueryRowContext(ctx, `SELECT published_at FROM outbox WHERE request_id = ?`, requestID).Scan(&ns)
+	err = q.QueryRowContext(ctx, `SELECT published_at FROM outbox WHERE id = ?`, id).Scan(&ns)
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, false, nil
 	}
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("outbox: read %s: %w", requestID, err)
+		return time.Time{}, false, fmt.Errorf("outbox: read %d: %w", id, err)
 	}
 	if ns.Valid {
 		at = time.Unix(0, ns.Int64)

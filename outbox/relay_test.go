@@ -105,7 +105,7 @@ func TestRelayPublishesCommittedRows(t *testing.T) {
 		if m.Subject != outbox.SubjectFor(tk.Target) {
 			t.Errorf("%s: subject %s for target %s", id, m.Subject, tk.Target)
 		}
-		at, found, err := outbox.PublishedAt(testCtx(t), db, id)
+		at, found, err := publishedAt(t, db, id)
 		if err != nil || !found || at.Before(before) || at.After(after) {
 			t.Errorf("%s: published_at %v (found %v, %v), want between %v and %v", id, at, found, err, before, after)
 		}
@@ -202,7 +202,7 @@ func TestRelaySurvivesBrokerOutage(t *testing.T) {
 		t.Fatalf("backlog = %d while the broker is down, want the 15 new rows", got)
 	}
 	for _, id := range during {
-		if at, _, _ := outbox.PublishedAt(testCtx(t), db, id); !at.IsZero() {
+		if at, _, _ := publishedAt(t, db, id); !at.IsZero() {
 			t.Fatalf("%s marked published at %v without an ack", id, at)
 		}
 	}
