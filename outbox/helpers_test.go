@@ -140,6 +140,11 @@ type node struct {
 
 func newNode(t *testing.T, name, path string, js jetstream.JetStream, cfg outbox.RelayConfig, now func() time.Time) *node {
 	t.Helper()
+	return newNodeWith(t, name, path, natsjs.NewPublisher(js), cfg, now)
+}
+
+func newNodeWith(t *testing.T, name, path string, pub outbox.Publisher, cfg outbox.RelayConfig, now func() time.Time) *node {
+	t.Helper()
 	db, err := ledger.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +163,7 @@ func newNode(t *testing.T, name, path string, js jetstream.JetStream, cfg outbox
 	if cfg.ErrorBackoff == (backoff.Policy{}) {
 		cfg.ErrorBackoff = backoff.Policy{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}
 	}
-	relay, err := outbox.NewRelay(cfg, db.Reader(), w, natsjs.NewPublisher(js), log, m, now)
+	relay, err := outbox.NewRelay(cfg, db.Reader(), w, pub, log, m, now)
 	if err != nil {
 		t.Fatal(err)
 	}

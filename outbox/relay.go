@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"ticketrelay/internal/backoff"
@@ -38,6 +39,12 @@ type RelayConfig struct {
 	Holder string
 	// BatchSize is the most rows read and published per round. Default 512.
 	BatchSize int
+	// Pipeline is how many full batches may be in flight at once: while
+	// one waits for its acknowledgements and its mark, the next is read and
+	// published. Only a backlog fills it: a round that reads less than a full
+	// batch waits for every batch in flight. Default 4 (2,048 messages with
+	// the default batch, inside the publisher's async window of 4,096).
+	Pipeline int
 	// PollInterval is the wait after a round that found nothing. Default 20ms.
 	PollInterval time.Duration
 	// BusyPollInterval is the wait after a round that published a partial
@@ -57,6 +64,7 @@ type RelayConfig struct {
 // WithDefaults returns c with every zero field set to its default.
 func (c RelayConfig) WithDefaults() RelayConfig {
 	c.BatchSize = cmp.Or(c.BatchSize, 512)
+	c.Pipeline = cmp.Or(c.Pipeline, 4)
 	c.PollInterval = cmp.Or(c.PollInterval, 20*time.Millisecond)
 	c.BusyPollInterval = cmp.Or(c.BusyPollInterval, min(2*time.Millisecond, c.PollInterval))
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, 15*time.Second)
@@ -71,7 +79,7 @@ func (c RelayConfig) validate() error {
 	if c.Holder == "" {
 		return errors.New("outbox: relay needs a Holder")
 	}
-	if c.BatchSize < 1 || c.PollInterval <= 0 || c.LeaseTTL < time.Second {
+	if c.BatchSize < 1 || c.Pipeline < 1 || c.PollInterval <= 0 || c.LeaseTTL < time.Second {
 		return fmt.Errorf("outbox: invalid relay config %+v", c)
 	}
 	return nil
@@ -107,7 +115,9 @@ func NewRelay(cfg RelayConfig, read *sql.DB, tx TxRunner, pub Publisher, log *sl
 // Run relays until ctx is cancelled, then releases the lease. It returns nil
 // on cancellation.
 func (r *Relay) Run(ctx context.Context) error {
+	fl := newInflight(r.cfg.Pipeline)
 	defer func() {
+		fl.drain() // a batch in flight finishes (or fails) before the lease goes
 		r.metrics.LeaseHeld.Set(0)
 		// Give the lease back so a successor need not wait for it to expire.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -121,6 +131,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		leaseUntil time.Time // renew when the clock passes this
 		gaugeAt    time.Time
 		failures   int
+		after      int64 // rows up to this id are in flight: read past them
 	)
 	for {
 		now := r.now()
@@ -138,6 +149,8 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.metrics.LeaseHeld.Set(b2f(held))
 			leaseUntil = now.Add(r.cfg.LeaseTTL / 3)
 			if !held {
+				fl.drain()
+				after = 0
 				// A standby polls more often than a holder renews, so that it
 				// takes over soon after a clean release.
 				if !sleep(ctx, min(r.cfg.LeaseTTL/3, 10*r.cfg.PollInterval)) {
@@ -150,25 +163,41 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.refreshGauges(ctx)
 			gaugeAt = now.Add(r.cfg.GaugeInterval)
 		}
-		n, err := r.runOnce(ctx)
+		msgs, err := r.pending(ctx, after)
+		if err == nil && len(msgs) > 0 {
+			fl.start(ctx, func() error { return r.publish(ctx, msgs) })
+		}
+		if err == nil && len(msgs) == r.cfg.BatchSize {
+			err = fl.err() // a full batch: there is more, go on at once
+		} else {
+			// A partial batch or none: wait for every batch in flight and
+			// read from the start again, which also picks up rows whose
+			// publish failed and rows an operator redrove.
+			err = errors.Join(err, fl.drain())
+		}
 		var wait time.Duration
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
+			fl.drain()
+			after = 0
 			failures++
 			wait = r.cfg.ErrorBackoff.Delay(failures)
 			r.log.Warn("relay round failed", "err", err, "failures", failures, "retry_in", wait)
-		case n == 0:
+		case len(msgs) == r.cfg.BatchSize:
 			failures = 0
+			after = msgs[len(msgs)-1].ID
+		case len(msgs) == 0:
+			failures = 0
+			after = 0
 			wait = r.cfg.PollInterval
-		case n < r.cfg.BatchSize:
+		default:
 			// Tickets are flowing: look again soon, so a busy system's
 			// commit→ack lag is not the idle poll interval.
 			failures = 0
+			after = 0
 			wait = r.cfg.BusyPollInterval
-		default:
-			failures = 0 // a full batch: there is more, go on at once
 		}
 		if wait > 0 && !sleep(ctx, wait) {
 			return nil
@@ -176,12 +205,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
-// runOnce publishes one batch and returns how many rows it read.
-func (r *Relay) runOnce(ctx context.Context) (int, error) {
-	msgs, err := r.pending(ctx)
-	if err != nil || len(msgs) == 0 {
-		return 0, err
-	}
+// publish sends one batch and marks the acknowledged rows published.
+func (r *Relay) publish(ctx context.Context, msgs []Message) error {
 	results := r.pub.Publish(ctx, msgs)
 	failpoint.Hit(failpoint.RelayAfterPublish)
 	acked := make([]Message, 0, len(msgs))
@@ -198,18 +223,63 @@ func (r *Relay) runOnce(ctx context.Context) (int, error) {
 		acked = append(acked, msgs[i])
 	}
 	if err := r.markPublished(ctx, acked); err != nil {
-		return len(msgs), err
+		return err
 	}
 	if firstErr != nil {
-		return len(msgs), fmt.Errorf("outbox: %d of %d publishes failed: %w", len(msgs)-len(acked), len(msgs), firstErr)
+		return fmt.Errorf("outbox: %d of %d publishes failed: %w", len(msgs)-len(acked), len(msgs), firstErr)
 	}
-	return len(msgs), nil
+	return nil
 }
 
-func (r *Relay) pending(ctx context.Context) ([]Message, error) {
+// inflight runs up to depth batches at once and keeps their first error.
+type inflight struct {
+	slots chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	first error
+}
+
+func newInflight(depth int) *inflight { return &inflight{slots: make(chan struct{}, depth)} }
+
+// start runs fn once a slot is free (or not at all if ctx ends first).
+func (f *inflight) start(ctx context.Context, fn func() error) {
+	select {
+	case f.slots <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	f.wg.Go(func() {
+		defer func() { <-f.slots }()
+		if err := fn(); err != nil {
+			f.mu.Lock()
+			f.first = cmp.Or(f.first, err)
+			f.mu.Unlock()
+		}
+	})
+}
+
+// err takes the first error of the batches finished so far.
+func (f *inflight) err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	err := f.first
+	f.first = nil
+	return err
+}
+
+// drain waits for every batch in flight and takes the first error.
+func (f *inflight) drain() error {
+	f.wg.Wait()
+	return f.err()
+}
+
+// pending reads the next batch of unpublished rows with ids above after.
+// Ids grow in commit order (the ledger allocates them under the write
+// lock), so a row committed later never has an id below one read before.
+func (r *Relay) pending(ctx context.Context, after int64) ([]Message, error) {
 	rows, err := r.read.QueryContext(ctx,
 		`SELECT id, request_id, subject, payload, created_at, generation FROM outbox
-		 WHERE published_at IS NULL ORDER BY id LIMIT ?`, r.cfg.BatchSize)
+		 WHERE published_at IS NULL AND id > ? ORDER BY id LIMIT ?`, after, r.cfg.BatchSize)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read pending: %w", err)
 	}

@@ -2,10 +2,12 @@ package outbox_test
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,5 +240,52 @@ func TestRelayConfigValidation(t *testing.T) {
 	d := outbox.RelayConfig{}.WithDefaults()
 	if d.BatchSize != 512 || d.PollInterval != 20*time.Millisecond || d.LeaseTTL != 15*time.Second || d.GaugeInterval != time.Second {
 		t.Errorf("defaults = %+v", d)
+	}
+}
+
+// overlapCounter is the real publisher, counting how many batches it has
+// in flight at once.
+type overlapCounter struct {
+	outbox.Publisher
+	now, peak atomic.Int32
+}
+
+func (o *overlapCounter) Publish(ctx context.Context, msgs []outbox.Message) []outbox.PublishResult {
+	n := o.now.Add(1)
+	defer o.now.Add(-1)
+	for p := o.peak.Load(); n > p && !o.peak.CompareAndSwap(p, n); p = o.peak.Load() {
+	}
+	return o.Publisher.Publish(ctx, msgs)
+}
+
+// A backlog goes out in overlapping batches, each row once: a batch in
+// flight is not read again by the next, and the last partial batch drains
+// the pipeline.
+func TestRelayPipelinesABacklogWithoutRepeats(t *testing.T) {
+	b := startBroker(t)
+	js := b.connect(t)
+	path := filepath.Join(t.TempDir(), "tickets.db")
+	pub := &overlapCounter{Publisher: natsjs.NewPublisher(js)}
+	n := newNodeWith(t, "relay-pipe", path, pub, outbox.RelayConfig{BatchSize: 8, Pipeline: 3}, time.Now)
+	db := raw(t, path)
+	backlogIDs := ids("backlog", 8*25+5)
+	n.create(t, backlogIDs...)
+
+	n.run(t)
+	waitFor(t, 20*time.Second, "the backlog to be published and marked", func() bool {
+		return backlog(t, db) == 0 && value(t, n.m.CommitToAck) >= float64(len(backlogIDs))
+	})
+	if got := value(t, n.m.DuplicateAcks); got != 0 {
+		t.Errorf("%v duplicate acks: rows in flight were read and published again", got)
+	}
+	if got := value(t, n.m.PublishErrors); got != 0 {
+		t.Errorf("%v publish errors", got)
+	}
+	byID := streamMessages(t, js)
+	if len(byID) != len(backlogIDs) || countMsgs(byID) != len(backlogIDs) {
+		t.Errorf("stream holds %d messages under %d ids, want %d", countMsgs(byID), len(byID), len(backlogIDs))
+	}
+	if p := pub.peak.Load(); p < 2 || p > 3 {
+		t.Errorf("at most %d batches were in flight at once, want 2 or 3 (Pipeline 3)", p)
 	}
 }
