@@ -21,7 +21,8 @@ type Publisher struct {
 var _ outbox.Publisher = (*Publisher)(nil)
 
 // NewPublisher wraps js. js must be created with
-// jetstream.WithPublishAsyncMaxPending ≥ the relay's batch size and with
+// jetstream.WithPublishAsyncMaxPending ≥ the relay's batch size × pipeline
+// depth (else a publish waits up to 5 s for room, then fails) and with
 // jetstream.WithPublishAsyncTimeout: Publish waits for every ack until ctx
 // ends, so without an ack timeout one lost ack would stall the relay.
 func NewPublisher(js jetstream.JetStream) *Publisher {
