@@ -5,7 +5,7 @@ LISTEN   ?= 127.0.0.1:8080
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X ticketrelay/internal/app.Version=$(VERSION)
 
-.PHONY: all build run test test/short test/race lint vet fmt bench clean interop
+.PHONY: all build run test test/short test/race lint vet fmt bench clean interop test-redmine
 
 all: build
 
@@ -30,6 +30,10 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
 lint: vet
+
+test-redmine: build ## the redmine target against a real Redmine (installs Debian's redmine if missing: root)
+	scripts/redmine-up.sh install
+	TICKETRELAY_REDMINE=1 $(GO) test -race -count=1 -timeout 10m ./e2e/redmine/...
 
 interop: build ## conformance suite (sessions and -stateless), MCP Inspector CLI (HTTP, stdio), strict 1,000-call stdio test
 	BIN=$(CURDIR)/bin bash interop/run.sh

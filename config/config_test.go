@@ -32,9 +32,10 @@ var exampleEnv = env(
 	"GITHUB_TOKEN", "ghp_SECRET3",
 	"JIRA_TOKEN", "jira-SECRET4",
 	"SLACK_WEBHOOK_URL", "https://hooks.slack.example/services/T0/B0/SECRET5",
+	"REDMINE_API_KEY", "redmine-SECRET6",
 )
 
-var secretValues = []string{"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "SECRET1", "SECRET2", "0123456789abcdef", "SECRET3", "SECRET4", "SECRET5"}
+var secretValues = []string{"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "SECRET1", "SECRET2", "0123456789abcdef", "SECRET3", "SECRET4", "SECRET5", "SECRET6"}
 
 func TestZeroConfig(t *testing.T) {
 	f, err := config.Load("", exampleEnv)
@@ -67,8 +68,8 @@ func TestExampleFile(t *testing.T) {
 	for _, d := range f.Defs() {
 		byName[d.Name] = d
 	}
-	if len(byName) != 7 || len(f.Tools) != 7 {
-		t.Fatalf("%d targets, %d tools; want 7 and 7", len(byName), len(f.Tools))
+	if len(byName) != 8 || len(f.Tools) != 8 {
+		t.Fatalf("%d targets, %d tools; want 8 and 8", len(byName), len(f.Tools))
 	}
 	kinds := map[string]bool{}
 	for _, d := range byName {
@@ -91,6 +92,10 @@ func TestExampleFile(t *testing.T) {
 	}
 	if j := byName["ops-jira"]; j.Project != "OPS" || j.IssueType != "Task" {
 		t.Fatalf("ops-jira: %+v", j)
+	}
+	if r := byName["tracker"]; r.Endpoint != "https://redmine.acme.example" || r.Project != "support" || r.TrackerID != 3 ||
+		r.CustomFieldID != 5 || r.PriorityIDs["urgent"] != 4 || len(r.PriorityIDs) != 4 || r.Token.Reveal() != "redmine-SECRET6" {
+		t.Fatalf("tracker: %+v", r)
 	}
 	if s := byName["alerts"]; !strings.HasSuffix(s.WebhookURL.Reveal(), "SECRET5") {
 		t.Fatal("alerts: the hook URL was not read from the environment")
@@ -153,6 +158,20 @@ targets:
 		{"find_request is taken", "tools:\n  - {name: find_request, target: local}\n", nil, `tool "find_request" is defined twice`},
 		{"no tools for two targets", "targets:\n  - {name: a, kind: local}\n  - {name: b, kind: local, options: {path: b.jsonl}}\n", nil, "no tools"},
 		{"bad namespace", "key_namespace: has space\n", nil, "key_namespace"},
+		{"redmine without endpoint", "targets:\n  - {name: r, kind: redmine, options: {api_key_env: K, project: p}}\n", env("K", "x"),
+			`target "r" (redmine): endpoint is required`},
+		{"redmine without project", "targets:\n  - {name: r, kind: redmine, endpoint: 'https://r', options: {api_key_env: K}}\n", env("K", "x"),
+			`options.project is required`},
+		{"redmine bad tracker id", "targets:\n  - {name: r, kind: redmine, endpoint: 'https://r', options: {api_key_env: K, project: p, tracker_id: bug}}\n",
+			env("K", "x"), `options.tracker_id: "bug" is not a positive integer`},
+		{"redmine zero custom field", "targets:\n  - {name: r, kind: redmine, endpoint: 'https://r', options: {api_key_env: K, project: p, custom_field_id: 0}}\n",
+			env("K", "x"), `options.custom_field_id: "0" is not a positive integer`},
+		{"redmine unknown priority", "targets:\n  - {name: r, kind: redmine, endpoint: 'https://r', options: {api_key_env: K, project: p, priority_ids: 'low=1, blocker=5'}}\n",
+			env("K", "x"), `options.priority_ids: " blocker=5": want priority=id pairs`},
+		{"redmine twice mapped priority", "targets:\n  - {name: r, kind: redmine, endpoint: 'https://r', options: {api_key_env: K, project: p, priority_ids: 'low=1,low=2'}}\n",
+			env("K", "x"), `priority "low" is mapped twice`},
+		{"redmine bad priority id", "targets:\n  - {name: r, kind: redmine, endpoint: 'https://r', options: {api_key_env: K, project: p, priority_ids: 'high=x'}}\n",
+			env("K", "x"), `priority high: "x" is not a positive integer`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

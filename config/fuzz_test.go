@@ -22,6 +22,7 @@ var fuzzSecrets = map[string]string{
 	"GITHUB_TOKEN":          "ghp_FUZZSECRET3",
 	"JIRA_TOKEN":            "jira-FUZZSECRET4",
 	"SLACK_WEBHOOK_URL":     "https://hooks.slack.example/services/T0/B0/FUZZSECRET5",
+	"REDMINE_API_KEY":       "redmine-FUZZSECRET6",
 }
 
 // FuzzParse checks config.Parse on arbitrary files and secrets: it never
@@ -43,6 +44,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("targets:\n  - {name: p, kind: pagerduty, options: {routing_key_env: K}}\ntools:\n  - {name: page, target: p}\n"), "short-key")
 	f.Add([]byte("targets:\n  - {name: s, kind: slack, options: {webhook_url_env: UNSET}}\n"), "")
 	f.Add([]byte("targets:\n  - {name: j, kind: jira, endpoint: 'https://x', timeout: -1s, options: {email: e, token_env: T, project: P}}\n"), "t")
+	f.Add([]byte("targets:\n  - {name: r, kind: redmine, endpoint: 'https://r', options: {api_key_env: K, project: p, tracker_id: 2, priority_ids: 'low=1,urgent=4'}}\n"), "k")
 	f.Add([]byte("tools:\n  - name: find_request\n    target: local\n"), "")
 	f.Add([]byte("targets:\n  - name: a\n    kind: local\n  - name: a\n    kind: local\n"), "")
 	f.Add([]byte("targets:\n  - {name: l, kind: local, options: {path: /tmp/x.jsonl}, surprise: 1}\n"), "")

@@ -4,19 +4,22 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"ticketrelay/downstream"
 	"ticketrelay/targets"
+	"ticketrelay/ticket"
 )
 
 // option is one key of a target's options.
 type option struct {
 	name     string
 	required bool
-	// set stores a plain value; secret stores the value of the environment
-	// variable an _env option names.
+	// set stores a plain value; parse stores a value it may refuse; secret
+	// stores the value of the environment variable an _env option names.
 	set    func(d *targets.Def, v string)
+	parse  func(d *targets.Def, v string) error
 	secret func(d *targets.Def, s downstream.Secret)
 }
 
@@ -49,13 +52,51 @@ var kindOptions = map[string][]option{
 		{name: "project", required: true, set: func(d *targets.Def, v string) { d.Project = v }},
 		{name: "issue_type", set: func(d *targets.Def, v string) { d.IssueType = v }},
 	},
+	"redmine": {
+		{name: "api_key_env", required: true, secret: func(d *targets.Def, s downstream.Secret) { d.Token = s }},
+		{name: "project", required: true, set: func(d *targets.Def, v string) { d.Project = v }},
+		{name: "tracker_id", parse: func(d *targets.Def, v string) (err error) { d.TrackerID, err = positive(v); return err }},
+		{name: "custom_field_id", parse: func(d *targets.Def, v string) (err error) { d.CustomFieldID, err = positive(v); return err }},
+		{name: "priority_ids", parse: func(d *targets.Def, v string) (err error) { d.PriorityIDs, err = priorityIDs(v); return err }},
+	},
 	"slack": {
 		{name: "webhook_url_env", required: true, secret: func(d *targets.Def, s downstream.Secret) { d.WebhookURL = s }},
 	},
 }
 
 // endpointRequired: kinds with no public default host.
-var endpointRequired = map[string]bool{"webhook": true, "zendesk": true, "jira": true}
+var endpointRequired = map[string]bool{"webhook": true, "zendesk": true, "jira": true, "redmine": true}
+
+// positive parses an id.
+func positive(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q is not a positive integer", v)
+	}
+	return n, nil
+}
+
+// priorityIDs parses "low=1, normal=2, high=3, urgent=4": ticket
+// priorities to the downstream's ids.
+func priorityIDs(v string) (map[string]int, error) {
+	m := map[string]int{}
+	for item := range strings.SplitSeq(v, ",") {
+		name, id, ok := strings.Cut(strings.TrimSpace(item), "=")
+		name = strings.TrimSpace(name)
+		if !ok || !slices.Contains(ticket.Priorities, name) {
+			return nil, fmt.Errorf("%q: want priority=id pairs separated by commas, priorities among %s", item, strings.Join(ticket.Priorities, ", "))
+		}
+		if _, dup := m[name]; dup {
+			return nil, fmt.Errorf("priority %q is mapped twice", name)
+		}
+		n, err := positive(strings.TrimSpace(id))
+		if err != nil {
+			return nil, fmt.Errorf("priority %s: %w", name, err)
+		}
+		m[name] = n
+	}
+	return m, nil
+}
 
 // resolve checks t's keys against its kind and reads its secrets.
 func (t Target) resolve(lookup func(string) (string, bool)) (targets.Def, error) {
@@ -92,6 +133,12 @@ func (t Target) resolve(lookup func(string) (string, bool)) (targets.Def, error)
 		if !set || v == "" {
 			if o.required {
 				return d, fmt.Errorf("%s: options.%s is required", where, o.name)
+			}
+			continue
+		}
+		if o.parse != nil {
+			if err := o.parse(&d, v); err != nil {
+				return d, fmt.Errorf("%s: options.%s: %w", where, o.name, err)
 			}
 			continue
 		}

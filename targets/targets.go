@@ -19,6 +19,7 @@ import (
 	"ticketrelay/downstream/jira"
 	"ticketrelay/downstream/local"
 	"ticketrelay/downstream/pagerduty"
+	"ticketrelay/downstream/redmine"
 	"ticketrelay/downstream/slack"
 	"ticketrelay/downstream/webhook"
 	"ticketrelay/downstream/zendesk"
@@ -45,13 +46,16 @@ type Def struct {
 	Path          string            // local: the file (default DATA/tickets.jsonl)
 	Email         string            // zendesk, jira: the API token's user
 	Owner, Repo   string            // github
-	Project       string            // jira: project key
+	Project       string            // jira: project key; redmine: project identifier
 	IssueType     string            // jira: issue type name (default Task)
 	Source        string            // pagerduty: payload.source (default ticketrelay)
-	Token         downstream.Secret // zendesk, jira, github: API token; webhook: optional bearer token
+	Token         downstream.Secret // zendesk, jira, github: API token; redmine: API key; webhook: optional bearer token
 	SigningSecret downstream.Secret // webhook: optional Standard Webhooks secret (whsec_…)
 	RoutingKey    downstream.Secret // pagerduty: Events API v2 integration key
 	WebhookURL    downstream.Secret // slack: the incoming webhook URL
+	TrackerID     int               // redmine: tracker of new issues (0: the project's first)
+	CustomFieldID int               // redmine: issue custom field holding the dedupe key (0: a subject marker)
+	PriorityIDs   map[string]int    // redmine: ticket priority → Redmine priority id (unmapped: Redmine's default)
 }
 
 // kind describes one adapter.
@@ -87,6 +91,11 @@ var kinds = map[string]kind{
 		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
 			return jira.New(jira.Config{Name: d.Name, BaseURL: d.Endpoint, Email: d.Email, Token: d.Token,
 				Project: d.Project, IssueType: d.IssueType, HTTP: hc, Now: now})
+		}},
+	"redmine": {Capabilities: redmine.Capabilities, HTTP: true,
+		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
+			return redmine.New(redmine.Config{Name: d.Name, BaseURL: d.Endpoint, APIKey: d.Token, Project: d.Project,
+				TrackerID: d.TrackerID, CustomFieldID: d.CustomFieldID, PriorityIDs: d.PriorityIDs, HTTP: hc, Now: now})
 		}},
 	"slack": {Capabilities: slack.Capabilities, HTTP: true,
 		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {

@@ -14,6 +14,7 @@ import (
 	"ticketrelay/downstream/github/githubtest"
 	"ticketrelay/downstream/jira/jiratest"
 	"ticketrelay/downstream/pagerduty/pagerdutytest"
+	"ticketrelay/downstream/redmine/redminetest"
 	"ticketrelay/downstream/slack/slacktest"
 	"ticketrelay/downstream/webhook/webhooktest"
 	"ticketrelay/downstream/zendesk/zendesktest"
@@ -32,6 +33,7 @@ func TestCapabilitiesOf(t *testing.T) {
 		{"pagerduty", true, downstream.LookupNone},
 		{"github", false, downstream.LookupConsistent},
 		{"jira", false, downstream.LookupEventual},
+		{"redmine", false, downstream.LookupConsistent},
 		{"slack", false, downstream.LookupNone},
 	} {
 		// No endpoint, no secret: capabilities come from the kind alone.
@@ -49,7 +51,7 @@ func TestCapabilitiesOf(t *testing.T) {
 	if _, err := targets.CapabilitiesOf(targets.Def{Name: "x", Kind: "trello"}); err == nil || !strings.Contains(err.Error(), `unknown kind "trello"`) {
 		t.Errorf("unknown kind: %v", err)
 	}
-	if len(targets.KindNames()) != 7 {
+	if len(targets.KindNames()) != 8 {
 		t.Errorf("KindNames = %v", targets.KindNames())
 	}
 }
@@ -97,6 +99,7 @@ func TestOpenEveryKind(t *testing.T) {
 	gh := githubtest.New(t, "acme", "support", "gt")
 	ji := jiratest.New(t, "a@b.c", "jt", "OPS", 0, nil)
 	sl := slacktest.New(t)
+	rm := redminetest.New(t, "rk", "support", 5)
 	s := downstream.NewSecret
 	defs := []targets.Def{
 		{Name: "local", Kind: "local", Path: filepath.Join(t.TempDir(), "t.jsonl")},
@@ -106,6 +109,8 @@ func TestOpenEveryKind(t *testing.T) {
 		{Name: "bugs", Kind: "github", Endpoint: gh.URL(), Owner: "acme", Repo: "support", Token: s("gt")},
 		{Name: "ops", Kind: "jira", Endpoint: ji.URL(), Email: "a@b.c", Token: s("jt"), Project: "OPS", Timeout: 5 * time.Second},
 		{Name: "alerts", Kind: "slack", WebhookURL: s(sl.URL())},
+		{Name: "tracker", Kind: "redmine", Endpoint: rm.URL(), Token: s("rk"), Project: "support", TrackerID: 2, CustomFieldID: 5,
+			PriorityIDs: map[string]int{"high": 4}},
 	}
 	tgs, closeAll, err := targets.Open(defs, t.TempDir(), time.Now)
 	if err != nil {
@@ -125,10 +130,13 @@ func TestOpenEveryKind(t *testing.T) {
 		}
 	}
 	for name, n := range map[string]int{"webhook": wh.Count(), "zendesk": zd.Count(), "pagerduty": pd.Count(),
-		"github": gh.Count(), "jira": ji.Count(), "slack": sl.Count()} {
+		"github": gh.Count(), "jira": ji.Count(), "slack": sl.Count(), "redmine": rm.Count()} {
 		if n != 1 {
 			t.Errorf("%s fake holds %d items, want 1", name, n)
 		}
+	}
+	if is := rm.Issues()[0]; is.TrackerID != 2 || is.PriorityID != 4 || is.Custom[5] != "test:req-open" {
+		t.Errorf("redmine issue %+v; want tracker 2, priority 4 (high), the key in custom field 5", is)
 	}
 	if out := fmt.Sprintf("%+v %v", defs, tgs); strings.Contains(out, "whsec_") || strings.Contains(out, rk) || strings.Contains(out, "s3cr3t") {
 		t.Fatalf("printing defs or targets shows a secret: %s", out)
@@ -147,6 +155,9 @@ func TestValidate(t *testing.T) {
 		{targets.Def{Name: "x", Kind: "slack", WebhookURL: downstream.NewSecret("hooks.slack.com/x")}, "not an http(s) URL"},
 		{targets.Def{Name: "x", Kind: "jira", Endpoint: "https://a.atlassian.net", Email: "e", Token: downstream.NewSecret("t")}, "project key is required"},
 		{targets.Def{Name: "x", Kind: "webhook", Endpoint: "https://x", Timeout: -time.Second}, "negative"},
+		{targets.Def{Name: "x", Kind: "redmine", Project: "p", Token: downstream.NewSecret("k")}, "not an http(s) URL"},
+		{targets.Def{Name: "x", Kind: "redmine", Endpoint: "https://r", Project: "p"}, "API key is required"},
+		{targets.Def{Name: "x", Kind: "redmine", Endpoint: "https://r", Token: downstream.NewSecret("k")}, "project identifier is required"},
 	} {
 		err := c.def.Validate()
 		if err == nil || !strings.Contains(err.Error(), c.want) {

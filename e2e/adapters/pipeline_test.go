@@ -13,6 +13,7 @@ import (
 	"ticketrelay/downstream/github/githubtest"
 	"ticketrelay/downstream/jira/jiratest"
 	"ticketrelay/downstream/pagerduty/pagerdutytest"
+	"ticketrelay/downstream/redmine/redminetest"
 	"ticketrelay/downstream/slack/slacktest"
 	"ticketrelay/downstream/webhook"
 	"ticketrelay/downstream/webhook/webhooktest"
@@ -198,6 +199,37 @@ var kinds = []kind{
 					args["labels"] = []string{"e2e", strings.Repeat("x", 51)}
 				},
 				invalidMsg: "Validation Failed; Label.name: invalid",
+			}
+		},
+	},
+	{
+		name: "redmine", retrySafe: true, resendsAfterLoss: false, hasExternalID: true, hasURL: true,
+		setup: func(t *testing.T, sc scenario, id string) fake {
+			const key = "redmine-key-1"
+			f := redminetest.New(t, key, "support", 5)
+			env := map[string]string{"REDMINE_API_KEY": key}
+			if sc == badAuth {
+				env["REDMINE_API_KEY"] = "revoked-key" // 401, empty body
+			}
+			project := "support"
+			if sc == invalid {
+				// A project with no tracker enabled: 422 (Redmine replaces a
+				// tracker_id the project does not enable without an error).
+				f.AddProject(redminetest.Project{ID: 2, Identifier: "no-trackers"})
+				project = "no-trackers"
+			}
+			return fake{
+				target: "  - name: tracker\n    kind: redmine\n    endpoint: " + yamlQuote(f.URL()) +
+					"\n    options: {api_key_env: REDMINE_API_KEY, project: " + project + ", tracker_id: 2, custom_field_id: 5, priority_ids: 'normal=2, high=3'}\n",
+				env: env, faults: &f.Faults, count: f.Count,
+				check: func(t *testing.T, key, ticketID string) {
+					is := f.Issues()[0]
+					if is.Custom[5] != key || is.Subject != "Disk full on db-7" || is.TrackerID != 2 || is.PriorityID != 3 ||
+						!strings.Contains(is.Description, ticketID) {
+						t.Errorf("redmine issue %+v; want key %q in custom field 5, tracker 2, priority 3 and ticket %s", is, key, ticketID)
+					}
+				},
+				invalidMsg: "Tracker cannot be blank",
 			}
 		},
 	},

@@ -1,0 +1,395 @@
+// Package redminetest is an httptest fake of Redmine's REST API for
+// issues, keeping the contract of Redmine 5.0 (checked against Debian's
+// redmine 5.0.4):
+//   - authentication: X-Redmine-API-Key header or ?key=; none or a wrong
+//     one → 401 with an empty body
+//   - POST /issues.json {"issue":{project_id, tracker_id, subject,
+//     description, priority_id, custom_fields:[{id, value}]}} → 201
+//     {"issue":{...}} with Location; an unknown project → 422 "Project
+//     cannot be blank"; a blank subject → 422 "Subject cannot be blank";
+//     a subject over 255 characters → 422 "Subject is too long (maximum is
+//     255 characters)"; an unknown priority → 422 "Priority cannot be
+//     blank"; a project without trackers → 422 "Tracker cannot be blank";
+//     a tracker the project does not enable → its first tracker (no
+//     error); a custom field the project does not enable → dropped (no
+//     error); a body that is not JSON → 400
+//   - GET /issues.json?project_id=… (identifier or id; unknown → 404) with
+//     explicit filters f[]=…&op[…]=…&v[…][]=… or short ones (status_id=*,
+//     cf_N=value, subject=~text): status_id (* any, o open, default o),
+//     cf_N (=, exact), subject (~, contains, case-insensitive); a filter
+//     on an unknown field is ignored; sort=id or id:desc (default id:desc),
+//     limit (default 25, at most 100), offset
+//   - read-after-write: a created issue is in every later list
+package redminetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"unicode/utf8"
+
+	"ticketrelay/downstream/downstreamtest"
+)
+
+// Issue is a stored issue.
+type Issue struct {
+	ID          int64
+	Project     string // identifier
+	TrackerID   int
+	PriorityID  int
+	Subject     string
+	Description string
+	Closed      bool
+	Custom      map[int]string
+}
+
+// Project is one project of the fake.
+type Project struct {
+	ID         int
+	Identifier string
+	Trackers   []int // enabled trackers, the first is the default
+	Fields     []int // enabled issue custom fields
+}
+
+// Fake is one Redmine.
+type Fake struct {
+	Faults downstreamtest.Faults
+	key    string
+	srv    string
+
+	mu       sync.Mutex
+	projects []Project
+	issues   []Issue
+}
+
+// Trackers, priorities and the default priority of the fake (Redmine's
+// default data).
+var (
+	Trackers        = map[int]string{1: "Bug", 2: "Feature", 3: "Support"}
+	Priorities      = map[int]string{1: "Low", 2: "Normal", 3: "High", 4: "Urgent", 5: "Immediate"}
+	DefaultPriority = 2
+)
+
+// New starts a Redmine that accepts apiKey, with project (identifier, id
+// 1, every tracker, custom field fieldID enabled; fieldID 0: none).
+func New(t testing.TB, apiKey, project string, fieldID int) *Fake {
+	f := &Fake{key: apiKey}
+	var fields []int
+	if fieldID != 0 {
+		fields = []int{fieldID}
+	}
+	f.projects = []Project{{ID: 1, Identifier: project, Trackers: []int{1, 2, 3}, Fields: fields}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /issues.json", func(w http.ResponseWriter, r *http.Request) {
+		f.Faults.Serve(w, r, f.check(f.create))
+	})
+	mux.HandleFunc("GET /issues.json", f.check(f.list))
+	f.srv = downstreamtest.StartServer(t, mux).URL
+	return f
+}
+
+// URL is the Redmine root.
+func (f *Fake) URL() string { return f.srv }
+
+// AddProject adds a project.
+func (f *Fake) AddProject(p Project) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.projects = append(f.projects, p)
+}
+
+// Count is the number of issues.
+func (f *Fake) Count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.issues)
+}
+
+// Issues returns a copy of the issues.
+func (f *Fake) Issues() []Issue {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.issues)
+}
+
+// Close closes issue id (a lookup with status_id=* still finds it).
+func (f *Fake) Close(id int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.issues {
+		if f.issues[i].ID == id {
+			f.issues[i].Closed = true
+		}
+	}
+}
+
+func (f *Fake) check(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		k := r.Header.Get("X-Redmine-API-Key")
+		if k == "" {
+			k = r.URL.Query().Get("key")
+		}
+		if k != f.key {
+			w.Header().Set("WWW-Authenticate", `Basic realm="Redmine API"`)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (f *Fake) project(ref string) *Project {
+	for i, p := range f.projects {
+		if p.Identifier == ref || strconv.Itoa(p.ID) == ref {
+			return &f.projects[i]
+		}
+	}
+	return nil
+}
+
+// id reads a JSON number or numeric string, as Rails does.
+func id(raw json.RawMessage) (int, bool) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, false
+	}
+	var n json.Number
+	if json.Unmarshal(raw, &n) != nil {
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return 0, true
+		}
+		n = json.Number(s)
+	}
+	v, err := strconv.Atoi(n.String())
+	if err != nil {
+		return 0, true
+	}
+	return v, true
+}
+
+func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	var in struct {
+		Issue struct {
+			ProjectID    json.RawMessage `json:"project_id"`
+			TrackerID    json.RawMessage `json:"tracker_id"`
+			PriorityID   json.RawMessage `json:"priority_id"`
+			Subject      string          `json:"subject"`
+			Description  string          `json:"description"`
+			CustomFields []struct {
+				ID    int             `json:"id"`
+				Value json.RawMessage `json:"value"`
+			} `json:"custom_fields"`
+		} `json:"issue"`
+	}
+	if json.Unmarshal(body, &in) != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ref string
+	if json.Unmarshal(in.Issue.ProjectID, &ref) != nil {
+		if n, ok := id(in.Issue.ProjectID); ok {
+			ref = strconv.Itoa(n)
+		}
+	}
+	var errs []string
+	p := f.project(ref)
+	is := Issue{Subject: strings.TrimSpace(in.Issue.Subject), Description: in.Issue.Description, Custom: map[int]string{}}
+	switch {
+	case p == nil || len(p.Trackers) == 0:
+		// Redmine offers only projects with a tracker as targets.
+		errs = append(errs, "Project cannot be blank", "Tracker cannot be blank", "Status cannot be blank")
+	default:
+		is.Project = p.Identifier
+		is.TrackerID = p.Trackers[0]
+		if t, ok := id(in.Issue.TrackerID); ok && slices.Contains(p.Trackers, t) {
+			is.TrackerID = t
+		}
+		for _, cf := range in.Issue.CustomFields {
+			var v string
+			if slices.Contains(p.Fields, cf.ID) && json.Unmarshal(cf.Value, &v) == nil {
+				is.Custom[cf.ID] = v
+			}
+		}
+	}
+	switch n := utf8.RuneCountInString(is.Subject); {
+	case n == 0:
+		errs = append(errs, "Subject cannot be blank")
+	case n > 255:
+		errs = append(errs, "Subject is too long (maximum is 255 characters)")
+	}
+	is.PriorityID = DefaultPriority
+	if pr, ok := id(in.Issue.PriorityID); ok {
+		is.PriorityID = pr
+		if Priorities[pr] == "" {
+			errs = append(errs, "Priority cannot be blank")
+		}
+	}
+	if len(errs) > 0 {
+		downstreamtest.WriteJSON(w, http.StatusUnprocessableEntity, map[string]any{"errors": errs})
+		return
+	}
+	is.ID = int64(len(f.issues) + 1)
+	f.issues = append(f.issues, is)
+	w.Header().Set("Location", fmt.Sprintf("%s/issues/%d", f.srv, is.ID))
+	downstreamtest.WriteJSON(w, http.StatusCreated, map[string]any{"issue": f.render(is)})
+}
+
+// filter is one issue filter: a field, an operator and values.
+type filter struct {
+	field, op string
+	values    []string
+}
+
+// filters reads explicit filters (f[], op[…], v[…][]) or, without f[],
+// short ones, as Redmine's IssueQuery#build_from_params does.
+func filters(q map[string][]string) []filter {
+	var out []filter
+	if fs, ok := q["f[]"]; ok {
+		for _, fld := range fs {
+			if fld == "" {
+				continue
+			}
+			out = append(out, filter{field: fld, op: first(q["op["+fld+"]"]), values: q["v["+fld+"][]"]})
+		}
+		return out
+	}
+	for k, vs := range q {
+		if k != "status_id" && k != "subject" && !strings.HasPrefix(k, "cf_") {
+			continue
+		}
+		v := first(vs)
+		op := "="
+		for _, o := range []string{"!*", "!~", "!", "*", "~", "o", "c"} {
+			if rest, ok := strings.CutPrefix(v, o); ok && (o != "o" && o != "c" || rest == "") {
+				op, v = o, rest
+				break
+			}
+		}
+		out = append(out, filter{field: k, op: op, values: strings.Split(v, "|")})
+	}
+	return out
+}
+
+func first(vs []string) string {
+	if len(vs) == 0 {
+		return ""
+	}
+	return vs[0]
+}
+
+func (f *Fake) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var p *Project
+	if ref := q.Get("project_id"); ref != "" {
+		if p = f.project(ref); p == nil {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+	}
+	fs := filters(q)
+	hasStatus := slices.ContainsFunc(fs, func(x filter) bool { return x.field == "status_id" })
+	if !hasStatus {
+		fs = append(fs, filter{field: "status_id", op: "o"})
+	}
+	var match []Issue
+	for _, is := range f.issues {
+		if p != nil && is.Project != p.Identifier {
+			continue
+		}
+		ok := true
+		for _, x := range fs {
+			ok = ok && x.matches(is)
+		}
+		if ok {
+			match = append(match, is)
+		}
+	}
+	if q.Get("sort") != "id" && q.Get("sort") != "id:asc" {
+		slices.Reverse(match)
+	}
+	offset, _ := strconv.Atoi(q.Get("offset"))
+	limit, err := strconv.Atoi(q.Get("limit"))
+	if err != nil || limit <= 0 {
+		limit = 25
+	}
+	limit = min(limit, 100)
+	total := len(match)
+	match = match[min(max(offset, 0), len(match)):]
+	match = match[:min(limit, len(match))]
+	out := []map[string]any{}
+	for _, is := range match {
+		out = append(out, f.render(is))
+	}
+	downstreamtest.WriteJSON(w, http.StatusOK, map[string]any{"issues": out, "total_count": total, "offset": offset, "limit": limit})
+}
+
+// matches applies a filter; an unknown field or operator matches all, as
+// Redmine ignores filters it does not know.
+func (x filter) matches(is Issue) bool {
+	switch {
+	case x.field == "status_id":
+		switch x.op {
+		case "*":
+			return true
+		case "o":
+			return !is.Closed
+		case "c":
+			return is.Closed
+		}
+	case x.field == "subject" && x.op == "~":
+		for _, v := range x.values {
+			if !strings.Contains(strings.ToLower(is.Subject), strings.ToLower(v)) {
+				return false
+			}
+		}
+		return true
+	case strings.HasPrefix(x.field, "cf_") && x.op == "=":
+		n, err := strconv.Atoi(strings.TrimPrefix(x.field, "cf_"))
+		if err != nil {
+			return true
+		}
+		v, ok := is.Custom[n]
+		return ok && slices.Contains(x.values, v)
+	}
+	return true
+}
+
+func (f *Fake) render(is Issue) map[string]any {
+	var p Project
+	if pp := f.project(is.Project); pp != nil {
+		p = *pp
+	}
+	cfs := []map[string]any{}
+	for _, id := range p.Fields {
+		var v any
+		if s, ok := is.Custom[id]; ok {
+			v = s
+		}
+		cfs = append(cfs, map[string]any{"id": id, "name": "ticketrelay request", "value": v})
+	}
+	return map[string]any{
+		"id":            is.ID,
+		"project":       map[string]any{"id": p.ID, "name": p.Identifier},
+		"tracker":       map[string]any{"id": is.TrackerID, "name": Trackers[is.TrackerID]},
+		"status":        map[string]any{"id": 1, "name": "New", "is_closed": is.Closed},
+		"priority":      map[string]any{"id": is.PriorityID, "name": Priorities[is.PriorityID]},
+		"subject":       is.Subject,
+		"description":   is.Description,
+		"custom_fields": cfs,
+	}
+}
