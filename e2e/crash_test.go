@@ -135,8 +135,8 @@ func TestCrashBothProcessesUnderLoad(t *testing.T) {
 
 	s := newStack(t)
 	// A dispatcher that dies holds the messages its forwarder had pulled
-	// until the consumer's AckWait (2×delivery-timeout + 5s) runs out; the
-	// default 30s timeout would make that 65s (see the e2e report).
+	// until the consumer's AckWait (10 s, forwarder.Config.AckWait) runs
+	// out; a short delivery timeout keeps the survivors' calls short too.
 	s.dispArgs = []string{"-delivery-timeout", "2s"}
 	d1 := s.startDispatcher(t, "TICKETRELAY_FAILPOINTS=relay.after-publish=kill@3")
 	f1 := s.startFront(t, "127.0.0.1:0")

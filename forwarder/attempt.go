@@ -104,6 +104,16 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 	if err != nil {
 		e := downstream.Classify(err)
 		a.log.Warn("forwarder: lookup before resend failed", "err", e)
+		if e.Class != downstream.Transient {
+			// A lookup refused for good (credentials, a project that is
+			// gone) would be refused on every retry, and without it the
+			// earlier attempt's outcome stays unknown: an operator decides.
+			if e.Class == downstream.Auth {
+				a.f.metrics.AuthFailures.WithLabelValues(a.t.Name()).Inc()
+			}
+			return true, a.uncertain(ctx, prev, fmt.Sprintf("attempt %d ended without an answer and the lookup that would prove its outcome failed: %s",
+				prev.Attempts, e))
+		}
 		prev.LastError = "lookup failed: " + e.Error()
 		prev.NextAttemptAt = a.f.now().Add(a.f.cfg.Retry.Delay(prev.Attempts))
 		if err := a.f.ledger.RecordDelivery(ctx, prev); err != nil {

@@ -469,6 +469,38 @@ func TestUnkeyedConsistentLookup(t *testing.T) {
 	})
 }
 
+// A lookup refused for good cannot prove the earlier attempt's outcome on
+// any retry: the request goes uncertain, and nothing is resent.
+func TestPermanentLookupFailureIsUncertain(t *testing.T) {
+	t.Parallel()
+	for name, lookupErr := range map[string]error{
+		"auth":      &downstream.Error{Class: downstream.Auth, StatusCode: 401, Err: errors.New("bad key")},
+		"not found": &downstream.Error{Class: downstream.Permanent, StatusCode: 404, Err: errors.New("no such project")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			api := newLookupAPI("desk")
+			id := e.create(t, api.name)
+			if err := e.l.RecordDelivery(context.Background(), ledger.Delivery{RequestID: id, Target: api.name, State: ledger.DeliveryAttempting, Attempts: 1}); err != nil {
+				t.Fatal(err)
+			}
+			api.findHook = func(context.Context, downstream.Delivery) error { return lookupErr }
+			e.startForwarder(t, testConfig(), api)
+			st := e.waitStatus(t, id, ledger.StatusUncertain)
+			if !strings.Contains(st.LastError, "lookup") {
+				t.Errorf("last error %q does not say the lookup failed", st.LastError)
+			}
+			if n := len(api.Calls()); n != 0 {
+				t.Errorf("%d create calls, want none", n)
+			}
+			if n := len(api.Finds()); n != 1 {
+				t.Errorf("%d lookups, want 1 (a refused lookup is not retried)", n)
+			}
+		})
+	}
+}
+
 // A message for a request already settled (an ack lost, a republish after
 // the duplicate window) is acknowledged without calling the API.
 func TestRedeliveryOfSettledRequestSkipped(t *testing.T) {
