@@ -57,7 +57,9 @@ func NewWriter(db *DB, log *slog.Logger, m *metrics.Writer) *Writer {
 
 // InTx runs fn inside the next group-commit transaction and returns after
 // that transaction is durable. fn must be quick and must not block: it runs
-// on the writer goroutine. Once submitted, fn runs even if ctx is cancelled
+// on the writer goroutine. fn may run twice, the first time in a transaction
+// that is rolled back (when another operation of its batch fails; see
+// runBatch): it must act only through tx, and set what it returns on each run. Once submitted, fn runs even if ctx is cancelled
 // while waiting; the caller just stops waiting for the answer.
 func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	j := job{fn: fn, done: make(chan error, 1)}
@@ -138,37 +140,57 @@ func (w *Writer) commit(batch []job) {
 }
 
 // runBatch returns an error only when the transaction itself failed; an
-// operation's own error goes to errs and rolls back only that operation. A
-// batch of one needs no savepoint: its error rolls back the transaction.
+// operation's own error goes to errs and rolls back only that operation.
+//
+// Most batches succeed whole, so a batch first runs without savepoints: a
+// savepoint copies every page an operation touches that the batch had
+// already dirtied into a sub-journal, 5 % of a create's CPU. If an operation
+// fails, that transaction is rolled back and the batch runs again, each
+// operation inside its own savepoint. A batch of one needs no savepoint: its
+// error rolls back the transaction.
 func (w *Writer) runBatch(ctx context.Context, batch []job, errs []error) error {
+	failed, err := w.runTx(ctx, batch, errs, false)
+	if err != nil || !failed || len(batch) == 1 {
+		return err
+	}
+	clear(errs)
+	_, err = w.runTx(ctx, batch, errs, true)
+	return err
+}
+
+// runTx runs batch in one transaction. Without savepoints it stops at the
+// first operation that fails and rolls everything back (failed); with them,
+// a failed operation is rolled back to its savepoint and the others commit.
+func (w *Writer) runTx(ctx context.Context, batch []job, errs []error, savepoints bool) (failed bool, err error) {
 	tx, err := beginImmediate(ctx, w.db)
 	if err != nil {
-		return fmt.Errorf("ledger: begin: %w", err)
+		return false, fmt.Errorf("ledger: begin: %w", err)
 	}
 	defer tx.Rollback()
-	if len(batch) == 1 {
-		if errs[0] = batch[0].fn(ctx, tx); errs[0] != nil {
-			return nil // deferred rollback
-		}
-	} else {
-		for i, j := range batch {
+	for i, j := range batch {
+		if savepoints {
 			if _, err := w.stmts.exec(ctx, tx, "SAVEPOINT op"); err != nil {
-				return fmt.Errorf("ledger: savepoint: %w", err)
+				return false, fmt.Errorf("ledger: savepoint: %w", err)
 			}
-			if errs[i] = j.fn(ctx, tx); errs[i] != nil {
-				if _, err := w.stmts.exec(ctx, tx, "ROLLBACK TO op"); err != nil {
-					return fmt.Errorf("ledger: rollback to savepoint: %w", err)
-				}
+		}
+		if errs[i] = j.fn(ctx, tx); errs[i] != nil {
+			if !savepoints {
+				return true, nil // deferred rollback
 			}
+			if _, err := w.stmts.exec(ctx, tx, "ROLLBACK TO op"); err != nil {
+				return false, fmt.Errorf("ledger: rollback to savepoint: %w", err)
+			}
+		}
+		if savepoints {
 			if _, err := w.stmts.exec(ctx, tx, "RELEASE op"); err != nil {
-				return fmt.Errorf("ledger: release savepoint: %w", err)
+				return false, fmt.Errorf("ledger: release savepoint: %w", err)
 			}
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("ledger: commit: %w", err)
+		return false, fmt.Errorf("ledger: commit: %w", err)
 	}
-	return nil
+	return false, nil
 }
 
 // LockWait bounds how long the writer waits for the other process to
