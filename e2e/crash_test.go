@@ -14,6 +14,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"ticketrelay/internal/e2eproc"
 )
 
 // load is a bounded set of clients that create tickets with unique
@@ -67,7 +69,7 @@ func (l *load) run(ctx context.Context, ids []string) {
 			}
 			if cs == nil {
 				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				s, err := connect(cctx, l.url)
+				s, err := e2eproc.Dial(cctx, l.url)
 				cancel()
 				if err != nil {
 					if !pause() {
@@ -140,7 +142,7 @@ func TestCrashBothProcessesUnderLoad(t *testing.T) {
 	s.dispArgs = []string{"-delivery-timeout", "2s"}
 	d1 := s.startDispatcher(t, "TICKETRELAY_FAILPOINTS=relay.after-publish=kill@3")
 	f1 := s.startFront(t, "127.0.0.1:0")
-	port := portOf(t, f1.addrs["mcp"])
+	port := portOf(t, f1.Addr("mcp"))
 
 	began := time.Now()
 	l := &load{url: s.url, answered: map[string]createResult{}}
@@ -163,7 +165,7 @@ func TestCrashBothProcessesUnderLoad(t *testing.T) {
 		defer tick.Stop()
 		for {
 			if n := l.n.Load(); n >= total/3 {
-				f1.kill9()
+				f1.Kill9()
 				frontKilled <- n
 				return
 			}
@@ -179,29 +181,29 @@ func TestCrashBothProcessesUnderLoad(t *testing.T) {
 	// the dispatcher without the failpoint once it has killed itself. If the
 	// relay happened to publish the whole load in fewer than 3 batches, a few
 	// more single requests make the batches the failpoint waits for.
-	var d2 *proc
+	var d2 *e2eproc.Proc
 	frontRestarted, loadFinished, tail := false, false, 0
 	for !loadFinished || !frontRestarted || d2 == nil {
 		var d1done <-chan struct{}
 		if d2 == nil {
-			d1done = d1.done
+			d1done = d1.Done()
 		}
 		select {
 		case <-loadDone:
 			loadFinished, loadDone = true, nil
 		case n := <-frontKilled:
-			<-f1.done
-			if !f1.killedBySIGKILL() {
-				t.Fatalf("mcp-front was not killed by SIGKILL: %v", f1.waitErr)
+			<-f1.Done()
+			if !f1.KilledBySIGKILL() {
+				t.Fatalf("mcp-front was not killed by SIGKILL: %v", f1.Err())
 			}
 			s.startFront(t, "127.0.0.1:"+port)
 			frontRestarted = true
 			t.Logf("mcp-front killed with SIGKILL after %d of %d answers; restarted on port %s", n, total, port)
 		case <-d1done:
-			if !d1.killedBySIGKILL() || !strings.Contains(d1.log(), "failpoint relay.after-publish: SIGKILL") {
-				t.Fatalf("the dispatcher exited, but not by its failpoint: %v", d1.waitErr)
+			if !d1.KilledBySIGKILL() || !strings.Contains(d1.Log(), "failpoint relay.after-publish: SIGKILL") {
+				t.Fatalf("the dispatcher exited, but not by its failpoint: %v", d1.Err())
 			}
-			d1.exitExpected.Store(true)
+			d1.ExpectExit()
 			t.Logf("the dispatcher killed itself after a JetStream ack (%d answers so far)", l.n.Load())
 			d2 = s.startDispatcher(t)
 		case <-ctx.Done():
@@ -233,7 +235,7 @@ func TestCrashBothProcessesUnderLoad(t *testing.T) {
 	for id := range l.answered {
 		ids = append(ids, id)
 	}
-	cs := mustConnect(t, s.url)
+	cs := e2eproc.Connect(t, s.url)
 	waitDelivered(t, cs, 30*time.Second, ids...)
 	t.Logf("all delivered %s after the start of the load", time.Since(began).Round(time.Millisecond))
 
@@ -290,7 +292,7 @@ func TestCrashBothProcessesUnderLoad(t *testing.T) {
 	waitFor(t, 5*time.Second, "ticketrelay_outbox_backlog 0", func() bool {
 		return scrape(t, d2).get("ticketrelay_outbox_backlog") == 0
 	})
-	if msgs := streamMsgs(t, d2.addrs["nats"]); msgs != uint64(c.requests) {
+	if msgs := streamMsgs(t, d2.Addr("nats")); msgs != uint64(c.requests) {
 		t.Errorf("stream TICKETS holds %d messages, want %d (one per request)", msgs, c.requests)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"ticketrelay/internal/e2eproc"
 )
 
 const deliverTimeout = 20 * time.Second
@@ -38,13 +40,13 @@ func TestLostResponseReplaysOnNewSession(t *testing.T) {
 	const id = "8d0c1d9e-lost-response-1"
 	args := ticketArgs(id, "Checkout fails with 502 for EU customers")
 
-	cs1 := mustConnect(t, s.url)
+	cs1 := e2eproc.Connect(t, s.url)
 	lost := mustCreate(t, cs1, args) // the client never sees this answer...
 	if err := cs1.Close(); err != nil {
 		t.Fatalf("closing the first session: %v", err)
 	}
 
-	cs2 := mustConnect(t, s.url) // ...and calls again on a new session
+	cs2 := e2eproc.Connect(t, s.url) // ...and calls again on a new session
 	if cs2.ID() != "" && cs2.ID() == cs1.ID() {
 		t.Fatalf("second session has the id %q of the first", cs2.ID())
 	}
@@ -92,7 +94,7 @@ func TestTCPCutThenRetryCreatesOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			addr := s.front.addrs["mcp"]
+			addr := s.front.Addr("mcp")
 			conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 			if err != nil {
 				t.Fatal(err)
@@ -112,7 +114,7 @@ func TestTCPCutThenRetryCreatesOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			cs := mustConnect(t, s.url)
+			cs := e2eproc.Connect(t, s.url)
 			r := mustCreate(t, cs, args)
 			t.Logf("retry after the cut (%s): replayed=%v", cut, r.Replayed)
 			waitDelivered(t, cs, deliverTimeout, id)
@@ -141,7 +143,7 @@ func TestConcurrentRetriesCreateOnce(t *testing.T) {
 
 	sessions := make([]*mcp.ClientSession, n)
 	for i := range sessions {
-		sessions[i] = mustConnect(t, s.url)
+		sessions[i] = e2eproc.Connect(t, s.url)
 	}
 	results := make([]createResult, n)
 	errs := make([]error, n)
@@ -193,7 +195,7 @@ func TestRequestIDReuseWithOtherArgumentsIsRejected(t *testing.T) {
 	s := startStack(t)
 	const id = "reuse-3f1a"
 	orig := ticketArgs(id, "Login page is blank")
-	cs := mustConnect(t, s.url)
+	cs := e2eproc.Connect(t, s.url)
 	first := mustCreate(t, cs, orig)
 	db := openDB(t, s.db)
 	before := countRows(t, db)
@@ -246,7 +248,7 @@ func TestRequestIDReuseWithOtherArgumentsIsRejected(t *testing.T) {
 // Invalid calls are tool errors that name the argument, and write nothing.
 func TestInvalidCallsWriteNothing(t *testing.T) {
 	s := startStack(t)
-	cs := mustConnect(t, s.url)
+	cs := e2eproc.Connect(t, s.url)
 	mustCreate(t, cs, ticketArgs("valid-before-invalid", "A valid ticket"))
 	db := openDB(t, s.db)
 	before := countRows(t, db)

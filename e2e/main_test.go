@@ -9,10 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
+
+	"ticketrelay/internal/e2eproc"
 )
 
 // Paths of the binaries built once by TestMain.
@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 }
 
 func buildAndRun(m *testing.M) int {
-	root, err := moduleRoot()
+	root, err := e2eproc.ModuleRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
@@ -44,30 +44,11 @@ func buildAndRun(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	build := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./cmd/mcp-front", "./cmd/dispatcher")
-	build.Dir = root
-	build.Stdout = os.Stderr
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: building the binaries:", err)
+	if frontBin, dispatcherBin, err = e2eproc.Build(root, dir); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	frontBin = filepath.Join(dir, "mcp-front")
-	dispatcherBin = filepath.Join(dir, "dispatcher")
 	return m.Run()
-}
-
-// moduleRoot is the directory of the go.mod that holds this package.
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("not inside a Go module (go env GOMOD = %q)", gomod)
-	}
-	return filepath.Dir(gomod), nil
 }
 
 // runTap runs exe with args behind a tap on its stdout: stdin and stderr are
@@ -80,7 +61,7 @@ func runTap(exe string, args []string) int {
 	cmd := exec.Command(exe, args...)
 	cmd.Stdin = os.Stdin
 	cmd.Stderr = os.Stderr
-	cmd.Env = withoutEnv(os.Environ(), tapEnv)
+	cmd.Env = e2eproc.WithoutEnv(os.Environ(), tapEnv)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "TAP VIOLATION: stdout pipe:", err)
@@ -160,21 +141,4 @@ func checkJSONRPCLine(line []byte) string {
 		return `no "jsonrpc":"2.0" member`
 	}
 	return ""
-}
-
-func withoutEnv(env []string, names ...string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		drop := false
-		for _, n := range names {
-			if name == n || (strings.HasSuffix(n, "*") && strings.HasPrefix(name, strings.TrimSuffix(n, "*"))) {
-				drop = true
-			}
-		}
-		if !drop {
-			out = append(out, kv)
-		}
-	}
-	return out
 }

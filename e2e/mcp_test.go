@@ -22,30 +22,6 @@ const createTool = "create_ticket"
 
 var ticketIDRE = regexp.MustCompile(`^tkt_[0-9a-hjkmnp-tv-z]{21}$`)
 
-// connect opens a new MCP session over streamable HTTP. The standalone SSE
-// stream and the transport's reconnects are off: a test that kills the
-// server wants the error, not a silent resend.
-func connect(ctx context.Context, url string) (*mcp.ClientSession, error) {
-	c := mcp.NewClient(&mcp.Implementation{Name: "ticketrelay-e2e", Version: "1"}, nil)
-	return c.Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint:             url,
-		MaxRetries:           -1,
-		DisableStandaloneSSE: true,
-	}, nil)
-}
-
-func mustConnect(t testing.TB, url string) *mcp.ClientSession {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cs, err := connect(ctx, url)
-	if err != nil {
-		t.Fatalf("connect %s: %v", url, err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return cs
-}
-
 // createResult is create_ticket's structured answer.
 type createResult struct {
 	RequestID string    `json:"request_id"`

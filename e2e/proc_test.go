@@ -10,11 +10,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,161 +20,17 @@ import (
 	"github.com/prometheus/common/model"
 	_ "modernc.org/sqlite"
 
+	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/testwait"
 )
-
-// stopTimeout bounds a clean shutdown after SIGINT.
-const stopTimeout = 15 * time.Second
-
-// proc is one running instance of a binary.
-type proc struct {
-	name    string
-	cmd     *exec.Cmd
-	logPath string
-	addrs   map[string]string
-	done    chan struct{} // closed when the process has exited
-	waitErr error         // cmd.Wait's answer, valid once done is closed
-	// exitExpected is set when the test kills the process or has checked
-	// that it killed itself; any other exit before the end fails the test.
-	exitExpected atomic.Bool
-}
-
-// startProc starts bin with args (plus -addr-file), logs its stderr to
-// dir/name.log and waits until it announces its addresses, which must
-// include every key in want. The process is stopped with SIGINT at the end of
-// the test, and must then exit with status 0.
-func startProc(t testing.TB, dir, name, bin string, args, env []string, want ...string) *proc {
-	t.Helper()
-	p := &proc{name: name, logPath: filepath.Join(dir, name+".log"), done: make(chan struct{})}
-	addrFile := filepath.Join(dir, name+".addr.json")
-	logf, err := os.Create(p.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	p.cmd = exec.Command(bin, append(args, "-addr-file", addrFile)...)
-	p.cmd.Env = append(withoutEnv(os.Environ(), "TICKETRELAY_*"), env...)
-	p.cmd.Stderr = logf
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		if t.Failed() {
-			p.dumpLog(t)
-		}
-	})
-	t.Cleanup(func() {
-		switch {
-		case !p.exited():
-			p.stop(t)
-		case !p.exitExpected.Load():
-			t.Errorf("%s exited during the test: %v", p.name, p.waitErr)
-		}
-	})
-
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if b, err := os.ReadFile(addrFile); err == nil {
-			var addrs map[string]string
-			if err := json.Unmarshal(b, &addrs); err != nil {
-				t.Fatalf("%s: -addr-file %s: %v: %q", name, addrFile, err, b)
-			}
-			for _, k := range want {
-				if addrs[k] == "" {
-					t.Fatalf("%s: -addr-file has no %q address: %s", name, k, b)
-				}
-			}
-			p.addrs = addrs
-			return p
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("%s exited before it served: %v", name, p.waitErr)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s wrote no -addr-file within 30s", name)
-		}
-	}
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends SIGINT and checks that the process exits 0 within stopTimeout:
-// a clean shutdown is part of the product.
-func (p *proc) stop(t testing.TB) {
-	t.Helper()
-	// Connections the client dialled but never used look "new" to the
-	// server, and http.Server.Shutdown waits up to 5s for them: hang up
-	// as a client that is done would.
-	http.DefaultClient.CloseIdleConnections()
-	began := time.Now()
-	if err := p.cmd.Process.Signal(os.Interrupt); err != nil && !p.exited() {
-		t.Errorf("%s: SIGINT: %v", p.name, err)
-	}
-	select {
-	case <-p.done:
-		if d := time.Since(began); d > 2*time.Second {
-			t.Logf("%s took %s to shut down", p.name, d.Round(time.Millisecond))
-		}
-		if p.waitErr != nil {
-			t.Errorf("%s did not shut down cleanly on SIGINT: %v", p.name, p.waitErr)
-		}
-	case <-time.After(stopTimeout):
-		t.Errorf("%s still running %s after SIGINT; killing it", p.name, stopTimeout)
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// kill9 kills the process with SIGKILL (it may be called from any
-// goroutine); the caller waits on done.
-func (p *proc) kill9() {
-	p.exitExpected.Store(true)
-	_ = p.cmd.Process.Kill()
-}
-
-// killedBySIGKILL reports whether the process has exited by SIGKILL.
-func (p *proc) killedBySIGKILL() bool {
-	if !p.exited() || p.cmd.ProcessState == nil {
-		return false
-	}
-	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
-}
-
-func (p *proc) log() string {
-	b, _ := os.ReadFile(p.logPath)
-	return string(b)
-}
-
-func (p *proc) dumpLog(t testing.TB) {
-	const max = 64 << 10
-	s := p.log()
-	if len(s) > max {
-		s = "…" + s[len(s)-max:]
-	}
-	t.Logf("----- stderr of %s (%s) -----\n%s----- end of %s -----", p.name, p.logPath, s, p.name)
-}
 
 // stack is a dispatcher and an mcp-front sharing one data directory.
 type stack struct {
 	dir   string // data directory of the dispatcher
 	db    string // SQLite file shared by both
 	jsonl string // the local target's file
-	disp  *proc
-	front *proc
+	disp  *e2eproc.Proc
+	front *e2eproc.Proc
 	url   string // streamable HTTP endpoint of mcp-front
 	n     map[string]int
 	// dispArgs are extra flags of every dispatcher of the stack.
@@ -207,9 +60,9 @@ func (s *stack) instance(kind string) string {
 	return fmt.Sprintf("%s-%d", kind, s.n[kind])
 }
 
-func (s *stack) startDispatcher(t testing.TB, env ...string) *proc {
+func (s *stack) startDispatcher(t testing.TB, env ...string) *e2eproc.Proc {
 	t.Helper()
-	s.disp = startProc(t, s.dir, s.instance("dispatcher"), dispatcherBin, append([]string{
+	s.disp = e2eproc.Start(t, s.dir, s.instance("dispatcher"), dispatcherBin, append([]string{
 		"-data", s.dir, "-db", s.db,
 		"-nats-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0",
 		"-lease-ttl", "2s", "-poll-interval", "5ms",
@@ -217,12 +70,12 @@ func (s *stack) startDispatcher(t testing.TB, env ...string) *proc {
 	return s.disp
 }
 
-func (s *stack) startFront(t testing.TB, listen string) *proc {
+func (s *stack) startFront(t testing.TB, listen string) *e2eproc.Proc {
 	t.Helper()
-	s.front = startProc(t, s.dir, s.instance("mcp-front"), frontBin, []string{
+	s.front = e2eproc.Start(t, s.dir, s.instance("mcp-front"), frontBin, []string{
 		"-db", s.db, "-listen", listen, "-metrics-listen", "127.0.0.1:0",
 	}, nil, "mcp", "metrics")
-	s.url = "http://" + s.front.addrs["mcp"] + "/mcp"
+	s.url = "http://" + s.front.Addr("mcp") + "/mcp"
 	return s.front
 }
 
@@ -237,11 +90,11 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 // metrics is one scrape of a /metrics endpoint.
 type metrics map[string]*dto.MetricFamily
 
-func scrape(t testing.TB, p *proc) metrics {
+func scrape(t testing.TB, p *e2eproc.Proc) metrics {
 	t.Helper()
-	m, err := tryScrape(p.addrs["metrics"])
+	m, err := tryScrape(p.Addr("metrics"))
 	if err != nil {
-		t.Fatalf("scrape %s: %v", p.name, err)
+		t.Fatalf("scrape %s: %v", p.Name(), err)
 	}
 	return m
 }

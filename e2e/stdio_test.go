@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"ticketrelay/internal/e2eproc"
 )
 
 // mcp-front -stdio under a real MCP client: stdout carries JSON-RPC and
@@ -34,7 +36,7 @@ func TestStdioCarriesOnlyJSONRPC(t *testing.T) {
 	defer logf.Close()
 	t.Cleanup(func() {
 		if t.Failed() {
-			(&proc{name: "mcp-front -stdio", logPath: logPath}).dumpLog(t)
+			e2eproc.DumpLog(t, "mcp-front -stdio", logPath)
 		}
 	})
 	self, err := os.Executable()
@@ -42,7 +44,7 @@ func TestStdioCarriesOnlyJSONRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(self, "-stdio", "-db", db, "-log-level", "debug")
-	cmd.Env = append(withoutEnv(os.Environ(), "TICKETRELAY_*"), tapEnv+"="+frontBin)
+	cmd.Env = e2eproc.Environ(tapEnv + "=" + frontBin)
 	cmd.Stderr = logf
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

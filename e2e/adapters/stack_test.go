@@ -2,7 +2,6 @@ package adapters_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/testio"
 	"ticketrelay/internal/testwait"
 )
@@ -100,17 +100,7 @@ func startStack(t *testing.T, config string, env map[string]string) *stack {
 	s.front = run(t, "mcp-front", app.RunFront, nil,
 		"-db", db, "-config", cfg, "-listen", "127.0.0.1:0", "-metrics-listen", "")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c := mcp.NewClient(&mcp.Implementation{Name: "ticketrelay-e2e-adapters", Version: "1"}, nil)
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint: "http://" + s.front.addrs["mcp"] + "/mcp", MaxRetries: -1, DisableStandaloneSSE: true,
-	}, nil)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	s.cs = cs
+	s.cs = e2eproc.Connect(t, "http://"+s.front.addrs["mcp"]+"/mcp")
 	return s
 }
 
@@ -136,33 +126,10 @@ type status struct {
 	Detail      string `json:"detail"`
 }
 
-func (s *stack) call(t *testing.T, tool string, args map[string]any, out any) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
-	if err != nil {
-		t.Fatalf("%s: %v", tool, err)
-	}
-	if len(res.Content) != 1 {
-		t.Fatalf("%s: %d content items", tool, len(res.Content))
-	}
-	tc, ok := res.Content[0].(*mcp.TextContent)
-	if !ok {
-		t.Fatalf("%s: content %T", tool, res.Content[0])
-	}
-	if res.IsError {
-		t.Fatalf("%s: tool error: %s", tool, tc.Text)
-	}
-	if err := json.Unmarshal([]byte(tc.Text), out); err != nil {
-		t.Fatalf("%s: answer %s: %v", tool, tc.Text, err)
-	}
-}
-
 func (s *stack) create(t *testing.T, tool string, args map[string]any) createResult {
 	t.Helper()
 	var r createResult
-	s.call(t, tool, args, &r)
+	e2eproc.CallTool(t, s.cs, tool, args, &r)
 	if r.RequestID != args["request_id"] || r.Status != "queued" || r.Replayed || r.TicketID == "" {
 		t.Fatalf("%s answered %+v; want a fresh queued ticket for %v", tool, r, args["request_id"])
 	}
@@ -172,7 +139,7 @@ func (s *stack) create(t *testing.T, tool string, args map[string]any) createRes
 func (s *stack) find(t *testing.T, id string) status {
 	t.Helper()
 	var st status
-	s.call(t, "find_request", map[string]any{"request_id": id}, &st)
+	e2eproc.CallTool(t, s.cs, "find_request", map[string]any{"request_id": id}, &st)
 	if st.RequestID != id || st.Detail == "" {
 		t.Fatalf("find_request %s answered %+v", id, st)
 	}

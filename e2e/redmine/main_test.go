@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ticketrelay/internal/e2eproc"
 )
 
 // enableEnv runs the tests: TICKETRELAY_REDMINE=1 (make test-redmine).
@@ -42,7 +44,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	root, err := moduleRoot()
+	root, err := e2eproc.ModuleRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/redmine:", err)
 		return 1
@@ -53,14 +55,10 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-
-	build := exec.Command("go", "build", "-o", filepath.Join(tmp, "bin")+string(os.PathSeparator), "./cmd/mcp-front", "./cmd/dispatcher")
-	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/redmine: building the binaries:", err)
+	if frontBin, dispatcherBin, err = e2eproc.Build(root, filepath.Join(tmp, "bin")); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/redmine:", err)
 		return 1
 	}
-	frontBin, dispatcherBin = filepath.Join(tmp, "bin", "mcp-front"), filepath.Join(tmp, "bin", "dispatcher")
 
 	stop, err := startRedmine(filepath.Join(root, "scripts", "redmine-up.sh"), filepath.Join(tmp, "redmine"))
 	if err != nil {
@@ -139,18 +137,6 @@ func startRedmine(script, dir string) (stop func() error, err error) {
 		stop()
 		return nil, errors.New("redmine was not ready within 4 minutes")
 	}
-}
-
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("not inside a Go module (go env GOMOD = %q)", gomod)
-	}
-	return filepath.Dir(gomod), nil
 }
 
 // needRedmine skips t unless TestMain started a Redmine.

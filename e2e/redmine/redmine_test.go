@@ -177,10 +177,11 @@ func TestDispatcherKilledBetweenCallAndAck(t *testing.T) {
 	first := s.dispatcher
 	id := "req-killed"
 	s.create(t, id, "Killed before the ack")
-	testwait.For(t, 30*time.Second, "the dispatcher to kill itself after the call", first.exited)
-	if !first.killedBySIGKILL() {
-		t.Fatalf("the dispatcher exited, not by SIGKILL: %v", first.waitErr)
+	testwait.For(t, 30*time.Second, "the dispatcher to kill itself after the call", first.Exited)
+	if !first.KilledBySIGKILL() {
+		t.Fatalf("the dispatcher exited, not by SIGKILL: %v", first.Err())
 	}
+	first.ExpectExit()
 	if n := len(issues(t, p)); n != 1 {
 		t.Fatalf("after the call and before the restart Redmine holds %d issues, want 1", n)
 	}

@@ -1,103 +1,18 @@
 package redmine_test
 
 import (
-	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/testwait"
 )
-
-// proc is one running binary.
-type proc struct {
-	name    string
-	cmd     *exec.Cmd
-	logPath string
-	addrs   map[string]string
-	done    chan struct{}
-	waitErr error
-}
-
-// startProc starts bin with args (plus -addr-file) and the environment env
-// (nothing of the test's own TICKETRELAY_* variables), logs its stderr to
-// dir/name.log and waits until it serves. At the end of the test a running
-// process gets SIGINT and must exit 0; its log is shown if the test failed.
-func startProc(t *testing.T, dir, name, bin string, args, env []string) *proc {
-	t.Helper()
-	p := &proc{name: name, logPath: filepath.Join(dir, name+".log"), done: make(chan struct{})}
-	addrFile := filepath.Join(dir, name+".addr.json")
-	logf, err := os.Create(p.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	p.cmd = exec.Command(bin, append(args, "-addr-file", addrFile)...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "TICKETRELAY_") {
-			p.cmd.Env = append(p.cmd.Env, kv)
-		}
-	}
-	p.cmd.Env = append(p.cmd.Env, env...)
-	p.cmd.Stderr = logf
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() { p.waitErr = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		if !p.exited() {
-			_ = p.cmd.Process.Signal(os.Interrupt)
-			select {
-			case <-p.done:
-				if p.waitErr != nil {
-					t.Errorf("%s did not shut down cleanly on SIGINT: %v", name, p.waitErr)
-				}
-			case <-time.After(15 * time.Second):
-				t.Errorf("%s still running 15s after SIGINT; killing it", name)
-				_ = p.cmd.Process.Kill()
-				<-p.done
-			}
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(p.logPath)
-			t.Logf("----- stderr of %s -----\n%s----- end of %s -----", name, b, name)
-		}
-	})
-	testwait.For(t, 30*time.Second, name+" to write its -addr-file", func() bool {
-		if p.exited() {
-			t.Fatalf("%s exited before it served: %v", name, p.waitErr)
-		}
-		b, err := os.ReadFile(addrFile)
-		return err == nil && json.Unmarshal(b, &p.addrs) == nil
-	})
-	return p
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// killedBySIGKILL reports whether the process has exited by SIGKILL.
-func (p *proc) killedBySIGKILL() bool {
-	if !p.exited() || p.cmd.ProcessState == nil {
-		return false
-	}
-	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
-}
 
 // stack is a dispatcher and an mcp-front on one data directory, with one
 // redmine target and its create tool, and an MCP client.
@@ -105,8 +20,8 @@ type stack struct {
 	dir, db, cfg string
 	env          []string
 	n            int
-	dispatcher   *proc
-	front        *proc
+	dispatcher   *e2eproc.Proc
+	front        *e2eproc.Proc
 	cs           *mcp.ClientSession
 }
 
@@ -133,28 +48,17 @@ func startStack(t *testing.T, endpoint, project string, env ...string) *stack {
 	}
 	s.env = []string{"REDMINE_API_KEY=" + server.key}
 	s.startDispatcher(t, env...)
-	s.front = startProc(t, s.dir, "mcp-front", frontBin,
-		[]string{"-db", s.db, "-config", s.cfg, "-listen", "127.0.0.1:0", "-metrics-listen", ""}, nil)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c := mcp.NewClient(&mcp.Implementation{Name: "ticketrelay-e2e-redmine", Version: "1"}, nil)
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint: "http://" + s.front.addrs["mcp"] + "/mcp", MaxRetries: -1, DisableStandaloneSSE: true,
-	}, nil)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	s.cs = cs
+	s.front = e2eproc.Start(t, s.dir, "mcp-front", frontBin,
+		[]string{"-db", s.db, "-config", s.cfg, "-listen", "127.0.0.1:0", "-metrics-listen", ""}, nil, "mcp")
+	s.cs = e2eproc.Connect(t, "http://"+s.front.Addr("mcp")+"/mcp")
 	return s
 }
 
 // startDispatcher starts a dispatcher of the stack (env: e.g. failpoints).
-func (s *stack) startDispatcher(t *testing.T, env ...string) *proc {
+func (s *stack) startDispatcher(t *testing.T, env ...string) *e2eproc.Proc {
 	t.Helper()
 	s.n++
-	s.dispatcher = startProc(t, s.dir, "dispatcher-"+itoa(s.n), dispatcherBin, []string{
+	s.dispatcher = e2eproc.Start(t, s.dir, "dispatcher-"+itoa(s.n), dispatcherBin, []string{
 		"-data", s.dir, "-db", s.db, "-config", s.cfg,
 		"-nats-listen", "127.0.0.1:0", "-metrics-listen", "",
 		"-lease-ttl", "2s", "-poll-interval", "5ms",
@@ -182,31 +86,11 @@ type status struct {
 	Detail      string `json:"detail"`
 }
 
-func (s *stack) call(t *testing.T, tool string, args map[string]any, out any) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
-	if err != nil {
-		t.Fatalf("%s: %v", tool, err)
-	}
-	if len(res.Content) != 1 {
-		t.Fatalf("%s: %d content items", tool, len(res.Content))
-	}
-	tc, ok := res.Content[0].(*mcp.TextContent)
-	if !ok || res.IsError {
-		t.Fatalf("%s: error or unexpected content: %+v", tool, res.Content[0])
-	}
-	if err := json.Unmarshal([]byte(tc.Text), out); err != nil {
-		t.Fatalf("%s: answer %s: %v", tool, tc.Text, err)
-	}
-}
-
 // create calls the create tool for a new request.
 func (s *stack) create(t *testing.T, id, title string) createResult {
 	t.Helper()
 	var r createResult
-	s.call(t, toolName, map[string]any{
+	e2eproc.CallTool(t, s.cs, toolName, map[string]any{
 		"request_id": id, "title": title, "priority": "high", "labels": []string{"e2e"},
 		"body": "The data volume of db-7 is at 100%.\nWrites fail since 03:12.",
 	}, &r)
@@ -219,7 +103,7 @@ func (s *stack) create(t *testing.T, id, title string) createResult {
 func (s *stack) find(t *testing.T, id string) status {
 	t.Helper()
 	var st status
-	s.call(t, "find_request", map[string]any{"request_id": id}, &st)
+	e2eproc.CallTool(t, s.cs, "find_request", map[string]any{"request_id": id}, &st)
 	if st.RequestID != id {
 		t.Fatalf("find_request %s answered %+v", id, st)
 	}
