@@ -8,6 +8,6 @@ import (
 )
 
 func main() {
-	app.TuneGC(os.LookupEnv, app.FrontGC)
+	app.TuneFrontGC(os.LookupEnv)
 	app.Main(app.RunFront)
 }

@@ -27,32 +27,16 @@ func Main(run func(context.Context, Env) error) {
 	}
 }
 
-// GCTuning is a process's garbage-collector setting: GOGC and a soft
-// memory limit (GOMEMLIMIT), applied by TuneGC.
-type GCTuning struct {
-	Percent int
-	Limit   int64
-}
-
-var (
-	// FrontGC collects at 5× the live heap with a 40 MiB soft limit. Most of
-	// a call's garbage is JSON decoding buffers that die at once; collecting
-	// less often cut server CPU per call to 0.82× in make bench (A/B, same
-	// build), with peak RSS unchanged.
-	FrontGC = GCTuning{Percent: 400, Limit: 40 << 20}
-	// DispatcherGC keeps Go's default pace under a 30 MiB soft limit: the
-	// embedded nats-server's buffers made the heap, and so the peak RSS of
-	// make bench scenario 7, grow to 69 MB; with the limit 52 MB, at the
-	// same CPU per ticket.
-	DispatcherGC = GCTuning{Percent: 100, Limit: 30 << 20}
-)
-
-// TuneGC applies g unless the operator set GOGC or GOMEMLIMIT.
-func TuneGC(lookup func(string) (string, bool), g GCTuning) {
+// TuneFrontGC sets mcp-front's garbage collector unless the operator set
+// GOGC or GOMEMLIMIT: collect at 5× the live heap (GOGC=400) with a 40 MiB
+// soft limit. Most of a call's garbage is JSON decoding buffers that die at
+// once; collecting less often cut server CPU per call to 0.82× in make
+// bench (A/B, same build), with peak RSS unchanged.
+func TuneFrontGC(lookup func(string) (string, bool)) {
 	if _, set := lookup("GOGC"); !set {
-		debug.SetGCPercent(g.Percent)
+		debug.SetGCPercent(400)
 	}
 	if _, set := lookup("GOMEMLIMIT"); !set {
-		debug.SetMemoryLimit(g.Limit)
+		debug.SetMemoryLimit(40 << 20)
 	}
 }
