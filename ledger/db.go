@@ -136,7 +136,7 @@ var migrations = []string{
 	// ticket lives in its ledger row (the view keeps it readable by name) and
 	// the outbox row takes the ledger row's id.
 	`CREATE TABLE requests_v3 (
-		id         INTEGER PRIMARY KEY AUTOINCREMENT, -- also the outbox row's id
+		id         INTEGER PRIMARY KEY, -- also the outbox row's id; grows in commit order
 		request_id TEXT NOT NULL UNIQUE,
 		tool       TEXT NOT NULL,
 		target     TEXT NOT NULL,

@@ -68,12 +68,13 @@ func (l *Ledger) Create(ctx context.Context, req ticket.Request) (Result, error)
 	var res Result
 	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		ptx := l.w.prepared(tx)
-		var ok bool
-		var err error
-		if res, ok, err = lookup(ctx, ptx, req, hash); err != nil || ok {
+		// Insert first: the unique index answers whether the id is new in
+		// the same probe, and only a repeat pays for a lookup.
+		inserted, err := l.insert(ctx, ptx, req, hash, &res)
+		if err != nil || inserted {
 			return err
 		}
-		res, err = l.insert(ctx, ptx, req, hash)
+		res, err = lookup(ctx, ptx, req, hash)
 		return err
 	})
 	if err != nil {
@@ -86,57 +87,61 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// lookup answers from an existing ledger row: a replay, or a conflict.
-func lookup(ctx context.Context, q querier, req ticket.Request, hash string) (Result, bool, error) {
+// lookup answers from the existing ledger row of req: a replay, or a
+// conflict.
+func lookup(ctx context.Context, q querier, req ticket.Request, hash string) (Result, error) {
 	var storedHash, stored, tool string
 	err := q.QueryRowContext(ctx, `SELECT args_hash, result, tool FROM requests WHERE request_id = ?`,
 		req.RequestID).Scan(&storedHash, &stored, &tool)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Result{}, false, nil
-	}
 	if err != nil {
-		return Result{}, false, fmt.Errorf("ledger: look up %s: %w", req.RequestID, err)
+		return Result{}, fmt.Errorf("ledger: look up %s: %w", req.RequestID, err)
 	}
 	var res Result
 	if err := json.Unmarshal([]byte(stored), &res); err != nil {
-		return Result{}, false, fmt.Errorf("ledger: stored result of %s: %w", req.RequestID, err)
+		return Result{}, fmt.Errorf("ledger: stored result of %s: %w", req.RequestID, err)
 	}
 	if storedHash != hash {
-		return Result{}, true, &ConflictError{RequestID: req.RequestID, TicketID: res.TicketID, Tool: tool}
+		return Result{}, &ConflictError{RequestID: req.RequestID, TicketID: res.TicketID, Tool: tool}
 	}
 	res.Replayed = true
-	return res, true, nil
+	return res, nil
 }
 
-func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash string) (Result, error) {
+// insert writes the ledger row, with its ticket, and the outbox row, and
+// sets *res, unless the ledger already holds req.RequestID: then it writes
+// nothing and reports false.
+func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash string, res *Result) (bool, error) {
 	now := l.now()
 	t := ticket.Ticket{Request: req, ID: ticket.IDFor(req.RequestID), CreatedAt: now.UTC()}
-	res := Result{RequestID: req.RequestID, TicketID: t.ID, Target: req.Target, Status: StatusQueued, CreatedAt: t.CreatedAt}
+	*res = Result{RequestID: req.RequestID, TicketID: t.ID, Target: req.Target, Status: StatusQueued, CreatedAt: t.CreatedAt}
 	stored, err := json.Marshal(res)
 	if err != nil {
-		return Result{}, err
+		return false, err
 	}
 	payload, err := json.Marshal(t)
 	if err != nil {
-		return Result{}, err
+		return false, err
 	}
 	labels, err := json.Marshal(req.Labels)
 	if err != nil {
-		return Result{}, err
+		return false, err
 	}
 	// The ticket is stored in the ledger row, and the outbox row takes its
 	// id: one insert at a random key per create (see migration 3).
 	ins, err := tx.ExecContext(ctx,
 		`INSERT INTO requests (request_id, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(request_id) DO NOTHING`,
 		req.RequestID, req.Tool, req.Target, hash, t.ID, string(stored), now.UnixNano(),
 		req.Title, req.Body, req.Priority, string(labels))
 	if err != nil {
-		return Result{}, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
+		return false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
+	}
+	if n, err := ins.RowsAffected(); err != nil || n == 0 {
+		return false, err
 	}
 	id, err := ins.LastInsertId()
 	if err != nil {
-		return Result{}, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
+		return false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
 	}
 	if err := outbox.InsertTx(ctx, tx, outbox.Message{
 		ID:        id,
@@ -145,7 +150,7 @@ func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash
 		Payload:   payload,
 		CreatedAt: now,
 	}); err != nil {
-		return Result{}, err
+		return false, err
 	}
-	return res, nil
+	return true, nil
 }
