@@ -276,3 +276,63 @@ func TestStartEmbeddedRejectsBadListen(t *testing.T) {
 		}
 	}
 }
+
+// An atomic batch is stored whole, in order, with its batch headers (the
+// proof that it went as one batch); a batch the stream refuses, because it
+// repeats an id inside itself or holds one the stream already has, goes
+// again message by message, and every result says which were duplicates.
+func TestAtomicBatches(t *testing.T) {
+	ctx := ctxT(t)
+	_, js := connect(t, start(t, t.TempDir()))
+	st, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !natsjs.AllowsAtomicBatches(st) {
+		t.Fatal("the embedded server did not take AllowAtomicPublish")
+	}
+	pub := natsjs.NewPublisher(js, natsjs.AtomicBatches())
+	batch := func(ids ...string) []outbox.Message {
+		var ms []outbox.Message
+		for _, id := range ids {
+			ms = append(ms, outbox.Message{RequestID: id, Subject: "tickets.local", Payload: []byte("ticket " + id)})
+		}
+		return ms
+	}
+	check := func(name string, msgs []outbox.Message, wantDup []bool) {
+		t.Helper()
+		res := pub.Publish(ctx, msgs)
+		if len(res) != len(msgs) {
+			t.Fatalf("%s: %d results for %d messages", name, len(res), len(msgs))
+		}
+		for i, r := range res {
+			if r.Err != nil || r.Duplicate != wantDup[i] {
+				t.Errorf("%s: result %d (%s) = %+v, want duplicate %v", name, i, msgs[i].RequestID, r, wantDup[i])
+			}
+		}
+	}
+	check("new batch", batch("a", "b", "c"), []bool{false, false, false})
+	for seq := uint64(1); seq <= 3; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id := m.Header.Get(jetstream.MsgIDHeader); id != []string{"a", "b", "c"}[seq-1] || m.Header.Get("Nats-Batch-Id") == "" {
+			t.Errorf("message %d: id %q, batch %q: want a, b, c stored as one atomic batch", seq, id, m.Header.Get("Nats-Batch-Id"))
+		}
+	}
+	check("repeat inside the batch", batch("d", "d"), []bool{false, true})
+	check("id already stored", batch("c", "e"), []bool{true, false})
+	if n := streamMsgs(t, ctx, st); n != 5 {
+		t.Fatalf("stream holds %d messages, want 5 (a-e)", n)
+	}
+	for seq := uint64(4); seq <= 5; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := m.Header.Get("Nats-Batch-Id"); b != "" {
+			t.Errorf("message %d carries batch %q: a refused batch's messages should go on their own", seq, b)
+		}
+	}
+}

@@ -2,7 +2,10 @@ package natsjs
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -11,26 +14,121 @@ import (
 	"ticketrelay/outbox"
 )
 
-// Publisher publishes outbox rows asynchronously, with Nats-Msg-Id set to
-// the request id (outbox.Message.MsgID), and waits for all acknowledgements of a batch.
+// Publisher publishes outbox rows with Nats-Msg-Id set to the request id
+// (outbox.Message.MsgID) and waits until every one is acknowledged.
+//
+// With AtomicBatches, a batch goes to the stream as one JetStream atomic
+// batch: the server stores all of it or none, and under sync_interval:
+// always it answers after one fsync for the whole batch instead of one per
+// message (nats-server coalesces the sync of an atomic batch on a file
+// stream). A batch it refuses, most often because it holds a message id the
+// stream already has (a republish after a crash), or that fails on the way,
+// is sent again message by message, which reports each duplicate.
 type Publisher struct {
 	js        jetstream.JetStream
 	stallWait time.Duration
+	atomic    bool
+	timeout   time.Duration // for the commit of an atomic batch
 }
 
 var _ outbox.Publisher = (*Publisher)(nil)
+
+// PublisherOption configures a Publisher.
+type PublisherOption func(*Publisher)
+
+// AtomicBatches sends batches as JetStream atomic batches. The stream must
+// allow them (EnsureStream asks for it; check the answer with
+// AllowsAtomicBatches): a server that ignores the batch headers would store
+// each message without acknowledging it.
+func AtomicBatches() PublisherOption { return func(p *Publisher) { p.atomic = true } }
+
+// MaxAtomicBatch is nats-server's default limit on an atomic batch.
+const MaxAtomicBatch = 1000
 
 // NewPublisher wraps js. js must be created with
 // jetstream.WithPublishAsyncMaxPending ≥ the relay's batch size × pipeline
 // depth (else a publish waits up to 5 s for room, then fails) and with
 // jetstream.WithPublishAsyncTimeout: Publish waits for every ack until ctx
 // ends, so without an ack timeout one lost ack would stall the relay.
-func NewPublisher(js jetstream.JetStream) *Publisher {
-	return &Publisher{js: js, stallWait: 5 * time.Second}
+func NewPublisher(js jetstream.JetStream, opts ...PublisherOption) *Publisher {
+	p := &Publisher{js: js, stallWait: 5 * time.Second, timeout: 10 * time.Second}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
 }
 
 // Publish implements outbox.Publisher.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox.PublishResult {
+	if !p.atomic || len(msgs) < 2 {
+		return p.publishEach(ctx, msgs)
+	}
+	results := make([]outbox.PublishResult, 0, len(msgs))
+	for chunk := range slices.Chunk(msgs, MaxAtomicBatch) {
+		if err := p.publishAtomic(ctx, chunk); err == nil {
+			results = append(results, make([]outbox.PublishResult, len(chunk))...)
+			continue
+		}
+		results = append(results, p.publishEach(ctx, chunk)...)
+	}
+	return results
+}
+
+// publishAtomic sends msgs as one atomic batch and waits for the server's
+// answer to its commit.
+func (p *Publisher) publishAtomic(ctx context.Context, msgs []outbox.Message) error {
+	nc := p.js.Conn()
+	batch := nats.NewInbox()[len(nats.InboxPrefix):] // unique, well under the 64-byte limit
+	last := len(msgs) - 1
+	for i, m := range msgs {
+		nm := &nats.Msg{Subject: m.Subject, Data: m.Payload, Header: nats.Header{}}
+		nm.Header.Set(jetstream.MsgIDHeader, m.MsgID())
+		nm.Header.Set(batchIDHeader, batch)
+		nm.Header.Set(batchSeqHeader, strconv.Itoa(i+1))
+		if i < last {
+			if err := nc.PublishMsg(nm); err != nil {
+				return err
+			}
+			continue
+		}
+		nm.Header.Set(batchCommitHeader, "1")
+		cctx, cancel := context.WithTimeout(ctx, p.timeout)
+		resp, err := nc.RequestMsgWithContext(cctx, nm)
+		cancel()
+		if err != nil {
+			return err
+		}
+		var ack struct {
+			Stream string `json:"stream"`
+			Batch  string `json:"batch"`
+			Count  int    `json:"count"`
+			Error  *struct {
+				Code        int    `json:"err_code"`
+				Description string `json:"description"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(resp.Data, &ack); err != nil {
+			return fmt.Errorf("natsjs: atomic batch answer %q: %w", resp.Data, err)
+		}
+		if ack.Error != nil {
+			return fmt.Errorf("natsjs: atomic batch refused: %s (%d)", ack.Error.Description, ack.Error.Code)
+		}
+		if ack.Batch != batch || ack.Count != len(msgs) {
+			return fmt.Errorf("natsjs: atomic batch answer %q for batch %s of %d", resp.Data, batch, len(msgs))
+		}
+	}
+	return nil
+}
+
+// The headers of a JetStream atomic batch.
+const (
+	batchIDHeader     = "Nats-Batch-Id"
+	batchSeqHeader    = "Nats-Batch-Sequence"
+	batchCommitHeader = "Nats-Batch-Commit"
+)
+
+// publishEach publishes every message on its own, asynchronously.
+func (p *Publisher) publishEach(ctx context.Context, msgs []outbox.Message) []outbox.PublishResult {
 	results := make([]outbox.PublishResult, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {

@@ -74,9 +74,15 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (
 		MaxAge:      c.MaxAge,
 		Replicas:    c.Replicas,
 		Discard:     jetstream.DiscardOld,
+		// The relay sends its batches as atomic batches: one fsync each.
+		AllowAtomicPublish: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: stream %s: %w", c.Name, err)
 	}
 	return s, nil
 }
+
+// AllowsAtomicBatches reports whether the server took AllowAtomicPublish for
+// s: nats-server before 2.12 drops the setting it does not know.
+func AllowsAtomicBatches(s jetstream.Stream) bool { return s.CachedInfo().Config.AllowAtomicPublish }

@@ -131,15 +131,22 @@ func RunDispatcher(ctx context.Context, env Env) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	if err := ensureStream(ctx, js, streamCfg, log); err != nil {
+	st, err := ensureStream(ctx, js, streamCfg, log)
+	if err != nil {
 		return err
+	}
+	var pubOpts []natsjs.PublisherOption
+	if natsjs.AllowsAtomicBatches(st) {
+		pubOpts = append(pubOpts, natsjs.AtomicBatches())
+	} else {
+		log.Warn("the NATS server does not take atomic batches (nats-server 2.12+ does): the relay publishes message by message")
 	}
 
 	relay, err := outbox.NewRelay(outbox.RelayConfig{
 		Holder:       holderID(),
 		LeaseTTL:     *leaseTTL,
 		PollInterval: *pollInterval,
-	}, db.Reader(), w, natsjs.NewPublisher(js), log.With("component", "relay"), m, time.Now)
+	}, db.Reader(), w, natsjs.NewPublisher(js, pubOpts...), log.With("component", "relay"), m, time.Now)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
@@ -201,22 +208,22 @@ func RunDispatcher(ctx context.Context, env Env) error {
 // unreachable for a while: the dispatcher backs off and keeps trying until it
 // is stopped) and creates or updates the stream. A configuration error is
 // final.
-func ensureStream(ctx context.Context, js jetstream.JetStream, c natsjs.StreamConfig, log interface{ Warn(string, ...any) }) error {
+func ensureStream(ctx context.Context, js jetstream.JetStream, c natsjs.StreamConfig, log interface{ Warn(string, ...any) }) (jetstream.Stream, error) {
 	pace := backoff.Policy{Base: 200 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 1; ; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := natsjs.EnsureStream(cctx, js, c)
+		st, err := natsjs.EnsureStream(cctx, js, c)
 		cancel()
 		if err == nil {
-			return nil
+			return st, nil
 		}
 		if ctx.Err() != nil || errors.Is(err, natsjs.ErrInvalidStream) {
-			return err
+			return nil, err
 		}
 		log.Warn("jetstream not ready; retrying", "err", err, "attempt", attempt)
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(pace.Delay(attempt)):
 		}
 	}
