@@ -70,6 +70,14 @@ type Target interface {
 	Deliver(ctx context.Context, d Delivery) (Receipt, error)
 }
 
+// Parallel is implemented by targets that take more concurrent deliveries
+// than the forwarder's default (forwarder.DefaultWorkers), such as the
+// built-in local target, which has no rate limit and shares one fsync among
+// concurrent deliveries. The dispatcher's -workers overrides it.
+type Parallel interface {
+	Workers() int
+}
+
 // Finder is implemented by targets with a lookup: it finds an item created
 // by an earlier attempt with the same key.
 type Finder interface {

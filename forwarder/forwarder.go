@@ -35,7 +35,8 @@ type Config struct {
 	Stream string
 	// KeyNamespace prefixes dedupe keys sent downstream (see downstream.Key).
 	KeyNamespace string
-	// Workers is the number of concurrent deliveries per target. Default 16.
+	// Workers is the number of concurrent deliveries per target. Default:
+	// the target's own (downstream.Parallel), else DefaultWorkers.
 	Workers int
 	// DeliveryTimeout bounds one downstream call. Default 30s.
 	DeliveryTimeout time.Duration
@@ -52,7 +53,6 @@ type Config struct {
 // WithDefaults fills zero fields.
 func (c Config) WithDefaults() Config {
 	c.Stream = cmp.Or(c.Stream, "TICKETS")
-	c.Workers = cmp.Or(c.Workers, 16)
 	c.DeliveryTimeout = cmp.Or(c.DeliveryTimeout, 30*time.Second)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
 	c.AckWait = cmp.Or(c.AckWait, 10*time.Second)
@@ -85,6 +85,22 @@ func New(cfg Config, js jetstream.JetStream, l *ledger.Ledger, targets []downstr
 // ConsumerName is the durable consumer of a target.
 func ConsumerName(target string) string { return "deliver-" + target }
 
+// DefaultWorkers is the concurrent deliveries per target of an API that
+// does not say otherwise: enough to hide a commit and a round trip, few
+// enough for an API's rate limits.
+const DefaultWorkers = 16
+
+// workers is the concurrency of deliveries to t.
+func (f *Forwarder) workers(t downstream.Target) int {
+	if f.cfg.Workers > 0 {
+		return f.cfg.Workers
+	}
+	if p, ok := t.(downstream.Parallel); ok {
+		return p.Workers()
+	}
+	return DefaultWorkers
+}
+
 // Run delivers until ctx is cancelled. Each target has its own durable
 // consumer and workers, so a slow target never holds up another.
 func (f *Forwarder) Run(ctx context.Context) error {
@@ -103,7 +119,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			// The forwarder counts attempts itself (in the ledger, across
 			// crashes) and terminates the message when they are exhausted.
 			MaxDeliver:    -1,
-			MaxAckPending: 4 * f.cfg.Workers,
+			MaxAckPending: 4 * f.workers(f.targets[name]),
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 		})
 		if err != nil {
@@ -130,14 +146,15 @@ func (f *Forwarder) Run(ctx context.Context) error {
 }
 
 func (f *Forwarder) runTarget(ctx context.Context, t downstream.Target, cons jetstream.Consumer) error {
-	it, err := cons.Messages(jetstream.PullMaxMessages(f.cfg.Workers))
+	workers := f.workers(t)
+	it, err := cons.Messages(jetstream.PullMaxMessages(workers))
 	if err != nil {
 		return fmt.Errorf("forwarder: subscribe %s: %w", t.Name(), err)
 	}
 	stop := context.AfterFunc(ctx, it.Drain)
 	defer stop()
 	var wg sync.WaitGroup
-	for range f.cfg.Workers {
+	for range workers {
 		wg.Go(func() {
 			for {
 				msg, err := it.Next()

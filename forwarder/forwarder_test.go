@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"ticketrelay/downstream"
+	"ticketrelay/downstream/local"
+	"ticketrelay/forwarder"
+	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/outbox"
@@ -655,4 +659,45 @@ func TestUndecodableMessageTerminated(t *testing.T) {
 	// The consumer goes on with good messages.
 	id := e.create(t, api.name)
 	e.waitStatus(t, id, ledger.StatusDelivered)
+}
+
+// Without -workers, each target gets its own concurrency: the local target
+// asks for more (downstream.Parallel), an API gets the default. The
+// consumer's MaxAckPending follows (4 per worker).
+func TestWorkersPerTarget(t *testing.T) {
+	t.Parallel()
+	lt, err := local.Open("files", filepath.Join(t.TempDir(), "tickets.jsonl"), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := newKeyedAPI("desk")
+	for _, tc := range []struct {
+		workers         int
+		local, apiLimit int
+	}{
+		{0, 4 * lt.Workers(), 4 * forwarder.DefaultWorkers},
+		{3, 12, 12},
+	} {
+		e := newEnv(t)
+		cfg := testConfig()
+		cfg.Workers = tc.workers
+		stop := e.startForwarder(t, cfg, lt, api)
+		for name, want := range map[string]int{lt.Name(): tc.local, api.name: tc.apiLimit} {
+			var got int
+			testwait.For(t, 10*time.Second, "consumer "+forwarder.ConsumerName(name), func() bool {
+				c, err := e.js.Consumer(context.Background(), "TICKETS", forwarder.ConsumerName(name))
+				if err != nil {
+					return false
+				}
+				got = c.CachedInfo().Config.MaxAckPending
+				return true
+			})
+			if got != want {
+				t.Errorf("-workers %d: %s MaxAckPending = %d, want %d", tc.workers, name, got, want)
+			}
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -101,6 +101,13 @@ func (t *Target) Name() string { return t.name }
 // Capabilities of every local target: keyed, with a consistent lookup.
 var Capabilities = downstream.Capabilities{DedupeKey: true, Lookup: downstream.LookupConsistent}
 
+// Workers implements downstream.Parallel: a file append has no rate limit,
+// and concurrent deliveries share an fsync (make bench scenario 5 at 1,100
+// tickets/s: lag p99 97 ms with 64 workers, 3.4 s with 16).
+func (t *Target) Workers() int { return 64 }
+
+var _ downstream.Parallel = (*Target)(nil)
+
 // Capabilities implements downstream.Target.
 func (t *Target) Capabilities() downstream.Capabilities { return Capabilities }
 
