@@ -106,7 +106,7 @@ func (r *runner) scenario4(ctx context.Context) error {
 	rawRate := float64(rawSent) / rawTime.Seconds()
 	rt := ratio(relay, rawRate)
 	r.rep.add(row{"4", fmt.Sprintf("relay a %s-row outbox backlog to JetStream", count3(rows)),
-		fmt.Sprintf("dispatcher defaults (batch 512, async window 4096), embedded nats-server SyncAlways; rows addressed to a target without a consumer, "+
+		fmt.Sprintf("dispatcher defaults (batches of 512 as JetStream atomic batches, up to 8 in flight), embedded nats-server SyncAlways; rows addressed to a target without a consumer, "+
 			"so the forwarder is idle, as for raw; %d rounds alternating relay (%s rows each) and raw (%s messages each)",
 			rounds, count3(rows/rounds), count3(r.cfg.RawRows/rounds)),
 		perSec(relay), perSec(rawRate) + " raw async publish", fmt.Sprintf("%.2f×", rt), "≥ 0.8×", verdict(rt >= 0.8)})
