@@ -310,10 +310,7 @@ func TestUnkeyedCrashDuringCallUncertain(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	api := newUnkeyedAPI("webhook")
-	id := e.create(t, api.name)
-	if err := e.l.RecordDelivery(context.Background(), ledger.Delivery{RequestID: id, Target: api.name, State: ledger.DeliveryAttempting, Attempts: 1}); err != nil {
-		t.Fatal(err)
-	}
+	id := e.createAttempted(t, api.name)
 	if st := e.find(t, id); st.Status != ledger.StatusPublished || !st.InProgress {
 		t.Fatalf("before the forwarder: %+v, want an attempt in progress", st)
 	}
@@ -338,12 +335,9 @@ func TestUnkeyedConsistentLookup(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		api := newLookupAPI("desk")
-		id := e.create(t, api.name)
+		id := e.createAttempted(t, api.name)
 		// The crashed attempt did create the item.
 		receipt := api.seed(id)
-		if err := e.l.RecordDelivery(context.Background(), ledger.Delivery{RequestID: id, Target: api.name, State: ledger.DeliveryAttempting, Attempts: 1}); err != nil {
-			t.Fatal(err)
-		}
 		e.startForwarder(t, testConfig(), api)
 
 		st := e.waitStatus(t, id, ledger.StatusDelivered)
@@ -365,10 +359,7 @@ func TestUnkeyedConsistentLookup(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		api := newLookupAPI("desk")
-		id := e.create(t, api.name)
-		if err := e.l.RecordDelivery(context.Background(), ledger.Delivery{RequestID: id, Target: api.name, State: ledger.DeliveryAttempting, Attempts: 1}); err != nil {
-			t.Fatal(err)
-		}
+		id := e.createAttempted(t, api.name)
 		e.startForwarder(t, testConfig(), api)
 
 		st := e.waitStatus(t, id, ledger.StatusDelivered)
@@ -451,10 +442,7 @@ func TestUnkeyedConsistentLookup(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		api := newLookupAPI("desk")
-		id := e.create(t, api.name)
-		if err := e.l.RecordDelivery(context.Background(), ledger.Delivery{RequestID: id, Target: api.name, State: ledger.DeliveryAttempting, Attempts: 1}); err != nil {
-			t.Fatal(err)
-		}
+		id := e.createAttempted(t, api.name)
 		var lookups atomic.Int32
 		api.findHook = func(context.Context, downstream.Delivery) error {
 			if lookups.Add(1) == 1 {
@@ -485,10 +473,7 @@ func TestPermanentLookupFailureIsUncertain(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			api := newLookupAPI("desk")
-			id := e.create(t, api.name)
-			if err := e.l.RecordDelivery(context.Background(), ledger.Delivery{RequestID: id, Target: api.name, State: ledger.DeliveryAttempting, Attempts: 1}); err != nil {
-				t.Fatal(err)
-			}
+			id := e.createAttempted(t, api.name)
 			api.findHook = func(context.Context, downstream.Delivery) error { return lookupErr }
 			e.startForwarder(t, testConfig(), api)
 			st := e.waitStatus(t, id, ledger.StatusUncertain)

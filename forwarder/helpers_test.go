@@ -134,6 +134,17 @@ func (e *env) startForwarder(t *testing.T, cfg forwarder.Config, targets ...down
 	return runInBackground(t, "forwarder", f.Run)
 }
 
+// createAttempted accepts a ticket for target whose first attempt ended
+// without an answer, as a dispatcher that died mid-call leaves it.
+func (e *env) createAttempted(t *testing.T, target string) string {
+	t.Helper()
+	id := e.create(t, target)
+	if err := e.l.RecordDelivery(context.Background(), ledger.Delivery{RequestID: id, Target: target, State: ledger.DeliveryAttempting, Attempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
 // create accepts a ticket for target through the ledger, as mcp-front does.
 func (e *env) create(t *testing.T, target string) string {
 	t.Helper()
