@@ -70,8 +70,9 @@ func (l *Ledger) Create(ctx context.Context, req ticket.Request) (Result, error)
 		ptx := l.w.prepared(tx)
 		// Insert first: the unique index answers whether the id is new in
 		// the same probe, and only a repeat pays for a lookup.
-		inserted, err := l.insert(ctx, ptx, req, hash, &res)
+		r, inserted, err := l.insert(ctx, ptx, req, hash)
 		if err != nil || inserted {
+			res = r
 			return err
 		}
 		res, err = lookup(ctx, ptx, req, hash)
@@ -108,23 +109,23 @@ func lookup(ctx context.Context, q querier, req ticket.Request, hash string) (Re
 }
 
 // insert writes the ledger row, with its ticket, and the outbox row, and
-// sets *res, unless the ledger already holds req.RequestID: then it writes
-// nothing and reports false.
-func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash string, res *Result) (bool, error) {
+// returns the result, unless the ledger already holds req.RequestID: then it
+// writes nothing and reports false.
+func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash string) (res Result, inserted bool, err error) {
 	now := l.now()
 	t := ticket.Ticket{Request: req, ID: ticket.IDFor(req.RequestID), CreatedAt: now.UTC()}
-	*res = Result{RequestID: req.RequestID, TicketID: t.ID, Target: req.Target, Status: StatusQueued, CreatedAt: t.CreatedAt}
+	res = Result{RequestID: req.RequestID, TicketID: t.ID, Target: req.Target, Status: StatusQueued, CreatedAt: t.CreatedAt}
 	stored, err := json.Marshal(res)
 	if err != nil {
-		return false, err
+		return Result{}, false, err
 	}
 	payload, err := json.Marshal(t)
 	if err != nil {
-		return false, err
+		return Result{}, false, err
 	}
 	labels, err := json.Marshal(req.Labels)
 	if err != nil {
-		return false, err
+		return Result{}, false, err
 	}
 	// The ticket is stored in the ledger row, and the outbox row takes its
 	// id: one insert at a random key per create (see migration 3).
@@ -134,14 +135,14 @@ func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash
 		req.RequestID, req.Tool, req.Target, hash, t.ID, string(stored), now.UnixNano(),
 		req.Title, req.Body, req.Priority, string(labels))
 	if err != nil {
-		return false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
+		return Result{}, false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
 	}
 	if n, err := ins.RowsAffected(); err != nil || n == 0 {
-		return false, err
+		return Result{}, false, err
 	}
 	id, err := ins.LastInsertId()
 	if err != nil {
-		return false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
+		return Result{}, false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
 	}
 	if err := outbox.InsertTx(ctx, tx, outbox.Message{
 		ID:        id,
@@ -150,7 +151,7 @@ func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash
 		Payload:   payload,
 		CreatedAt: now,
 	}); err != nil {
-		return false, err
+		return Result{}, false, err
 	}
-	return true, nil
+	return res, true, nil
 }

@@ -99,10 +99,9 @@ func (p *Publisher) publishAtomic(ctx context.Context, msgs []outbox.Message) er
 			return err
 		}
 		var ack struct {
-			Stream string `json:"stream"`
-			Batch  string `json:"batch"`
-			Count  int    `json:"count"`
-			Error  *struct {
+			Batch string `json:"batch"`
+			Count int    `json:"count"`
+			Error *struct {
 				Code        int    `json:"err_code"`
 				Description string `json:"description"`
 			} `json:"error"`
