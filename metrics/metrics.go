@@ -35,6 +35,7 @@ type Dispatcher struct {
 	OutboxOldestAge    prometheus.Gauge
 	Dispatched         *prometheus.CounterVec // target
 	DuplicateAcks      prometheus.Counter
+	BatchFallbacks     prometheus.Counter
 	PublishErrors      prometheus.Counter
 	CommitToAck        prometheus.Histogram
 	LeaseHeld          prometheus.Gauge
@@ -142,6 +143,10 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 			Namespace: namespace, Name: "jetstream_duplicate_acks_total",
 			Help: "Publishes that JetStream acknowledged as duplicates of a stored Nats-Msg-Id (a success).",
 		}),
+		BatchFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "jetstream_batch_fallbacks_total",
+			Help: "Relay batches JetStream refused as an atomic batch (most often one that repeats a stored Nats-Msg-Id, after a crash) or that failed on the way, sent again message by message.",
+		}),
 		PublishErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "jetstream_publish_errors_total",
 			Help: "Publishes that got no acknowledgement; the row stays in the outbox and is sent again.",
@@ -194,7 +199,7 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 		}),
 		Writer: newWriter(),
 	}
-	reg.MustRegister(d.Pruned, d.LedgerRequests, d.OutboxBacklog, d.OutboxOldestAge, d.Dispatched, d.DuplicateAcks,
+	reg.MustRegister(d.Pruned, d.LedgerRequests, d.OutboxBacklog, d.OutboxOldestAge, d.Dispatched, d.DuplicateAcks, d.BatchFallbacks,
 		d.PublishErrors, d.CommitToAck, d.LeaseHeld, d.Deliveries, d.DeliveryAttempts,
 		d.DeliveryDuration, d.DeadLetters, d.AuthFailures, d.Uncertain, d.RedeliveredSkipped)
 	d.Writer.register(reg)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -291,7 +292,8 @@ func TestAtomicBatches(t *testing.T) {
 	if !natsjs.AllowsAtomicBatches(st) {
 		t.Fatal("the embedded server did not take AllowAtomicPublish")
 	}
-	pub := natsjs.NewPublisher(js, natsjs.AtomicBatches())
+	var fallbacks []error
+	pub := natsjs.NewPublisher(js, natsjs.AtomicBatches(func(err error) { fallbacks = append(fallbacks, err) }))
 	batch := func(ids ...string) []outbox.Message {
 		var ms []outbox.Message
 		for _, id := range ids {
@@ -325,6 +327,14 @@ func TestAtomicBatches(t *testing.T) {
 	check("id already stored", batch("c", "e"), []bool{true, false})
 	if n := streamMsgs(t, ctx, st); n != 5 {
 		t.Fatalf("stream holds %d messages, want 5 (a-e)", n)
+	}
+	if len(fallbacks) != 2 {
+		t.Errorf("fallbacks %v, want the two refused batches", fallbacks)
+	}
+	for _, err := range fallbacks {
+		if !strings.Contains(err.Error(), "duplicate") {
+			t.Errorf("fallback because %v, want the duplicate id", err)
+		}
 	}
 	for seq := uint64(4); seq <= 5; seq++ {
 		m, err := st.GetMsg(ctx, seq)

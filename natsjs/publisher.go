@@ -25,10 +25,11 @@ import (
 // stream already has (a republish after a crash), or that fails on the way,
 // is sent again message by message, which reports each duplicate.
 type Publisher struct {
-	js        jetstream.JetStream
-	stallWait time.Duration
-	atomic    bool
-	timeout   time.Duration // for the commit of an atomic batch
+	js         jetstream.JetStream
+	stallWait  time.Duration
+	atomic     bool
+	onFallback func(error)
+	timeout    time.Duration // for the commit of an atomic batch
 }
 
 var _ outbox.Publisher = (*Publisher)(nil)
@@ -39,8 +40,11 @@ type PublisherOption func(*Publisher)
 // AtomicBatches sends batches as JetStream atomic batches. The stream must
 // allow them (EnsureStream asks for it; check the answer with
 // AllowsAtomicBatches): a server that ignores the batch headers would store
-// each message without acknowledging it.
-func AtomicBatches() PublisherOption { return func(p *Publisher) { p.atomic = true } }
+// each message without acknowledging it. onFallback, if not nil, hears of
+// every batch sent again message by message, and why.
+func AtomicBatches(onFallback func(error)) PublisherOption {
+	return func(p *Publisher) { p.atomic, p.onFallback = true, onFallback }
+}
 
 // MaxAtomicBatch is nats-server's default limit on an atomic batch.
 const MaxAtomicBatch = 1000
@@ -65,9 +69,13 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox
 	}
 	results := make([]outbox.PublishResult, 0, len(msgs))
 	for chunk := range slices.Chunk(msgs, MaxAtomicBatch) {
-		if err := p.publishAtomic(ctx, chunk); err == nil {
+		err := p.publishAtomic(ctx, chunk)
+		if err == nil {
 			results = append(results, make([]outbox.PublishResult, len(chunk))...)
 			continue
+		}
+		if p.onFallback != nil {
+			p.onFallback(err)
 		}
 		results = append(results, p.publishEach(ctx, chunk)...)
 	}

@@ -137,7 +137,10 @@ func RunDispatcher(ctx context.Context, env Env) error {
 	}
 	var pubOpts []natsjs.PublisherOption
 	if natsjs.AllowsAtomicBatches(st) {
-		pubOpts = append(pubOpts, natsjs.AtomicBatches())
+		pubOpts = append(pubOpts, natsjs.AtomicBatches(func(err error) {
+			m.BatchFallbacks.Inc()
+			log.Debug("atomic batch sent again message by message", "err", err)
+		}))
 	} else {
 		log.Warn("the NATS server does not take atomic batches (nats-server 2.12+ does): the relay publishes message by message")
 	}
