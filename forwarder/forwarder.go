@@ -101,8 +101,9 @@ func (f *Forwarder) workers(t downstream.Target) int {
 	return DefaultWorkers
 }
 
-// Run delivers until ctx is cancelled. Each target has its own durable
-// consumer and workers, so a slow target never holds up another.
+// Run delivers until ctx is cancelled, then returns nil, also when that
+// happens while it is still creating its consumers. Each target has its own
+// durable consumer and workers, so a slow target never holds up another.
 func (f *Forwarder) Run(ctx context.Context) error {
 	// Create every consumer before delivering anything, so a configuration
 	// error stops the forwarder before any target has started.
@@ -123,6 +124,9 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 		})
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while starting: not an error
+			}
 			return fmt.Errorf("forwarder: consumer for %s: %w", name, err)
 		}
 		consumers[name] = cons

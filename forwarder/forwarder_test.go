@@ -686,3 +686,26 @@ func TestWorkersPerTarget(t *testing.T) {
 		}
 	}
 }
+
+// A dispatcher stopped while it is still starting (creating its consumers)
+// stops cleanly: Run returns nil, as it does once running.
+func TestStopWhileStarting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	api := newKeyedAPI("desk")
+	for i := range 10 {
+		f := forwarder.New(testConfig(), e.js, e.l, []downstream.Target{api}, e.log, e.m, time.Now)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- f.Run(ctx) }()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("run %d: Run = %v after cancellation, want nil", i, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("run %d: Run did not return after cancellation", i)
+		}
+	}
+}
