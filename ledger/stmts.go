@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"log/slog"
+	"slices"
 )
 
 // maxStmts bounds the prepared statements kept for the write connection.
@@ -45,7 +46,7 @@ func (c *stmtCache) lookup(query string) *sql.Stmt {
 	if s, ok := c.stmts[query]; ok {
 		return s
 	}
-	if len(c.stmts)+len(c.wanted) < maxStmts {
+	if len(c.stmts)+len(c.wanted) < maxStmts && !slices.Contains(c.wanted, query) {
 		c.wanted = append(c.wanted, query)
 	}
 	return nil
