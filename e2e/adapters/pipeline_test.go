@@ -446,9 +446,7 @@ func runScenario(t *testing.T, k kind, sc scenario) {
 		if st.Attempts != 1 {
 			t.Errorf("uncertain after %d attempts, want 1", st.Attempts)
 		}
-		if got := s.metric(t, "ticketrelay_uncertain_requests_total", "target", target); got != 1 {
-			t.Errorf("ticketrelay_uncertain_requests_total{target=%q} = %v, want 1", target, got)
-		}
+		s.expectMetric(t, 1, "ticketrelay_uncertain_requests_total", "target", target)
 	case "failed":
 		if st.LastError == "" || !strings.Contains(st.Detail, st.LastError) {
 			t.Errorf("failed without a reason: %+v", st)
@@ -464,10 +462,6 @@ func runScenario(t *testing.T, k kind, sc scenario) {
 	if sc == badAuth {
 		wantAuth = 1
 	}
-	if got := s.metric(t, "ticketrelay_auth_failures_total", "target", target); got != wantAuth {
-		t.Errorf("ticketrelay_auth_failures_total{target=%q} = %v, want %v", target, got, wantAuth)
-	}
-	if got := s.metric(t, "ticketrelay_deliveries_total", "target", target, "outcome", st.Status); got != 1 {
-		t.Errorf("ticketrelay_deliveries_total{target=%q,outcome=%q} = %v, want 1", target, st.Status, got)
-	}
+	s.expectMetric(t, wantAuth, "ticketrelay_auth_failures_total", "target", target)
+	s.expectMetric(t, 1, "ticketrelay_deliveries_total", "target", target, "outcome", st.Status)
 }

@@ -211,6 +211,17 @@ func (s *stack) metric(t *testing.T, name string, labels ...string) float64 {
 	return sum
 }
 
+// expectMetric waits until the dispatcher's metric name{labels} reads want.
+// The forwarder counts an outcome right after it records it, so a request
+// that find_request shows settled may not be counted yet for a moment.
+func (s *stack) expectMetric(t *testing.T, want float64, name string, labels ...string) {
+	t.Helper()
+	var got float64
+	if !testwait.Until(5*time.Second, func() bool { got = s.metric(t, name, labels...); return got == want }) {
+		t.Errorf("%s%q = %v, want %v", name, labels, got, want)
+	}
+}
+
 func hasLabels(m *dto.Metric, labels []string) bool {
 	for i := 0; i+1 < len(labels); i += 2 {
 		found := false
