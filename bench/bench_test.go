@@ -208,7 +208,11 @@ func TestLoad(t *testing.T) {
 
 	run := func(l load) *outcome {
 		t.Helper()
-		l.warmup, l.measure = 100*time.Millisecond, 400*time.Millisecond
+		l.measure = 400 * time.Millisecond
+		if !l.replayed {
+			// A replay of what 500 ms created may take less than this.
+			l.warmup = 100 * time.Millisecond
+		}
 		o, err := s.run(ctx, l)
 		if err != nil {
 			t.Fatal(err)
@@ -247,6 +251,13 @@ func TestLoad(t *testing.T) {
 	}
 	if o.errors != 1 || !strings.Contains(o.firstErr.Error(), "request_id") {
 		t.Errorf("invalid call: %d errors, first %v", o.errors, o.firstErr)
+	}
+
+	// A source that runs out during the warm-up measured nothing: say so.
+	_, err = s.run(ctx, load{tool: noopTool, src: &listSource{list: []Args{{RequestID: "warm-only", Title: "x"}}},
+		warmup: 300 * time.Millisecond, measure: 100 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "before the measured window") {
+		t.Errorf("a source exhausted in the warm-up: err = %v", err)
 	}
 }
 

@@ -303,10 +303,15 @@ func (s *sessions) run(ctx context.Context, l load) (*outcome, error) {
 
 	o := &outcome{}
 	var p0, p1 probe
+	// The sampler takes the first probe when the window begins, even if every
+	// worker has already stopped; wait for it rather than race it.
 	select {
 	case p0 = <-probes:
-	default:
-		return nil, fmt.Errorf("bench: %s: the run ended before its measured window began", l.tool)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if x := time.Duration(exhaustedAt.Load()); x > 0 && x < wStart {
+		return nil, fmt.Errorf("bench: %s: the source ran out %v into a %v warm-up, before the measured window began", l.tool, x, wStart)
 	}
 	// The sampler takes it at the end of the window (or when the source ran
 	// out), which has passed: every worker stops starting calls then.
