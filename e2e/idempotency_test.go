@@ -304,10 +304,7 @@ func TestInvalidCallsWriteNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The server rejects the whole arguments object before it knows which
-	// argument holds the bad bytes, so the message names "arguments" (see the
-	// e2e report: naming "title" would be better).
-	if !resp.Result.IsError || !contains(txt, "UTF-8", `"arguments"`, "nothing was written") {
+	if !resp.Result.IsError || !contains(txt, "UTF-8", `"title"`, "nothing was written") {
 		t.Errorf("invalid UTF-8 in title: isError=%v %q", resp.Result.IsError, txt)
 	}
 

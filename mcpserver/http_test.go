@@ -390,8 +390,20 @@ func TestHTTPRawInvalidUTF8(t *testing.T) {
 		t.Fatalf("title with bytes 0xff 0xfe accepted: %+v", res)
 	}
 	t.Logf("raw 0xff 0xfe in title: %q", res.Content[0].Text)
-	if msg := res.Content[0].Text; !strings.Contains(msg, "UTF-8") || !strings.Contains(msg, "nothing was written") {
-		t.Errorf("invalid UTF-8: message %q should name UTF-8 and say nothing was written", msg)
+	if msg := res.Content[0].Text; !strings.Contains(msg, `"title": is not valid UTF-8`) || !strings.Contains(msg, "nothing was written") {
+		t.Errorf("invalid UTF-8: message %q should name the title, UTF-8 and say nothing was written", msg)
+	}
+	// The message names the argument that holds the bytes, or the arguments
+	// as a whole when the bytes are in a name.
+	for _, tc := range []struct{ args, want string }{
+		{`{"request_id":"` + newID() + `","title":"t","labels":["ok","x` + "\xc3\x28" + `"]}`, `"labels": is not valid UTF-8`},
+		{`{"request_id":"` + newID() + `","title":"t","body":"` + "\xed\xa0\x80" + `"}`, `"body": is not valid UTF-8`},
+		{`{"request_id":"` + newID() + `","title":"t","ti` + "\xff" + `tle":"x"}`, `"arguments": are not valid UTF-8`},
+	} {
+		res := c.callTool([]byte(tc.args))
+		if !res.IsError || len(res.Content) == 0 || !strings.Contains(res.Content[0].Text, tc.want) {
+			t.Errorf("%q: want an error saying %s, got %+v", tc.args, tc.want, res)
+		}
 	}
 	if got := e.rows(t); got != (rows{}) {
 		t.Fatalf("invalid UTF-8 wrote: %+v", got)

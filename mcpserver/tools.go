@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -327,7 +329,7 @@ func decodeArgs(raw json.RawMessage, v any) error {
 		raw = json.RawMessage("{}")
 	}
 	if !utf8.Valid(raw) {
-		return &ticket.InvalidError{Argument: "arguments", Reason: "are not valid UTF-8"}
+		return invalidUTF8(raw)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -338,6 +340,21 @@ func decodeArgs(raw json.RawMessage, v any) error {
 		return &ticket.InvalidError{Argument: "arguments", Reason: "have trailing data after the JSON object"}
 	}
 	return nil
+}
+
+// invalidUTF8 names the argument whose value holds the bytes that are not
+// UTF-8 (the first in name order), or the arguments as a whole when the bytes
+// sit in a name or outside any value.
+func invalidUTF8(raw json.RawMessage) error {
+	var args map[string]json.RawMessage // values keep their bytes as sent
+	if json.Unmarshal(raw, &args) == nil {
+		for _, name := range slices.Sorted(maps.Keys(args)) {
+			if !utf8.Valid(args[name]) && !strings.ContainsRune(name, utf8.RuneError) {
+				return &ticket.InvalidError{Argument: name, Reason: "is not valid UTF-8"}
+			}
+		}
+	}
+	return &ticket.InvalidError{Argument: "arguments", Reason: "are not valid UTF-8"}
 }
 
 func translateDecodeError(err error) error {

@@ -66,7 +66,7 @@ var (
 	msgParams     = `handling 'tools/call': invalid params: unmarshaling "\"create_ticket\"" into a *mcp.CallToolParamsRaw: json: cannot unmarshal "\"create_ticket\"" into Go value of type mcp.CallToolParamsRaw`
 	msgArgsString = `invalid argument "arguments": must be a JSON object, got string; nothing was written`
 	msgWrongType  = `invalid argument "title": must be of type string, got number; nothing was written`
-	msgBadUTF8    = `invalid argument "arguments": are not valid UTF-8; nothing was written`
+	msgBadUTF8    = `invalid argument "title": is not valid UTF-8; nothing was written`
 	msgBigField   = `invalid argument "body": is 102400 bytes long; at most 65536 are allowed; nothing was written`
 )
 
