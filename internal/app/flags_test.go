@@ -1,0 +1,124 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"ticketrelay/internal/flagenv"
+)
+
+// helpFlags parses PrintDefaults output into flag name → its whole entry.
+func helpFlags(out string) map[string]string {
+	entries := map[string]string{}
+	re := regexp.MustCompile(`^  -([a-z][a-z0-9-]*)`)
+	var cur string
+	for line := range strings.SplitSeq(out, "\n") {
+		if m := re.FindStringSubmatch(line); m != nil {
+			cur = m[1]
+			entries[cur] = line
+			continue
+		}
+		if cur != "" && strings.HasPrefix(line, "    ") {
+			entries[cur] += "\n" + line
+			continue
+		}
+		cur = ""
+	}
+	return entries
+}
+
+func TestFlags(t *testing.T) {
+	procs := []struct {
+		name string
+		run  func(context.Context, Env) error
+		core []string // flags that must be listed
+	}{
+		{"mcp-front", RunFront, []string{"db", "listen", "metrics-listen", "stdio", "config", "log-level", "allowed-origins", "stateless", "addr-file"}},
+		{"dispatcher", RunDispatcher, []string{"db", "data", "nats", "nats-listen", "metrics-listen", "config", "log-level",
+			"lease-ttl", "dup-window", "workers", "max-attempts", "retry-base", "retry-max", "delivery-timeout", "retention", "poll-interval", "addr-file"}},
+	}
+	for _, p := range procs {
+		t.Run(p.name+" -help", func(t *testing.T) {
+			stdout, stderr, err := runOnce(t, p.run, newEnv(), "-help")
+			if err != nil {
+				t.Fatalf("-help: %v", err)
+			}
+			if stdout != "" {
+				t.Errorf("-help wrote to stdout (reserved for JSON-RPC): %q", stdout)
+			}
+			entries := helpFlags(stderr)
+			for _, f := range p.core {
+				if _, ok := entries[f]; !ok {
+					t.Errorf("-help does not list -%s:\n%s", f, stderr)
+				}
+			}
+			for f, e := range entries {
+				if !strings.Contains(e, flagenv.EnvName(f)) {
+					t.Errorf("-help: -%s does not show its environment twin %s:\n%s", f, flagenv.EnvName(f), e)
+				}
+			}
+		})
+		t.Run(p.name+" bad flag", func(t *testing.T) {
+			for _, args := range [][]string{{"-no-such-flag"}, {"-log-level", "loud"}, {"-metrics-listen"}} {
+				_, _, err := runOnce(t, p.run, newEnv(), args...)
+				if !errors.Is(err, ErrUsage) {
+					t.Errorf("%v: error %v, want ErrUsage", args, err)
+				}
+			}
+			// A malformed environment twin is a usage error too.
+			_, _, err := runOnce(t, p.run, newEnv("TICKETRELAY_LOG_LEVEL", "loud"))
+			if !errors.Is(err, ErrUsage) {
+				t.Errorf("TICKETRELAY_LOG_LEVEL=loud: error %v, want ErrUsage", err)
+			}
+		})
+	}
+	t.Run("dispatcher bad durations", func(t *testing.T) {
+		for _, args := range [][]string{{"-retry-base", "soon"}, {"-dup-window", "1m"}, {"-dup-window", "2h", "-retention", "1h"}} {
+			_, _, err := runOnce(t, RunDispatcher, newEnv(), append(args, "-data", t.TempDir())...)
+			if !errors.Is(err, ErrUsage) {
+				t.Errorf("%v: error %v, want ErrUsage", args, err)
+			}
+		}
+	})
+
+	t.Run("TICKETRELAY_LISTEN applies", func(t *testing.T) {
+		port := freePort(t)
+		dir := t.TempDir()
+		env := newEnv("TICKETRELAY_LISTEN", port, "TICKETRELAY_METRICS_LISTEN", "", "TICKETRELAY_DB", filepath.Join(dir, "env.db"))
+		r := start(t, RunFront, env)
+		if r.addrs["mcp"] != port {
+			t.Fatalf("listening on %s, want %s from TICKETRELAY_LISTEN", r.addrs["mcp"], port)
+		}
+		if _, ok := r.addrs["metrics"]; ok {
+			t.Errorf("TICKETRELAY_METRICS_LISTEN= should turn metrics off: %v", r.addrs)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "env.db")); err != nil {
+			t.Errorf("TICKETRELAY_DB was not used: %v", err)
+		}
+		resp, err := http.Get("http://" + port + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("/healthz: %s", resp.Status)
+		}
+	})
+
+	t.Run("a flag wins over its twin", func(t *testing.T) {
+		// Were the twin used, the front would listen on port 1 (or fail to bind it).
+		env := newEnv("TICKETRELAY_LISTEN", "127.0.0.1:1")
+		r, _ := startFront(t, env)
+		if strings.HasSuffix(r.addrs["mcp"], ":1") {
+			t.Fatalf("listening on %s: the environment won over -listen", r.addrs["mcp"])
+		}
+	})
+}
+
+// freePort returns a loopback address with a port nothing listens on now.

@@ -1,0 +1,261 @@
+package app
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"ticketrelay/internal/flagenv"
+)
+
+// allKinds has one target of every kind and one tool bound to each. Every
+// endpoint is a loopback address: nothing may contact it.
+const allKinds = `key_namespace: apptest
+targets:
+  - name: queue
+    kind: local
+  - name: hook
+    kind: webhook
+    endpoint: http://127.0.0.1:9/hooks/tickets
+    options: {signing_secret_env: T_HOOK_SECRET, token_env: T_HOOK_TOKEN}
+  - name: support
+    kind: zendesk
+    endpoint: http://127.0.0.1:9
+    options: {email: bot@acme.test, token_env: T_ZENDESK_TOKEN}
+  - name: oncall
+    kind: pagerduty
+    endpoint: http://127.0.0.1:9
+    options: {routing_key_env: T_PAGERDUTY_KEY}
+  - name: bugs
+    kind: github
+    endpoint: http://127.0.0.1:9
+    options: {owner: acme, repo: support, token_env: T_GITHUB_TOKEN}
+  - name: ops-jira
+    kind: jira
+    endpoint: http://127.0.0.1:9
+    options: {email: bot@acme.test, token_env: T_JIRA_TOKEN, project: OPS}
+  - name: alerts
+    kind: slack
+    options: {webhook_url_env: T_SLACK_URL}
+tools:
+  - {name: file_local, target: queue, description: File a ticket in the local queue.}
+  - {name: send_hook, target: hook}
+  - {name: open_support_ticket, target: support}
+  - {name: page_oncall, target: oncall}
+  - {name: file_bug, target: bugs}
+  - {name: open_ops_issue, target: ops-jira}
+  - {name: notify_ops, target: alerts}
+`
+
+// secretVars are the variables allKinds names for secrets.
+var secretVars = []string{"T_HOOK_SECRET", "T_HOOK_TOKEN", "T_ZENDESK_TOKEN", "T_PAGERDUTY_KEY", "T_GITHUB_TOKEN", "T_JIRA_TOKEN", "T_SLACK_URL"}
+
+// idempotentTools are bound to targets with a dedupe key; the other create
+// tools are bound to targets without one.
+var (
+	idempotentTools    = []string{"file_local", "send_hook", "open_support_ticket", "page_oncall"}
+	nonIdempotentTools = []string{"file_bug", "open_ops_issue", "notify_ops"}
+)
+
+func startFront(t *testing.T, env *fakeEnv, args ...string) (*running, string) {
+	t.Helper()
+	r := start(t, RunFront, env, append([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "",
+		"-db", filepath.Join(t.TempDir(), "tickets.db")}, args...)...)
+	return r, "http://" + r.addrs["mcp"] + "/mcp"
+}
+
+func TestToolsListAnnotationsPerKind(t *testing.T) {
+	cfg := writeFile(t, "ticketrelay.yaml", allKinds)
+	env := newEnv() // no secrets, nothing at all
+	front, url := startFront(t, env, "-config", cfg)
+	if _, ok := front.addrs["metrics"]; ok {
+		t.Fatalf("-metrics-listen \"\" should turn metrics off, yet addrs = %v", front.addrs)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := mcp.NewClient(&mcp.Implementation{Name: "app-test", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	defer cs.Close()
+	res, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := map[string]*mcp.Tool{}
+	for _, tl := range res.Tools {
+		tools[tl.Name] = tl
+	}
+	if want := len(idempotentTools) + len(nonIdempotentTools) + 1; len(tools) != want {
+		t.Fatalf("tools/list has %d tools (%v), want %d", len(tools), slices.Sorted(maps.Keys(tools)), want)
+	}
+	for _, name := range append(slices.Clone(idempotentTools), nonIdempotentTools...) {
+		tl := tools[name]
+		if tl == nil {
+			t.Errorf("tool %s is missing", name)
+			continue
+		}
+		a := tl.Annotations
+		if a == nil {
+			t.Errorf("%s: no annotations", name)
+			continue
+		}
+		idem := slices.Contains(idempotentTools, name)
+		if a.IdempotentHint != idem {
+			t.Errorf("%s: idempotentHint %v, want %v", name, a.IdempotentHint, idem)
+		}
+		if a.DestructiveHint == nil || *a.DestructiveHint {
+			t.Errorf("%s: destructiveHint %v, want an explicit false", name, a.DestructiveHint)
+		}
+		if a.OpenWorldHint == nil || !*a.OpenWorldHint {
+			t.Errorf("%s: openWorldHint %v, want true", name, a.OpenWorldHint)
+		}
+		if a.ReadOnlyHint {
+			t.Errorf("%s: readOnlyHint true on a create tool", name)
+		}
+		retryAdvice := strings.Contains(tl.Description, "do NOT retry") && strings.Contains(tl.Description, "first call find_request")
+		if retryAdvice == idem {
+			t.Errorf("%s (idempotent %v): description says to call find_request before a retry: %v; want %v\n%s",
+				name, idem, retryAdvice, !idem, tl.Description)
+		}
+	}
+	if d := tools["file_local"].Description; !strings.HasPrefix(d, "File a ticket in the local queue.") {
+		t.Errorf("file_local: the configured description is not used: %q", d)
+	}
+	if fr := tools["find_request"]; fr == nil || fr.Annotations == nil || !fr.Annotations.ReadOnlyHint {
+		t.Errorf("find_request must be readOnlyHint: %+v", fr)
+	}
+
+	// On the wire: destructiveHint false is present, not left to the
+	// client's default (true); idempotentHint is absent where it is false.
+	raw := rawToolsList(t, url)
+	for _, name := range append(slices.Clone(idempotentTools), nonIdempotentTools...) {
+		a, ok := raw[name]
+		if !ok {
+			t.Errorf("raw tools/list: no %s", name)
+			continue
+		}
+		if v, ok := a["destructiveHint"]; !ok || v != false {
+			t.Errorf("raw tools/list: %s annotations %v: want \"destructiveHint\": false on the wire", name, a)
+		}
+		if v, ok := a["openWorldHint"]; !ok || v != true {
+			t.Errorf("raw tools/list: %s annotations %v: want \"openWorldHint\": true", name, a)
+		}
+		if v := a["idempotentHint"]; slices.Contains(nonIdempotentTools, name) && v == true ||
+			slices.Contains(idempotentTools, name) && v != true {
+			t.Errorf("raw tools/list: %s idempotentHint %v", name, v)
+		}
+	}
+	if a := raw["find_request"]; a["readOnlyHint"] != true {
+		t.Errorf("raw tools/list: find_request annotations %v: want readOnlyHint true", a)
+	}
+
+	// The front never asked for a secret: it read only its own flags' twins.
+	for _, k := range env.Asked() {
+		if !strings.HasPrefix(k, flagenv.Prefix) || slices.Contains(secretVars, k) {
+			t.Errorf("mcp-front looked up %s: it must need no downstream secret", k)
+		}
+	}
+}
+
+// rawToolsList runs initialize and tools/list by hand and returns each
+// tool's annotations as decoded from the raw JSON.
+func rawToolsList(t *testing.T, url string) map[string]map[string]any {
+	t.Helper()
+	const version = "2025-06-18"
+	resp, body := rawPost(t, url, "", fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":%q,`+
+		`"capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`, version))
+	session := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || session == "" {
+		t.Fatalf("initialize: %s (session %q): %s", resp.Status, session, body)
+	}
+	if resp, body = rawPost(t, url, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("notifications/initialized: %s: %s", resp.Status, body)
+	}
+	resp, body = rawPost(t, url, session, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("tools/list: %s: %s", resp.Status, body)
+	}
+	msg := jsonRPCMessage(t, resp.Header.Get("Content-Type"), body)
+	var out struct {
+		Result struct {
+			Tools []struct {
+				Name        string          `json:"name"`
+				Annotations json.RawMessage `json:"annotations"`
+			} `json:"tools"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(msg, &out); err != nil {
+		t.Fatalf("tools/list answer %s: %v", msg, err)
+	}
+	m := map[string]map[string]any{}
+	for _, tl := range out.Result.Tools {
+		var a map[string]any
+		if err := json.Unmarshal(tl.Annotations, &a); err != nil {
+			t.Fatalf("tool %s annotations %s: %v", tl.Name, tl.Annotations, err)
+		}
+		m[tl.Name] = a
+	}
+	return m
+}
+
+func rawPost(t *testing.T, url, session, body string) (*http.Response, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if session != "" {
+		req.Header.Set("Mcp-Session-Id", session)
+		req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	return resp, b
+}
+
+// jsonRPCMessage returns the one JSON-RPC message of an answer, plain JSON
+// or a server-sent event stream.
+func jsonRPCMessage(t *testing.T, contentType string, body []byte) []byte {
+	t.Helper()
+	if strings.HasPrefix(contentType, "application/json") {
+		return body
+	}
+	var data [][]byte
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if d, ok := bytes.CutPrefix(sc.Bytes(), []byte("data:")); ok && len(bytes.TrimSpace(d)) > 0 {
+			data = append(data, bytes.TrimSpace(d))
+		}
+	}
+	if len(data) != 1 {
+		t.Fatalf("want one SSE message, got %d in %q", len(data), body)
+	}
+	return data[0]
+}
