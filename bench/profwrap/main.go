@@ -17,5 +17,6 @@ func main() {
 	if addr := os.Getenv("BENCH_PPROF_ADDR"); addr != "" {
 		go func() { log.Println(http.ListenAndServe(addr, http.DefaultServeMux)) }()
 	}
+	app.TuneGC(os.LookupEnv, app.FrontGC)
 	app.Main(app.RunFront)
 }

@@ -2,7 +2,12 @@
 package main
 
 import (
+	"os"
+
 	"ticketrelay/internal/app"
 )
 
-func main() { app.Main(app.RunDispatcher) }
+func main() {
+	app.TuneGC(os.LookupEnv, app.DispatcherGC)
+	app.Main(app.RunDispatcher)
+}

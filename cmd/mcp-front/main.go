@@ -8,6 +8,6 @@ import (
 )
 
 func main() {
-	app.TuneFrontGC(os.LookupEnv)
+	app.TuneGC(os.LookupEnv, app.FrontGC)
 	app.Main(app.RunFront)
 }

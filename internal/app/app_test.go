@@ -3,9 +3,11 @@ package app
 import (
 	"context"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -131,3 +133,32 @@ func freePort(t *testing.T) string {
 	return addr
 }
 
+// TestTuneGC: the process's setting applies unless the operator set GOGC or
+// GOMEMLIMIT.
+func TestTuneGC(t *testing.T) {
+	percent, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(math.MaxInt64)
+	t.Cleanup(func() { debug.SetGCPercent(percent); debug.SetMemoryLimit(limit) })
+	current := func() (int, int64) {
+		p := debug.SetGCPercent(-1)
+		debug.SetGCPercent(p)
+		return p, debug.SetMemoryLimit(-1)
+	}
+	for _, tc := range []struct {
+		env          *fakeEnv
+		gc           GC
+		wantPercent  int
+		wantLimitMiB int64
+	}{
+		{newEnv(), FrontGC, 400, 40},
+		{newEnv(), DispatcherGC, 50, math.MaxInt64 >> 20},
+		{newEnv("GOGC", "100"), FrontGC, 100, 40},
+		{newEnv("GOMEMLIMIT", "1GiB"), FrontGC, 400, math.MaxInt64 >> 20},
+	} {
+		debug.SetGCPercent(100)
+		debug.SetMemoryLimit(math.MaxInt64)
+		TuneGC(tc.env.Lookup, tc.gc)
+		if p, l := current(); p != tc.wantPercent || l>>20 != tc.wantLimitMiB {
+			t.Errorf("%+v with %v: GOGC %d, limit %d MiB; want %d, %d MiB", tc.gc, tc.env.Asked(), p, l>>20, tc.wantPercent, tc.wantLimitMiB)
+		}
+	}
+}
