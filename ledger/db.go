@@ -158,6 +158,9 @@ var migrations = []string{
 	CREATE INDEX requests_created ON requests(created_at);
 	CREATE VIEW tickets AS
 		SELECT ticket_id, request_id, title, body, priority, labels, created_at FROM requests;` + "\n" + outbox.SchemaV3,
+	// 4: the stream sequence of each published message, for the audit that
+	// finds messages the stream lost.
+	outbox.SchemaV4,
 }
 
 // migrateRetrying runs migrate, retrying SQLITE_BUSY for about 10 s. When

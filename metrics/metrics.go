@@ -37,6 +37,8 @@ type Dispatcher struct {
 	DuplicateAcks      prometheus.Counter
 	BatchFallbacks     prometheus.Counter
 	PublishErrors      prometheus.Counter
+	AuditChecked       prometheus.Counter
+	StreamLost         prometheus.Counter
 	CommitToAck        prometheus.Histogram
 	LeaseHeld          prometheus.Gauge
 	Deliveries         *prometheus.CounterVec   // target, outcome
@@ -151,6 +153,14 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 			Namespace: namespace, Name: "jetstream_publish_errors_total",
 			Help: "Publishes that got no acknowledgement; the row stays in the outbox and is sent again.",
 		}),
+		AuditChecked: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "stream_audit_checks_total",
+			Help: "Published messages without a delivery record that the audit looked up in the stream.",
+		}),
+		StreamLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "stream_lost_messages_total",
+			Help: "Published messages the stream no longer held (lost by the broker, or expired) before any delivery, published again.",
+		}),
 		CommitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "commit_to_ack_seconds",
 			Help:    "Time from the ledger commit of a request to its JetStream acknowledgement.",
@@ -200,7 +210,7 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 		Writer: newWriter(),
 	}
 	reg.MustRegister(d.Pruned, d.LedgerRequests, d.OutboxBacklog, d.OutboxOldestAge, d.Dispatched, d.DuplicateAcks, d.BatchFallbacks,
-		d.PublishErrors, d.CommitToAck, d.LeaseHeld, d.Deliveries, d.DeliveryAttempts,
+		d.PublishErrors, d.AuditChecked, d.StreamLost, d.CommitToAck, d.LeaseHeld, d.Deliveries, d.DeliveryAttempts,
 		d.DeliveryDuration, d.DeadLetters, d.AuthFailures, d.Uncertain, d.RedeliveredSkipped)
 	d.Writer.register(reg)
 	return d

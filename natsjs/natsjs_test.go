@@ -3,10 +3,12 @@ package natsjs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -344,5 +346,75 @@ func TestAtomicBatches(t *testing.T) {
 		if b := m.Header.Get("Nats-Batch-Id"); b != "" {
 			t.Errorf("message %d carries batch %q: a refused batch's messages should go on their own", seq, b)
 		}
+	}
+}
+
+// Every publish result says where the stream stored its message, also with
+// atomic batches and single publishes racing on one connection, and for a
+// duplicate (the earlier copy's sequence); the StreamChecker finds each
+// message there, and not once it is gone or the id differs.
+func TestPublishSequencesAndStreamChecker(t *testing.T) {
+	ctx := ctxT(t)
+	_, js := connect(t, start(t, t.TempDir()))
+	st, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := natsjs.NewPublisher(js, natsjs.AtomicBatches(nil))
+	const workers, rounds = 4, 10
+	type sent struct {
+		msg outbox.Message
+		res outbox.PublishResult
+	}
+	results := make([][]sent, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for r := range rounds {
+				n := 1 + (w+r)%5 // batches of 1 (a single publish) to 5
+				var msgs []outbox.Message
+				for i := range n {
+					id := fmt.Sprintf("w%d-r%d-%d", w, r, i)
+					msgs = append(msgs, outbox.Message{RequestID: id, Subject: "tickets.local", Payload: []byte(id)})
+				}
+				for i, res := range pub.Publish(ctx, msgs) {
+					results[w] = append(results[w], sent{msgs[i], res})
+				}
+			}
+		})
+	}
+	wg.Wait()
+	check := natsjs.NewStreamChecker(js, "TICKETS")
+	seen := map[uint64]string{}
+	for _, rs := range results {
+		for _, s := range rs {
+			if s.res.Err != nil || s.res.Seq == 0 {
+				t.Fatalf("%s: %+v", s.msg.RequestID, s.res)
+			}
+			if other, dup := seen[s.res.Seq]; dup {
+				t.Errorf("sequence %d given to %s and %s", s.res.Seq, other, s.msg.RequestID)
+			}
+			seen[s.res.Seq] = s.msg.RequestID
+			if ok, err := check.Holds(ctx, s.res.Seq, s.msg.MsgID()); err != nil || !ok {
+				t.Errorf("%s at %d: Holds = %v, %v", s.msg.RequestID, s.res.Seq, ok, err)
+			}
+		}
+	}
+	first := results[0][0]
+	again := pub.Publish(ctx, []outbox.Message{first.msg})
+	if again[0].Err != nil || !again[0].Duplicate || again[0].Seq != first.res.Seq {
+		t.Errorf("republished %s: %+v, want a duplicate at %d", first.msg.RequestID, again[0], first.res.Seq)
+	}
+	if ok, err := check.Holds(ctx, first.res.Seq, "another-id"); err != nil || ok {
+		t.Errorf("Holds with another id = %v, %v; want false", ok, err)
+	}
+	if err := st.DeleteMsg(ctx, first.res.Seq); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := check.Holds(ctx, first.res.Seq, first.msg.MsgID()); err != nil || ok {
+		t.Errorf("Holds after the message was deleted = %v, %v; want false", ok, err)
+	}
+	if ok, err := check.Holds(ctx, 1<<40, "x"); err != nil || ok {
+		t.Errorf("Holds past the end = %v, %v; want false", ok, err)
 	}
 }

@@ -3,6 +3,7 @@ package natsjs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -69,9 +70,14 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox
 	}
 	results := make([]outbox.PublishResult, 0, len(msgs))
 	for chunk := range slices.Chunk(msgs, MaxAtomicBatch) {
-		err := p.publishAtomic(ctx, chunk)
+		last, err := p.publishAtomic(ctx, chunk)
 		if err == nil {
-			results = append(results, make([]outbox.PublishResult, len(chunk))...)
+			// The server stores an atomic batch at consecutive sequences,
+			// the last of which it answers with.
+			first := last - uint64(len(chunk)) + 1
+			for i := range chunk {
+				results = append(results, outbox.PublishResult{Seq: first + uint64(i)})
+			}
 			continue
 		}
 		if p.onFallback != nil {
@@ -82,9 +88,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox
 	return results
 }
 
-// publishAtomic sends msgs as one atomic batch and waits for the server's
-// answer to its commit.
-func (p *Publisher) publishAtomic(ctx context.Context, msgs []outbox.Message) error {
+// publishAtomic sends msgs as one atomic batch, waits for the server's
+// answer to its commit and returns the stream sequence of the last message.
+func (p *Publisher) publishAtomic(ctx context.Context, msgs []outbox.Message) (uint64, error) {
 	nc := p.js.Conn()
 	batch := nats.NewInbox()[len(nats.InboxPrefix):] // unique, well under the 64-byte limit
 	last := len(msgs) - 1
@@ -95,7 +101,7 @@ func (p *Publisher) publishAtomic(ctx context.Context, msgs []outbox.Message) er
 		nm.Header.Set(batchSeqHeader, strconv.Itoa(i+1))
 		if i < last {
 			if err := nc.PublishMsg(nm); err != nil {
-				return err
+				return 0, err
 			}
 			continue
 		}
@@ -104,9 +110,10 @@ func (p *Publisher) publishAtomic(ctx context.Context, msgs []outbox.Message) er
 		resp, err := nc.RequestMsgWithContext(cctx, nm)
 		cancel()
 		if err != nil {
-			return err
+			return 0, err
 		}
 		var ack struct {
+			Seq   uint64 `json:"seq"`
 			Batch string `json:"batch"`
 			Count int    `json:"count"`
 			Error *struct {
@@ -115,16 +122,17 @@ func (p *Publisher) publishAtomic(ctx context.Context, msgs []outbox.Message) er
 			} `json:"error"`
 		}
 		if err := json.Unmarshal(resp.Data, &ack); err != nil {
-			return fmt.Errorf("natsjs: atomic batch answer %q: %w", resp.Data, err)
+			return 0, fmt.Errorf("natsjs: atomic batch answer %q: %w", resp.Data, err)
 		}
 		if ack.Error != nil {
-			return fmt.Errorf("natsjs: atomic batch refused: %s (%d)", ack.Error.Description, ack.Error.Code)
+			return 0, fmt.Errorf("natsjs: atomic batch refused: %s (%d)", ack.Error.Description, ack.Error.Code)
 		}
-		if ack.Batch != batch || ack.Count != len(msgs) {
-			return fmt.Errorf("natsjs: atomic batch answer %q for batch %s of %d", resp.Data, batch, len(msgs))
+		if ack.Batch != batch || ack.Count != len(msgs) || ack.Seq < uint64(len(msgs)) {
+			return 0, fmt.Errorf("natsjs: atomic batch answer %q for batch %s of %d", resp.Data, batch, len(msgs))
 		}
+		return ack.Seq, nil
 	}
-	return nil
+	return 0, errors.New("natsjs: empty atomic batch")
 }
 
 // The headers of a JetStream atomic batch.
@@ -154,7 +162,7 @@ func (p *Publisher) publishEach(ctx context.Context, msgs []outbox.Message) []ou
 		}
 		select {
 		case ack := <-f.Ok():
-			results[i].Duplicate = ack.Duplicate
+			results[i].Duplicate, results[i].Seq = ack.Duplicate, ack.Sequence
 		case err := <-f.Err():
 			results[i].Err = fmt.Errorf("natsjs: publish %s: %w", msgs[i].RequestID, err)
 		case <-ctx.Done():
@@ -162,4 +170,35 @@ func (p *Publisher) publishEach(ctx context.Context, msgs []outbox.Message) []ou
 		}
 	}
 	return results
+}
+
+// StreamChecker answers whether the stream still stores a message: the
+// dispatcher's audit asks it about messages published long ago that no
+// delivery has been recorded for.
+type StreamChecker struct {
+	js     jetstream.JetStream
+	stream string
+}
+
+// NewStreamChecker checks messages of the named stream.
+func NewStreamChecker(js jetstream.JetStream, stream string) *StreamChecker {
+	return &StreamChecker{js: js, stream: stream}
+}
+
+// Holds reports whether the stream stores the message msgID at seq. A
+// sequence that holds another message (the stream was recreated, or lost its
+// tail and reused the numbers) is not it.
+func (c *StreamChecker) Holds(ctx context.Context, seq uint64, msgID string) (bool, error) {
+	s, err := c.js.Stream(ctx, c.stream)
+	if err != nil {
+		return false, fmt.Errorf("natsjs: stream %s: %w", c.stream, err)
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("natsjs: read %s sequence %d: %w", c.stream, seq, err)
+	}
+	return m.Header.Get(jetstream.MsgIDHeader) == msgID, nil
 }

@@ -51,6 +51,11 @@ DROP TABLE outbox;
 ALTER TABLE outbox_v3 RENAME TO outbox;
 CREATE INDEX outbox_pending ON outbox(id) WHERE published_at IS NULL;`
 
+// SchemaV4 (the fourth migration) records where the stream stored each
+// message, so that the dispatcher's audit can ask the stream whether it
+// still holds it.
+const SchemaV4 = `ALTER TABLE outbox ADD COLUMN stream_seq INTEGER; -- JetStream sequence of the stored message; NULL: not known`
+
 // SubjectPrefix is the first token of every ticket subject.
 const SubjectPrefix = "tickets"
 

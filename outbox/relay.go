@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"ticketrelay/internal/backoff"
@@ -30,7 +31,10 @@ type Publisher interface {
 // PublishResult is the broker's answer to one message.
 type PublishResult struct {
 	Duplicate bool
-	Err       error
+	// Seq is the stream sequence that holds the message (for a duplicate,
+	// the earlier copy's); 0 if the broker did not say.
+	Seq uint64
+	Err error
 }
 
 // RelayConfig tunes the relay. Zero fields take the documented defaults.
@@ -95,6 +99,7 @@ type Relay struct {
 	tx      TxRunner
 	pub     Publisher
 	lease   *Lease
+	leading atomic.Bool // the lease is held
 	log     *slog.Logger
 	metrics *metrics.Dispatcher
 	now     func() time.Time
@@ -119,6 +124,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	fl := newInflight(r.cfg.Pipeline)
 	defer func() {
 		fl.drain() // a batch in flight finishes (or fails) before the lease goes
+		r.leading.Store(false)
 		r.metrics.LeaseHeld.Set(0)
 		// Give the lease back so a successor need not wait for it to expire.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -147,6 +153,7 @@ func (r *Relay) Run(ctx context.Context) error {
 				r.log.Warn("relay lease lost to another dispatcher")
 			}
 			held = ok && err == nil
+			r.leading.Store(held)
 			r.metrics.LeaseHeld.Set(b2f(held))
 			leaseUntil = now.Add(r.cfg.LeaseTTL / 3)
 			if !held {
@@ -206,11 +213,15 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
+// Leading reports whether this relay holds the lease: it is the one
+// dispatcher of the database that publishes.
+func (r *Relay) Leading() bool { return r.leading.Load() }
+
 // publish sends one batch and marks the acknowledged rows published.
 func (r *Relay) publish(ctx context.Context, msgs []Message) error {
 	results := r.pub.Publish(ctx, msgs)
 	failpoint.Hit(failpoint.RelayAfterPublish)
-	acked := make([]Message, 0, len(msgs))
+	acked := make([]stored, 0, len(msgs))
 	var firstErr error
 	for i, res := range results {
 		if res.Err != nil {
@@ -221,7 +232,7 @@ func (r *Relay) publish(ctx context.Context, msgs []Message) error {
 		if res.Duplicate {
 			r.metrics.DuplicateAcks.Inc()
 		}
-		acked = append(acked, msgs[i])
+		acked = append(acked, stored{msgs[i], res.Seq})
 	}
 	if err := r.markPublished(ctx, acked); err != nil {
 		return err
@@ -298,19 +309,29 @@ func (r *Relay) pending(ctx context.Context, after int64) ([]Message, error) {
 	return msgs, rows.Err()
 }
 
-func (r *Relay) markPublished(ctx context.Context, acked []Message) error {
+// stored is a message the broker acknowledged, and where it stored it.
+type stored struct {
+	Message
+	seq uint64
+}
+
+func (r *Relay) markPublished(ctx context.Context, acked []stored) error {
 	if len(acked) == 0 {
 		return nil
 	}
 	now := r.now()
 	err := r.tx.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, `UPDATE outbox SET published_at = ? WHERE id = ? AND published_at IS NULL`)
+		stmt, err := tx.PrepareContext(ctx, `UPDATE outbox SET published_at = ?, stream_seq = ? WHERE id = ? AND published_at IS NULL`)
 		if err != nil {
 			return err
 		}
 		defer stmt.Close()
 		for _, m := range acked {
-			if _, err := stmt.ExecContext(ctx, now.UnixNano(), m.ID); err != nil {
+			var seq sql.NullInt64
+			if m.seq > 0 {
+				seq = sql.NullInt64{Int64: int64(m.seq), Valid: true}
+			}
+			if _, err := stmt.ExecContext(ctx, now.UnixNano(), seq, m.ID); err != nil {
 				return err
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"ticketrelay/audit"
 	"ticketrelay/config"
 	"ticketrelay/forwarder"
 	"ticketrelay/internal/backoff"
@@ -50,6 +51,7 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		deliveryTimeout = fs.Duration("delivery-timeout", 30*time.Second, "time limit of one downstream call")
 		retention       = fs.Duration("retention", 24*time.Hour, "how long a settled request is remembered (>= 30m); a request_id reused after it is a new request")
 		pollInterval    = fs.Duration("poll-interval", 20*time.Millisecond, "how often an idle relay looks for new outbox rows")
+		auditAfter      = fs.Duration("audit-after", 5*time.Minute, "how long after its publish a message not yet delivered is looked up in the stream, and published again if the stream lost it (longer than the broker's sync interval)")
 		addrFile        = fs.String("addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
 	)
 	fs.Usage = func() {
@@ -166,6 +168,11 @@ func RunDispatcher(ctx context.Context, env Env) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
+	auditor, err := audit.New(audit.Config{After: *auditAfter}, l, natsjs.NewStreamChecker(js, streamCfg.Name),
+		relay.Leading, log.With("component", "audit"), m, time.Now)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
 
 	if *metricsListen != "" {
 		ms, err := serve(ctx, *metricsListen, metricsHandler(reg), log)
@@ -179,7 +186,7 @@ func RunDispatcher(ctx context.Context, env Env) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	services := map[string]func(context.Context) error{"relay": relay.Run, "forwarder": fwd.Run, "retention": pruner.Run}
+	services := map[string]func(context.Context) error{"relay": relay.Run, "forwarder": fwd.Run, "retention": pruner.Run, "audit": auditor.Run}
 	errs := make(chan error, len(services))
 	for name, run := range services {
 		wg.Go(func() {

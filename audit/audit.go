@@ -1,0 +1,165 @@
+// Package audit finds accepted tickets whose message the stream lost before
+// any delivery, and has the relay publish them again.
+//
+// The relay marks an outbox row published once JetStream acknowledges the
+// message, and records the stream sequence it was stored at. From then on the
+// stream is the only copy on its way: a broker that acknowledged before its
+// fsync (an external server without sync_interval: always) can lose it in a
+// power cut, and a message that waits longer than the stream's MaxAge is
+// removed. Either way no delivery is ever recorded and the request would stay
+// "published" for ever. The auditor reads every published row once it is
+// After old, in id order; a row with no delivery record is looked up in the
+// stream by its sequence, and if the stream does not hold that message id
+// there, the row is queued again under a new message id (as an operator
+// redrive does), with the same downstream dedupe key.
+//
+// Only the dispatcher that holds the relay lease audits, so that one process
+// decides. A row is audited once per pass; a pass starts again from the
+// first row every Rescan.
+package audit
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"ticketrelay/ledger"
+	"ticketrelay/metrics"
+)
+
+// Store is the ledger's side of the audit.
+type Store interface {
+	PublishedAfter(ctx context.Context, after int64, limit int) ([]ledger.Published, error)
+	RepublishLost(ctx context.Context, p ledger.Published) (bool, error)
+}
+
+// Stream answers whether the stream stores msgID at seq.
+type Stream interface {
+	Holds(ctx context.Context, seq uint64, msgID string) (bool, error)
+}
+
+// Config tunes the auditor. Zero fields take the defaults.
+type Config struct {
+	// After is how long after its publish a row is audited. It must exceed
+	// the time a broker may hold an acknowledged message before its fsync
+	// (nats-server's default sync_interval is 2 minutes). Default 5m.
+	After time.Duration
+	// Interval is the wait between rounds once a pass has caught up.
+	// Default 10s.
+	Interval time.Duration
+	// Rescan is how often a pass starts again from the first row, so that a
+	// message removed later (MaxAge) is found too. Default 1h.
+	Rescan time.Duration
+	// Batch is how many rows a round reads. Default 1000.
+	Batch int
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	c.After = cmp.Or(c.After, 5*time.Minute)
+	c.Interval = cmp.Or(c.Interval, 10*time.Second)
+	c.Rescan = cmp.Or(c.Rescan, time.Hour)
+	c.Batch = cmp.Or(c.Batch, 1000)
+	return c
+}
+
+// Auditor runs the audit; see the package comment.
+type Auditor struct {
+	cfg     Config
+	store   Store
+	stream  Stream
+	leading func() bool
+	log     *slog.Logger
+	metrics *metrics.Dispatcher
+	now     func() time.Time
+
+	cursor   int64     // rows up to this id were audited in this pass
+	passFrom time.Time // when this pass started
+}
+
+// New builds an auditor that works only while leading() reports true.
+func New(cfg Config, store Store, stream Stream, leading func() bool, log *slog.Logger, m *metrics.Dispatcher, now func() time.Time) (*Auditor, error) {
+	cfg = cfg.WithDefaults()
+	if cfg.After < 0 || cfg.Interval <= 0 || cfg.Rescan <= 0 || cfg.Batch < 1 {
+		return nil, fmt.Errorf("audit: invalid config %+v", cfg)
+	}
+	return &Auditor{cfg: cfg, store: store, stream: stream, leading: leading, log: log, metrics: m, now: now}, nil
+}
+
+// Run audits until ctx ends; it returns nil then.
+func (a *Auditor) Run(ctx context.Context) error {
+	for {
+		wait := a.cfg.Interval
+		if a.leading() {
+			more, err := a.Round(ctx)
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case err != nil:
+				a.log.Warn("stream audit round failed", "err", err)
+			case more:
+				wait = 0 // a full batch: go on at once
+			}
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+		} else if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// Round audits the next batch of rows. It reports whether a full batch was
+// audited (there may be more at once).
+func (a *Auditor) Round(ctx context.Context) (more bool, err error) {
+	now := a.now()
+	if a.passFrom.IsZero() || now.Sub(a.passFrom) >= a.cfg.Rescan {
+		a.cursor, a.passFrom = 0, now
+	}
+	rows, err := a.store.PublishedAfter(ctx, a.cursor, a.cfg.Batch)
+	if err != nil {
+		return false, err
+	}
+	for _, p := range rows {
+		if p.PublishedAt.IsZero() || now.Sub(p.PublishedAt) < a.cfg.After {
+			// Not published yet, or too recently: this pass waits here, so
+			// that rows are audited in id order and none is skipped.
+			return false, nil
+		}
+		if !p.Delivered && p.Seq > 0 {
+			if err := a.check(ctx, p); err != nil {
+				return false, err
+			}
+		}
+		a.cursor = p.ID
+	}
+	return len(rows) == a.cfg.Batch, nil
+}
+
+// check looks p's message up in the stream and queues it again if the
+// stream does not hold it.
+func (a *Auditor) check(ctx context.Context, p ledger.Published) error {
+	a.metrics.AuditChecked.Inc()
+	held, err := a.stream.Holds(ctx, p.Seq, p.MsgID())
+	if err != nil || held {
+		return err
+	}
+	again, err := a.store.RepublishLost(ctx, p)
+	if err != nil {
+		return err
+	}
+	if again {
+		a.metrics.StreamLost.Inc()
+		a.log.Warn("the stream no longer holds a published message that was never delivered; publishing it again",
+			"request_id", p.RequestID, "msg_id", p.MsgID(), "seq", p.Seq, "published_at", p.PublishedAt)
+	}
+	return nil
+}

@@ -1,0 +1,249 @@
+package audit_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"ticketrelay/audit"
+	"ticketrelay/internal/testwait"
+	"ticketrelay/ledger"
+	"ticketrelay/metrics"
+	"ticketrelay/natsjs"
+	"ticketrelay/outbox"
+	"ticketrelay/ticket"
+)
+
+// world is a ledger on a real SQLite file, a relay publishing it to a real
+// embedded JetStream as atomic batches, and nothing consuming: no delivery
+// is ever recorded unless the test records one.
+type world struct {
+	l      *ledger.Ledger
+	read   *sql.DB
+	m      *metrics.Dispatcher
+	stream jetstream.Stream
+	check  *natsjs.StreamChecker
+	relay  *outbox.Relay
+	log    *slog.Logger
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	ns, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: filepath.Join(t.TempDir(), "nats")}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := natsjs.StreamConfig{}.WithDefaults()
+	st, err := natsjs.EnsureStream(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "tickets.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.NewDispatcher(prometheus.NewRegistry())
+	w := ledger.NewWriter(db, log, m.Writer)
+	t.Cleanup(func() { w.Close(); db.Close() })
+	relay, err := outbox.NewRelay(outbox.RelayConfig{Holder: "audit-test", PollInterval: 5 * time.Millisecond},
+		db.Reader(), w, natsjs.NewPublisher(js, natsjs.AtomicBatches(nil)), log, m, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(rctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	})
+	return &world{l: ledger.New(db, w, time.Now), read: db.Reader(), m: m, stream: st,
+		check: natsjs.NewStreamChecker(js, cfg.Name), relay: relay, log: log}
+}
+
+func (w *world) create(t *testing.T, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		r := ticket.Request{RequestID: id, Tool: "create_ticket_local", Target: "local", Title: "Ticket " + id}
+		if err := r.Normalize(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.l.Create(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// row is an outbox row as the test reads it.
+type row struct {
+	published  bool
+	generation int
+	seq        uint64
+}
+
+func (w *world) row(t *testing.T, id string) row {
+	t.Helper()
+	var r row
+	var published, seq sql.NullInt64
+	if err := w.read.QueryRow(`SELECT published_at, generation, stream_seq FROM outbox WHERE request_id = ?`, id).
+		Scan(&published, &r.generation, &seq); err != nil {
+		t.Fatal(err)
+	}
+	r.published, r.seq = published.Valid, uint64(seq.Int64)
+	return r
+}
+
+func (w *world) allPublished(t *testing.T, ids []string) {
+	t.Helper()
+	testwait.For(t, 10*time.Second, "every row published", func() bool {
+		for _, id := range ids {
+			if r := w.row(t, id); !r.published || r.seq == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// The audit republishes exactly the published messages the stream no longer
+// holds and that no delivery was recorded for; the relay stores them again
+// under a new message id; a second pass finds nothing more.
+func TestAuditRepublishesWhatTheStreamLost(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	var ids []string
+	for i := range 12 {
+		ids = append(ids, fmt.Sprintf("req-%02d", i))
+	}
+	w.create(t, ids...)
+	w.allPublished(t, ids)
+
+	// The stream loses three messages; one of them had reached the
+	// forwarder, which recorded the delivery.
+	for _, id := range []string{"req-02", "req-07", "req-11"} {
+		if err := w.stream.DeleteMsg(ctx, w.row(t, id).seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.l.RecordDelivery(ctx, ledger.Delivery{RequestID: "req-07", Target: "local", State: string(ledger.StatusDelivered), Attempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+
+	clock := time.Now().Add(10 * time.Minute) // every row is older than After
+	a, err := audit.New(audit.Config{After: 5 * time.Minute, Batch: 5}, w.l, w.check, w.relay.Leading, w.log, w.m, func() time.Time { return clock })
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 5*time.Second, "the relay to hold its lease", w.relay.Leading)
+	rounds := 0
+	for more := true; more; rounds++ {
+		if more, err = a.Round(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rounds != 3 { // 5 + 5 + 2 rows
+		t.Errorf("%d rounds for 12 rows in batches of 5, want 3", rounds)
+	}
+	if got := testutil.ToFloat64(w.m.StreamLost); got != 2 {
+		t.Errorf("stream_lost_messages_total = %v, want 2 (req-02, req-11)", got)
+	}
+	if got := testutil.ToFloat64(w.m.AuditChecked); got != 11 {
+		t.Errorf("stream_audit_checks_total = %v, want 11 (every row without a delivery record)", got)
+	}
+	for _, id := range ids {
+		want := 0
+		if id == "req-02" || id == "req-11" {
+			want = 1
+		}
+		if g := w.row(t, id).generation; g != want {
+			t.Errorf("%s: generation %d, want %d", id, g, want)
+		}
+	}
+
+	// The relay publishes them again under their redrive ids.
+	w.allPublished(t, ids)
+	for _, id := range []string{"req-02", "req-11"} {
+		r := w.row(t, id)
+		msgID := outbox.Message{RequestID: id, Generation: r.generation}.MsgID()
+		if ok, err := w.check.Holds(ctx, r.seq, msgID); err != nil || !ok {
+			t.Errorf("%s: the stream does not hold %s at %d after the republish (%v)", id, msgID, r.seq, err)
+		}
+	}
+
+	// A pass that starts from the first row again finds everything held.
+	clock = clock.Add(2 * time.Hour)
+	for more := true; more; {
+		if more, err = a.Round(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := testutil.ToFloat64(w.m.StreamLost); got != 2 {
+		t.Errorf("second pass: stream_lost_messages_total = %v, want still 2", got)
+	}
+	if got := testutil.ToFloat64(w.m.AuditChecked); got != 22 {
+		t.Errorf("second pass: stream_audit_checks_total = %v, want 22", got)
+	}
+}
+
+// A row is audited only once it was published After ago: until then a pass
+// waits at it, and then takes it up.
+func TestAuditWaitsForRowsToAge(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.create(t, "a", "b")
+	w.allPublished(t, []string{"a", "b"})
+	for _, id := range []string{"a", "b"} {
+		if err := w.stream.DeleteMsg(ctx, w.row(t, id).seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock := time.Now()
+	a, err := audit.New(audit.Config{After: time.Minute}, w.l, w.check, func() bool { return true }, w.log, w.m, func() time.Time { return clock })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if more, err := a.Round(ctx); err != nil || more {
+		t.Fatalf("Round = %v, %v", more, err)
+	}
+	if got := testutil.ToFloat64(w.m.AuditChecked); got != 0 {
+		t.Fatalf("rows published less than After ago were checked (%v)", got)
+	}
+	clock = clock.Add(time.Minute)
+	if _, err := a.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(w.m.StreamLost); got != 2 {
+		t.Errorf("stream_lost_messages_total = %v, want 2 once both rows are After old", got)
+	}
+}
+
+func TestConfigRejectsNonsense(t *testing.T) {
+	for _, c := range []audit.Config{{After: -time.Second}, {Interval: -1}, {Batch: -1}, {Rescan: -time.Hour}} {
+		if _, err := audit.New(c, nil, nil, nil, nil, nil, time.Now); err == nil {
+			t.Errorf("New(%+v) accepted", c)
+		}
+	}
+}

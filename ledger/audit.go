@@ -1,0 +1,89 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"ticketrelay/outbox"
+)
+
+// Published is an outbox row as the stream audit sees it.
+type Published struct {
+	ID          int64 // the outbox (and ledger) row id
+	RequestID   string
+	Generation  int
+	PublishedAt time.Time // zero: not published (yet, or again after a redrive)
+	Seq         uint64    // stream sequence of the stored message; 0: not known
+	Delivered   bool      // a delivery record exists: the forwarder has the message
+}
+
+// MsgID is the Nats-Msg-Id the message was published under.
+func (p Published) MsgID() string {
+	return outbox.Message{RequestID: p.RequestID, Generation: p.Generation}.MsgID()
+}
+
+// PublishedAfter returns up to limit outbox rows with ids above after, in id
+// order, each with whether a delivery record exists for its request.
+func (l *Ledger) PublishedAfter(ctx context.Context, after int64, limit int) ([]Published, error) {
+	rows, err := l.db.read.QueryContext(ctx, `
+		SELECT o.id, o.request_id, o.generation, o.published_at, o.stream_seq,
+			EXISTS (SELECT 1 FROM deliveries d WHERE d.request_id = o.request_id)
+		FROM outbox o WHERE o.id > ? ORDER BY o.id LIMIT ?`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: read published rows: %w", err)
+	}
+	defer rows.Close()
+	var out []Published
+	for rows.Next() {
+		var p Published
+		var published, seq sql.NullInt64
+		if err := rows.Scan(&p.ID, &p.RequestID, &p.Generation, &published, &seq, &p.Delivered); err != nil {
+			return nil, fmt.Errorf("ledger: read published rows: %w", err)
+		}
+		if published.Valid {
+			p.PublishedAt = time.Unix(0, published.Int64)
+		}
+		if seq.Valid && seq.Int64 > 0 {
+			p.Seq = uint64(seq.Int64)
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: read published rows: %w", err)
+	}
+	return out, nil
+}
+
+// RepublishLost queues p's message to be published again under a new
+// message id (as a redrive does), because the stream no longer holds it. It
+// does nothing and returns false if the row changed since p was read: a
+// delivery was recorded, or it was republished already.
+func (l *Ledger) RepublishLost(ctx context.Context, p Published) (bool, error) {
+	var done bool
+	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		done = false
+		var same bool
+		err := tx.QueryRowContext(ctx, `
+			SELECT o.generation = ? AND o.published_at IS NOT NULL AND o.stream_seq IS ?
+				AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.request_id = o.request_id)
+			FROM outbox o WHERE o.id = ?`, p.Generation, nullSeq(p.Seq), p.ID).Scan(&same)
+		if err == sql.ErrNoRows || (err == nil && !same) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		done = true
+		return outbox.RedriveTx(ctx, tx, p.ID)
+	})
+	if err != nil {
+		return false, fmt.Errorf("ledger: republish %s: %w", p.RequestID, err)
+	}
+	return done, nil
+}
+
+func nullSeq(seq uint64) sql.NullInt64 {
+	return sql.NullInt64{Int64: int64(seq), Valid: seq > 0}
+}
