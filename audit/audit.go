@@ -50,7 +50,8 @@ type Config struct {
 	// Default 10s.
 	Interval time.Duration
 	// Rescan is how often a pass starts again from the first row, so that a
-	// message removed later (MaxAge) is found too. Default 1h.
+	// message removed later (MaxAge, 7 days by default) is found too. A pass
+	// reads every row of the ledger, so not often. Default 24h.
 	Rescan time.Duration
 	// Batch is how many rows a round reads. Default 1000.
 	Batch int
@@ -60,7 +61,7 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	c.After = cmp.Or(c.After, 5*time.Minute)
 	c.Interval = cmp.Or(c.Interval, 10*time.Second)
-	c.Rescan = cmp.Or(c.Rescan, time.Hour)
+	c.Rescan = cmp.Or(c.Rescan, 24*time.Hour)
 	c.Batch = cmp.Or(c.Batch, 1000)
 	return c
 }
