@@ -47,7 +47,7 @@ type Config struct {
 	// (nats-server's default sync_interval is 2 minutes). Default 5m.
 	After time.Duration
 	// Interval is the wait between rounds once a pass has caught up.
-	// Default 10s.
+	// Default a tenth of After, at most 10s.
 	Interval time.Duration
 	// Rescan is how often a pass starts again from the first row, so that a
 	// message removed later (MaxAge, 7 days by default) is found too. A pass
@@ -60,7 +60,7 @@ type Config struct {
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
 	c.After = cmp.Or(c.After, 5*time.Minute)
-	c.Interval = cmp.Or(c.Interval, 10*time.Second)
+	c.Interval = cmp.Or(c.Interval, min(max(c.After/10, 10*time.Millisecond), 10*time.Second))
 	c.Rescan = cmp.Or(c.Rescan, 24*time.Hour)
 	c.Batch = cmp.Or(c.Batch, 1000)
 	return c

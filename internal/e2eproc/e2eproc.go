@@ -186,6 +186,7 @@ func (p *Proc) ExpectExit() { p.exitExpected.Store(true) }
 // a clean shutdown is part of the product.
 func (p *Proc) Stop(t testing.TB) {
 	t.Helper()
+	p.ExpectExit()
 	// Connections the client dialled but never used look "new" to the
 	// server, and http.Server.Shutdown waits up to 5s for them: hang up
 	// as a client that is done would.
