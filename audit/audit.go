@@ -6,12 +6,13 @@
 // stream is the only copy on its way: a broker that acknowledged before its
 // fsync (an external server without sync_interval: always) can lose it in a
 // power cut, and a message that waits longer than the stream's MaxAge is
-// removed. Either way no delivery is ever recorded and the request would stay
-// "published" for ever. The auditor reads every published row once it is
-// After old, in id order; a row with no delivery record is looked up in the
-// stream by its sequence, and if the stream does not hold that message id
-// there, the row is queued again under a new message id (as an operator
-// redrive does), with the same downstream dedupe key.
+// removed. Either way the request would stay "published" (or "retrying")
+// for ever. The auditor reads every published row once it is After old, in
+// id order; a row with no delivery record, or with an unsettled one nobody
+// has written for After, is looked up in the stream by its sequence, and if
+// the stream does not hold that message id there, the row is queued again
+// under a new message id (as an operator redrive does), with the same
+// downstream dedupe key.
 //
 // Only the dispatcher that holds the relay lease audits, so that one process
 // decides. A row is audited once per pass; a pass starts again from the
@@ -135,7 +136,7 @@ func (a *Auditor) Round(ctx context.Context) (more bool, err error) {
 			// that rows are audited in id order and none is skipped.
 			return false, nil
 		}
-		if !p.Delivered && p.Seq > 0 {
+		if a.due(p, now) {
 			if err := a.check(ctx, p); err != nil {
 				return false, err
 			}
@@ -143,6 +144,24 @@ func (a *Auditor) Round(ctx context.Context) (more bool, err error) {
 		a.cursor = p.ID
 	}
 	return len(rows) == a.cfg.Batch, nil
+}
+
+// due reports whether p's message should be looked up: it has a sequence,
+// and no delivery was recorded, or the last record is unsettled and was
+// written After ago or more (the forwarder has not touched the request
+// since: its message may have expired from the stream while a downstream
+// was down). A request whose attempt is running is never due: -audit-after
+// exceeds -delivery-timeout, and an attempt writes its record when it ends
+// (or, for a target without a dedupe key, before it starts too).
+func (a *Auditor) due(p ledger.Published, now time.Time) bool {
+	switch {
+	case p.Seq == 0:
+		return false
+	case p.Delivery == "":
+		return true
+	default:
+		return !p.Settled() && now.Sub(p.DeliveryUpdated) >= a.cfg.After
+	}
 }
 
 // check looks p's message up in the stream and queues it again if the

@@ -27,6 +27,8 @@ import (
 // embedded JetStream as atomic batches, and nothing consuming: no delivery
 // is ever recorded unless the test records one.
 type world struct {
+	db     *ledger.DB
+	wr     *ledger.Writer
 	l      *ledger.Ledger
 	read   *sql.DB
 	m      *metrics.Dispatcher
@@ -80,7 +82,7 @@ func newWorld(t *testing.T) *world {
 			t.Errorf("relay: %v", err)
 		}
 	})
-	return &world{l: ledger.New(db, w, time.Now), read: db.Reader(), m: m, stream: st,
+	return &world{db: db, wr: w, l: ledger.New(db, w, time.Now), read: db.Reader(), m: m, stream: st,
 		check: natsjs.NewStreamChecker(js, cfg.Name), relay: relay, log: log}
 }
 
@@ -237,6 +239,56 @@ func TestAuditWaitsForRowsToAge(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(w.m.StreamLost); got != 2 {
 		t.Errorf("stream_lost_messages_total = %v, want 2 once both rows are After old", got)
+	}
+}
+
+// A request whose delivery record is unsettled (retrying, or an attempt
+// with unknown outcome) and has not been written for After is looked up
+// too: its message may have expired while the downstream was down. A record
+// written recently, or a settled one, is not.
+func TestAuditLooksUpDeliveriesGoneQuiet(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	ids := []string{"quiet-retrying", "recent-retrying", "delivered", "quiet-attempting"}
+	w.create(t, ids...)
+	w.allPublished(t, ids)
+	for _, id := range ids {
+		if err := w.stream.DeleteMsg(ctx, w.row(t, id).seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	record := func(id, state string, at time.Time) {
+		t.Helper()
+		l := ledger.New(w.db, w.wr, func() time.Time { return at })
+		if err := l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: state, Attempts: 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record("quiet-retrying", string(ledger.StatusRetrying), start)
+	record("recent-retrying", string(ledger.StatusRetrying), start.Add(9*time.Minute))
+	record("delivered", string(ledger.StatusDelivered), start)
+	record("quiet-attempting", ledger.DeliveryAttempting, start)
+
+	a, err := audit.New(audit.Config{After: 5 * time.Minute}, w.l, w.check, func() bool { return true }, w.log, w.m,
+		func() time.Time { return start.Add(10 * time.Minute) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(w.m.AuditChecked); got != 2 {
+		t.Errorf("stream_audit_checks_total = %v, want 2 (the quiet unsettled ones)", got)
+	}
+	for _, id := range ids {
+		want := 0
+		if id == "quiet-retrying" || id == "quiet-attempting" {
+			want = 1
+		}
+		if g := w.row(t, id).generation; g != want {
+			t.Errorf("%s: generation %d, want %d", id, g, want)
+		}
 	}
 }
 

@@ -25,7 +25,7 @@ import (
 // target then delivers it.
 func TestAuditRepublishesAMessageTheStreamLost(t *testing.T) {
 	s := newStack(t)
-	s.dispArgs = []string{"-audit-after", "1s"}
+	s.dispArgs = []string{"-audit-after", "1s", "-delivery-timeout", "500ms"}
 	cfg := filepath.Join(s.dir, "other-target.yaml")
 	if err := os.WriteFile(cfg, []byte("targets:\n  - {name: other, kind: local, options: {path: other.jsonl}}\n"+
 		"tools:\n  - {name: create_other, target: other}\n"), 0o644); err != nil {
@@ -94,7 +94,7 @@ func TestAuditRepublishesAMessageTheStreamLost(t *testing.T) {
 
 	// A dispatcher with the local target delivers it, once.
 	disp.Stop(t)
-	s.dispArgs = []string{"-audit-after", "1s"}
+	s.dispArgs = []string{"-audit-after", "1s", "-delivery-timeout", "500ms"}
 	s.startDispatcher(t)
 	waitDelivered(t, cs, 20*time.Second, id)
 	checkOneLine(t, s, id, created.TicketID)

@@ -16,8 +16,14 @@ type Published struct {
 	Generation  int
 	PublishedAt time.Time // zero: not published (yet, or again after a redrive)
 	Seq         uint64    // stream sequence of the stored message; 0: not known
-	Delivered   bool      // a delivery record exists: the forwarder has the message
+	// Delivery is the state of the request's delivery record ("": none
+	// yet), DeliveryUpdated when it was last written.
+	Delivery        string
+	DeliveryUpdated time.Time
 }
+
+// Settled reports whether the request's delivery needs nothing more.
+func (p Published) Settled() bool { return Delivery{State: p.Delivery}.Settled() }
 
 // MsgID is the Nats-Msg-Id the message was published under.
 func (p Published) MsgID() string {
@@ -25,12 +31,12 @@ func (p Published) MsgID() string {
 }
 
 // PublishedAfter returns up to limit outbox rows with ids above after, in id
-// order, each with whether a delivery record exists for its request.
+// order, each with its request's delivery record state.
 func (l *Ledger) PublishedAfter(ctx context.Context, after int64, limit int) ([]Published, error) {
 	rows, err := l.db.read.QueryContext(ctx, `
-		SELECT o.id, o.request_id, o.generation, o.published_at, o.stream_seq,
-			EXISTS (SELECT 1 FROM deliveries d WHERE d.request_id = o.request_id)
-		FROM outbox o WHERE o.id > ? ORDER BY o.id LIMIT ?`, after, limit)
+		SELECT o.id, o.request_id, o.generation, o.published_at, o.stream_seq, d.state, d.updated_at
+		FROM outbox o LEFT JOIN deliveries d ON d.request_id = o.request_id
+		WHERE o.id > ? ORDER BY o.id LIMIT ?`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: read published rows: %w", err)
 	}
@@ -38,9 +44,14 @@ func (l *Ledger) PublishedAfter(ctx context.Context, after int64, limit int) ([]
 	var out []Published
 	for rows.Next() {
 		var p Published
-		var published, seq sql.NullInt64
-		if err := rows.Scan(&p.ID, &p.RequestID, &p.Generation, &published, &seq, &p.Delivered); err != nil {
+		var published, seq, updated sql.NullInt64
+		var state sql.NullString
+		if err := rows.Scan(&p.ID, &p.RequestID, &p.Generation, &published, &seq, &state, &updated); err != nil {
 			return nil, fmt.Errorf("ledger: read published rows: %w", err)
+		}
+		p.Delivery = state.String
+		if updated.Valid {
+			p.DeliveryUpdated = time.Unix(0, updated.Int64)
 		}
 		if published.Valid {
 			p.PublishedAt = time.Unix(0, published.Int64)
@@ -58,17 +69,26 @@ func (l *Ledger) PublishedAfter(ctx context.Context, after int64, limit int) ([]
 
 // RepublishLost queues p's message to be published again under a new
 // message id (as a redrive does), because the stream no longer holds it. It
-// does nothing and returns false if the row changed since p was read: a
-// delivery was recorded, or it was republished already.
+// does nothing and returns false if the row or its delivery record changed
+// since p was read (a delivery was recorded, it was republished already), or
+// the delivery is settled.
 func (l *Ledger) RepublishLost(ctx context.Context, p Published) (bool, error) {
+	if p.Settled() {
+		return false, nil
+	}
+	var updated sql.NullInt64
+	if p.Delivery != "" {
+		updated = sql.NullInt64{Int64: p.DeliveryUpdated.UnixNano(), Valid: true}
+	}
 	var done bool
 	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		done = false
 		var same bool
 		err := tx.QueryRowContext(ctx, `
 			SELECT o.generation = ? AND o.published_at IS NOT NULL AND o.stream_seq IS ?
-				AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.request_id = o.request_id)
-			FROM outbox o WHERE o.id = ?`, p.Generation, nullSeq(p.Seq), p.ID).Scan(&same)
+				AND d.state IS ? AND d.updated_at IS ?
+			FROM outbox o LEFT JOIN deliveries d ON d.request_id = o.request_id WHERE o.id = ?`,
+			p.Generation, nullSeq(p.Seq), sql.NullString{String: p.Delivery, Valid: p.Delivery != ""}, updated, p.ID).Scan(&same)
 		if err == sql.ErrNoRows || (err == nil && !same) {
 			return nil
 		}

@@ -3,13 +3,15 @@ package ledger_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"ticketrelay/ledger"
 )
 
 // PublishedAfter reads rows in id order with what the audit needs, and
-// RepublishLost queues a row again only if it is still as read: published,
-// same generation and sequence, no delivery record.
+// RepublishLost queues a row again only if it is still as read (published,
+// same generation, sequence and delivery record) and its delivery is not
+// settled.
 func TestPublishedAfterAndRepublishLost(t *testing.T) {
 	ctx := context.Background()
 	e := openEnv(t, dbPath(t))
@@ -36,7 +38,7 @@ func TestPublishedAfterAndRepublishLost(t *testing.T) {
 		id := []string{"a", "b", "c", "d"}[i]
 		published := id != "d"
 		if p.RequestID != id || p.PublishedAt.IsZero() == published || (p.Seq == uint64(p.ID)+100) != published ||
-			p.Delivered != (id == "b") || p.MsgID() != id {
+			(p.Delivery == "retrying") != (id == "b") || p.DeliveryUpdated.IsZero() != (id != "b") || p.MsgID() != id {
 			t.Errorf("row %d = %+v", i, p)
 		}
 	}
@@ -47,16 +49,25 @@ func TestPublishedAfterAndRepublishLost(t *testing.T) {
 	a, b, c, d := all[0], all[1], all[2], all[3]
 	stale := c
 	stale.Seq++ // republished meanwhile at another sequence
+	bNone := b
+	bNone.Delivery, bNone.DeliveryUpdated = "", time.Time{} // read before its record was written
+	bOlder := b
+	bOlder.DeliveryUpdated = b.DeliveryUpdated.Add(-time.Second) // the record was written again since
+	bSettled := b
+	bSettled.Delivery = string(ledger.StatusDelivered)
 	for _, tc := range []struct {
 		name string
 		p    ledger.Published
 		want bool
 	}{
-		{"a delivery record exists", b, false},
+		{"a delivery record was written since the read", bNone, false},
+		{"the delivery record changed since the read", bOlder, false},
+		{"a settled delivery", bSettled, false},
 		{"not published", d, false},
 		{"another sequence than read", stale, false},
 		{"lost", a, true},
 		{"lost and already queued again", a, false},
+		{"lost, its delivery unsettled and as read", b, true},
 	} {
 		got, err := e.l.RepublishLost(ctx, tc.p)
 		if err != nil || got != tc.want {
@@ -66,7 +77,7 @@ func TestPublishedAfterAndRepublishLost(t *testing.T) {
 	if n := count(t, db, `SELECT count(*) FROM outbox WHERE request_id = 'a' AND published_at IS NULL AND generation = 1`); n != 1 {
 		t.Error("a was not queued again under a new generation")
 	}
-	if n := count(t, db, `SELECT count(*) FROM outbox WHERE generation > 0`); n != 1 {
-		t.Errorf("%d rows queued again, want only a", n)
+	if n := count(t, db, `SELECT count(*) FROM outbox WHERE generation > 0`); n != 2 {
+		t.Errorf("%d rows queued again, want a and b", n)
 	}
 }

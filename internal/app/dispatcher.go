@@ -51,7 +51,7 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		deliveryTimeout = fs.Duration("delivery-timeout", 30*time.Second, "time limit of one downstream call")
 		retention       = fs.Duration("retention", 24*time.Hour, "how long a settled request is remembered (>= 30m); a request_id reused after it is a new request")
 		pollInterval    = fs.Duration("poll-interval", 20*time.Millisecond, "how often an idle relay looks for new outbox rows")
-		auditAfter      = fs.Duration("audit-after", 5*time.Minute, "how long after its publish a message not yet delivered is looked up in the stream, and published again if the stream lost it (longer than the broker's sync interval)")
+		auditAfter      = fs.Duration("audit-after", 5*time.Minute, "how long after its publish (or its last attempt) a message not yet delivered is looked up in the stream, and published again if the stream lost it (longer than the broker's sync interval and -delivery-timeout)")
 		addrFile        = fs.String("addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
 	)
 	fs.Usage = func() {
@@ -76,6 +76,10 @@ func RunDispatcher(ctx context.Context, env Env) error {
 	if streamCfg.Duplicates > retentionCfg.Keep {
 		return fmt.Errorf("%w: -dup-window %s is longer than -retention %s: the ledger must remember a request at least as long as JetStream does",
 			ErrUsage, streamCfg.Duplicates, retentionCfg.Keep)
+	}
+	if *auditAfter <= *deliveryTimeout {
+		return fmt.Errorf("%w: -audit-after %s must be longer than -delivery-timeout %s: the audit must never take a request whose attempt is still running for one the forwarder let go",
+			ErrUsage, *auditAfter, *deliveryTimeout)
 	}
 	cfg, err := config.Load(*configPath, env.Lookup)
 	if err != nil {

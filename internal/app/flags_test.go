@@ -41,7 +41,7 @@ func TestFlags(t *testing.T) {
 	}{
 		{"mcp-front", RunFront, []string{"db", "listen", "metrics-listen", "stdio", "config", "log-level", "allowed-origins", "stateless", "addr-file"}},
 		{"dispatcher", RunDispatcher, []string{"db", "data", "nats", "nats-listen", "metrics-listen", "config", "log-level",
-			"lease-ttl", "dup-window", "workers", "max-attempts", "retry-base", "retry-max", "delivery-timeout", "retention", "poll-interval", "addr-file"}},
+			"lease-ttl", "dup-window", "workers", "max-attempts", "retry-base", "retry-max", "delivery-timeout", "retention", "poll-interval", "audit-after", "addr-file"}},
 	}
 	for _, p := range procs {
 		t.Run(p.name+" -help", func(t *testing.T) {
@@ -79,7 +79,8 @@ func TestFlags(t *testing.T) {
 		})
 	}
 	t.Run("dispatcher bad durations", func(t *testing.T) {
-		for _, args := range [][]string{{"-retry-base", "soon"}, {"-dup-window", "1m"}, {"-dup-window", "2h", "-retention", "1h"}} {
+		for _, args := range [][]string{{"-retry-base", "soon"}, {"-dup-window", "1m"}, {"-dup-window", "2h", "-retention", "1h"},
+			{"-audit-after", "30s"}, {"-audit-after", "2m", "-delivery-timeout", "3m"}, {"-audit-after", "-1m"}} {
 			_, _, err := runOnce(t, RunDispatcher, newEnv(), append(args, "-data", t.TempDir())...)
 			if !errors.Is(err, ErrUsage) {
 				t.Errorf("%v: error %v, want ErrUsage", args, err)
