@@ -169,10 +169,11 @@ func TestCheckCanFail(t *testing.T) {
 				in.DB.Rows[k2].Delivery.ExternalID = "77"
 				in.DB.Rows[k1].Title = "torture " + k1 + ": something else"
 				in.DB.Orphans = append(in.DB.Orphans, "outbox row of request trq-5eed-c09-r0009")
+				in.DB.Rows[k2].Generation = 1
 			},
 			want: []string{"records-agree"},
 			says: []string{"jira holds an item of no request", k2 + ": delivered as 77, but zendesk holds no item with that id",
-				k1 + ": ticket title", "orphan: outbox row"},
+				k1 + ": ticket title", "orphan: outbox row", k2 + ": published again 1 times"},
 		},
 		{
 			name: "process crashed on its own",

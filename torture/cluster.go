@@ -95,6 +95,9 @@ func (c *cluster) spec(comp, failpoints string) procSpec {
 			"-data", c.dataDir, "-db", c.dbPath, "-nats", "nats://" + c.natsAddr, "-config", c.configPath,
 			"-metrics-listen", "127.0.0.1:0", "-lease-ttl", "2s", "-poll-interval", "10ms",
 			"-retry-base", "50ms", "-retry-max", "1s", "-delivery-timeout", "1s", "-max-attempts", "1000",
+			// The stream audit looks at every request 2 s after its publish or
+			// last attempt, under every fault: it must never republish here.
+			"-audit-after", "2s",
 		}
 	case CompFront:
 		listen := c.frontAddr

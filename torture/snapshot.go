@@ -23,6 +23,9 @@ type Row struct {
 	HasOutbox bool   `json:"has_outbox"`
 	Subject   string `json:"subject"`
 	Published bool   `json:"published"`
+	// Generation counts republishes under a new message id: an operator
+	// redrive or the stream audit.
+	Generation int `json:"generation"`
 	// From the deliveries table (nil: none yet).
 	Delivery *DeliveryRow `json:"delivery,omitempty"`
 }
@@ -127,10 +130,11 @@ func ReadSnapshot(ctx context.Context, path string) (Snapshot, error) {
 	if err != nil {
 		return s, err
 	}
-	err = each(ctx, tx, `SELECT request_id, subject, published_at IS NOT NULL FROM outbox`, func(rs *sql.Rows) error {
+	err = each(ctx, tx, `SELECT request_id, subject, published_at IS NOT NULL, generation FROM outbox`, func(rs *sql.Rows) error {
 		var id, subject string
 		var pub bool
-		if err := rs.Scan(&id, &subject, &pub); err != nil {
+		var gen int
+		if err := rs.Scan(&id, &subject, &pub, &gen); err != nil {
 			return err
 		}
 		r := s.Rows[id]
@@ -138,7 +142,7 @@ func ReadSnapshot(ctx context.Context, path string) (Snapshot, error) {
 			s.Orphans = append(s.Orphans, "outbox row of request "+id)
 			return nil
 		}
-		r.HasOutbox, r.Subject, r.Published = true, subject, pub
+		r.HasOutbox, r.Subject, r.Published, r.Generation = true, subject, pub, gen
 		return nil
 	})
 	if err != nil {
