@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -89,7 +90,7 @@ func (l *Ledger) RepublishLost(ctx context.Context, p Published) (bool, error) {
 				AND d.state IS ? AND d.updated_at IS ?
 			FROM outbox o LEFT JOIN deliveries d ON d.request_id = o.request_id WHERE o.id = ?`,
 			p.Generation, nullSeq(p.Seq), sql.NullString{String: p.Delivery, Valid: p.Delivery != ""}, updated, p.ID).Scan(&same)
-		if err == sql.ErrNoRows || (err == nil && !same) {
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && !same) {
 			return nil
 		}
 		if err != nil {
