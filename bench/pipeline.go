@@ -83,12 +83,12 @@ func (r *runner) scenario7(ctx context.Context, n int) error {
 // n sessions call at half of scenario 1's throughput.
 func (r *runner) scenario5(ctx context.Context, n int) error {
 	s1 := r.s1[n]
-	if (s1 == nil || s1.create.throughput() == 0) && r.cfg.LagRate == 0 {
-		return errors.New("bench: scenario 5 needs scenario 1's throughput")
-	}
-	rate := s1.create.throughput() / 2
-	if r.cfg.LagRate > 0 {
-		rate = r.cfg.LagRate
+	rate := r.cfg.LagRate
+	if rate == 0 {
+		if s1 == nil || s1.create.throughput() == 0 {
+			return errors.New("bench: scenario 5 needs scenario 1's throughput")
+		}
+		rate = s1.create.throughput() / 2
 	}
 	dir, err := r.mkdir("s5")
 	if err != nil {

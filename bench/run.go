@@ -91,7 +91,7 @@ func (r *runner) runAll(ctx context.Context) {
 			}
 		}
 	}
-	if cfg.wants(1, 2, 3, 5) {
+	if cfg.wants(1, 2, 3) || (cfg.wants(5) && cfg.LagRate == 0) { // scenario 5 paces at half of 1's rate
 		r.step(ctx, fmt.Sprintf("scenarios 1-3 at %d sessions", top), func() error { return r.scenario1(ctx, top, true) })
 	}
 	if cfg.wants(7) {
