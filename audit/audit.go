@@ -92,31 +92,29 @@ func New(cfg Config, store Store, stream Stream, leading func() bool, log *slog.
 
 // Run audits until ctx ends; it returns nil then.
 func (a *Auditor) Run(ctx context.Context) error {
+	t := time.NewTicker(a.cfg.Interval)
+	defer t.Stop()
 	for {
-		wait := a.cfg.Interval
-		if a.leading() {
-			more, err := a.Round(ctx)
-			switch {
-			case ctx.Err() != nil:
-				return nil
-			case err != nil:
-				a.log.Warn("stream audit round failed", "err", err)
-			case more:
-				wait = 0 // a full batch: go on at once
-			}
+		if err := a.catchUp(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("stream audit round failed", "err", err)
 		}
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil
-			case <-t.C:
-			}
-		} else if ctx.Err() != nil {
+		select {
+		case <-ctx.Done():
 			return nil
+		case <-t.C:
 		}
 	}
+}
+
+// catchUp runs rounds while this dispatcher leads and they read full
+// batches.
+func (a *Auditor) catchUp(ctx context.Context) error {
+	for ctx.Err() == nil && a.leading() {
+		if more, err := a.Round(ctx); err != nil || !more {
+			return err
+		}
+	}
+	return nil
 }
 
 // Round audits the next batch of rows. It reports whether a full batch was
