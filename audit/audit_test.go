@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -130,6 +131,32 @@ func (w *world) allPublished(t *testing.T, ids []string) {
 	})
 }
 
+// lose deletes the messages of ids from the stream, as a broker that lost
+// them would.
+func (w *world) lose(t *testing.T, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if err := w.stream.DeleteMsg(context.Background(), w.row(t, id).seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// wantRepublished checks that of ids exactly those in again were queued
+// again (generation 1) and the others never (generation 0).
+func (w *world) wantRepublished(t *testing.T, ids []string, again ...string) {
+	t.Helper()
+	for _, id := range ids {
+		want := 0
+		if slices.Contains(again, id) {
+			want = 1
+		}
+		if g := w.row(t, id).generation; g != want {
+			t.Errorf("%s: generation %d, want %d", id, g, want)
+		}
+	}
+}
+
 // The audit republishes exactly the published messages the stream no longer
 // holds and that no delivery was recorded for; the relay stores them again
 // under a new message id; a second pass finds nothing more.
@@ -145,11 +172,7 @@ func TestAuditRepublishesWhatTheStreamLost(t *testing.T) {
 
 	// The stream loses three messages; one of them had reached the
 	// forwarder, which recorded the delivery.
-	for _, id := range []string{"req-02", "req-07", "req-11"} {
-		if err := w.stream.DeleteMsg(ctx, w.row(t, id).seq); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w.lose(t, "req-02", "req-07", "req-11")
 	if err := w.l.RecordDelivery(ctx, ledger.Delivery{RequestID: "req-07", Target: "local", State: string(ledger.StatusDelivered), Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -175,15 +198,7 @@ func TestAuditRepublishesWhatTheStreamLost(t *testing.T) {
 	if got := testutil.ToFloat64(w.m.AuditChecked); got != 11 {
 		t.Errorf("stream_audit_checks_total = %v, want 11 (every row without a delivery record)", got)
 	}
-	for _, id := range ids {
-		want := 0
-		if id == "req-02" || id == "req-11" {
-			want = 1
-		}
-		if g := w.row(t, id).generation; g != want {
-			t.Errorf("%s: generation %d, want %d", id, g, want)
-		}
-	}
+	w.wantRepublished(t, ids, "req-02", "req-11")
 
 	// The relay publishes them again under their redrive ids.
 	w.allPublished(t, ids)
@@ -217,11 +232,7 @@ func TestAuditWaitsForRowsToAge(t *testing.T) {
 	w := newWorld(t)
 	w.create(t, "a", "b")
 	w.allPublished(t, []string{"a", "b"})
-	for _, id := range []string{"a", "b"} {
-		if err := w.stream.DeleteMsg(ctx, w.row(t, id).seq); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w.lose(t, "a", "b")
 	clock := time.Now()
 	a, err := audit.New(audit.Config{After: time.Minute}, w.l, w.check, func() bool { return true }, w.log, w.m, func() time.Time { return clock })
 	if err != nil {
@@ -252,11 +263,7 @@ func TestAuditLooksUpDeliveriesGoneQuiet(t *testing.T) {
 	ids := []string{"quiet-retrying", "recent-retrying", "delivered", "quiet-attempting"}
 	w.create(t, ids...)
 	w.allPublished(t, ids)
-	for _, id := range ids {
-		if err := w.stream.DeleteMsg(ctx, w.row(t, id).seq); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w.lose(t, ids...)
 	start := time.Now()
 	record := func(id, state string, at time.Time) {
 		t.Helper()
@@ -281,15 +288,7 @@ func TestAuditLooksUpDeliveriesGoneQuiet(t *testing.T) {
 	if got := testutil.ToFloat64(w.m.AuditChecked); got != 2 {
 		t.Errorf("stream_audit_checks_total = %v, want 2 (the quiet unsettled ones)", got)
 	}
-	for _, id := range ids {
-		want := 0
-		if id == "quiet-retrying" || id == "quiet-attempting" {
-			want = 1
-		}
-		if g := w.row(t, id).generation; g != want {
-			t.Errorf("%s: generation %d, want %d", id, g, want)
-		}
-	}
+	w.wantRepublished(t, ids, "quiet-retrying", "quiet-attempting")
 }
 
 func TestConfigRejectsNonsense(t *testing.T) {
