@@ -81,7 +81,7 @@ func TestAuditRepublishesAMessageTheStreamLost(t *testing.T) {
 	}
 
 	waitFor(t, 15*time.Second, "the audit to count the lost message", func() bool {
-		return scrape(t, disp).get("ticketrelay_stream_lost_messages_total") == 1
+		return scrape(t, disp).Get("ticketrelay_stream_lost_messages_total") == 1
 	})
 	waitFor(t, 10*time.Second, "the message published again", func() bool { return published() && generation == 1 })
 	m, err := st.GetMsg(ctx, uint64(seq))
@@ -98,7 +98,7 @@ func TestAuditRepublishesAMessageTheStreamLost(t *testing.T) {
 	s.startDispatcher(t)
 	waitDelivered(t, cs, 20*time.Second, id)
 	checkOneLine(t, s, id, created.TicketID)
-	if got := scrape(t, s.disp).get("ticketrelay_stream_lost_messages_total"); got != 0 {
+	if got := scrape(t, s.disp).Get("ticketrelay_stream_lost_messages_total"); got != 0 {
 		t.Errorf("the second dispatcher counted %v lost messages, want 0", got)
 	}
 }

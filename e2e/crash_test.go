@@ -286,11 +286,11 @@ func TestCrashBothProcessesUnderLoad(t *testing.T) {
 	// The republished batch was dropped by JetStream's duplicate window: the
 	// new dispatcher saw duplicate acks, and the stream holds one message per
 	// request.
-	if got := scrape(t, d2).get("ticketrelay_jetstream_duplicate_acks_total"); got <= 0 {
+	if got := scrape(t, d2).Get("ticketrelay_jetstream_duplicate_acks_total"); got <= 0 {
 		t.Errorf("ticketrelay_jetstream_duplicate_acks_total = %v after the restart, want > 0", got)
 	}
 	waitFor(t, 5*time.Second, "ticketrelay_outbox_backlog 0", func() bool {
-		return scrape(t, d2).get("ticketrelay_outbox_backlog") == 0
+		return scrape(t, d2).Get("ticketrelay_outbox_backlog") == 0
 	})
 	if msgs := streamMsgs(t, d2.Addr("nats")); msgs != uint64(c.requests) {
 		t.Errorf("stream TICKETS holds %d messages, want %d (one per request)", msgs, c.requests)

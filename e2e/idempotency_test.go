@@ -65,10 +65,10 @@ func TestLostResponseReplaysOnNewSession(t *testing.T) {
 	waitDelivered(t, cs2, deliverTimeout, id)
 	checkOneLine(t, s, id, lost.TicketID)
 	m := scrape(t, s.front)
-	if got := m.get("ticketrelay_replays_total", "tool", createTool); got != 1 {
+	if got := m.Get("ticketrelay_replays_total", "tool", createTool); got != 1 {
 		t.Errorf("ticketrelay_replays_total{tool=%q} = %v, want 1", createTool, got)
 	}
-	if got := m.get("ticketrelay_tool_calls_total", "tool", createTool, "outcome", "created"); got != 1 {
+	if got := m.Get("ticketrelay_tool_calls_total", "tool", createTool, "outcome", "created"); got != 1 {
 		t.Errorf("ticketrelay_tool_calls_total{outcome=created} = %v, want 1", got)
 	}
 	if c := countRows(t, openDB(t, s.db)); c != (rowCounts{1, 1, 1}) {
@@ -123,10 +123,10 @@ func TestTCPCutThenRetryCreatesOnce(t *testing.T) {
 				t.Errorf("rows (requests, tickets, outbox) = %+v, want one of each", c)
 			}
 			m := scrape(t, s.front)
-			if got := m.get("ticketrelay_tool_calls_total", "tool", createTool, "outcome", "created"); got != 1 {
+			if got := m.Get("ticketrelay_tool_calls_total", "tool", createTool, "outcome", "created"); got != 1 {
 				t.Errorf("ticketrelay_tool_calls_total{outcome=created} = %v, want exactly 1", got)
 			}
-			if r.Replayed && m.get("ticketrelay_replays_total", "tool", createTool) < 1 {
+			if r.Replayed && m.Get("ticketrelay_replays_total", "tool", createTool) < 1 {
 				t.Errorf("the retry was a replay but ticketrelay_replays_total is 0")
 			}
 		})
@@ -178,10 +178,10 @@ func TestConcurrentRetriesCreateOnce(t *testing.T) {
 	waitDelivered(t, sessions[0], deliverTimeout, id)
 	checkOneLine(t, s, id, results[0].TicketID)
 	m := scrape(t, s.front)
-	if got := m.get("ticketrelay_tool_calls_total", "tool", createTool, "outcome", "created"); got != 1 {
+	if got := m.Get("ticketrelay_tool_calls_total", "tool", createTool, "outcome", "created"); got != 1 {
 		t.Errorf("ticketrelay_tool_calls_total{outcome=created} = %v, want 1", got)
 	}
-	if got := m.get("ticketrelay_replays_total", "tool", createTool); got != n-1 {
+	if got := m.Get("ticketrelay_replays_total", "tool", createTool); got != n-1 {
 		t.Errorf("ticketrelay_replays_total = %v, want %d", got, n-1)
 	}
 	if c := countRows(t, openDB(t, s.db)); c != (rowCounts{1, 1, 1}) {
@@ -199,7 +199,7 @@ func TestRequestIDReuseWithOtherArgumentsIsRejected(t *testing.T) {
 	first := mustCreate(t, cs, orig)
 	db := openDB(t, s.db)
 	before := countRows(t, db)
-	created := scrape(t, s.front).get("ticketrelay_tool_calls_total", "tool", createTool, "outcome", "created")
+	created := scrape(t, s.front).Get("ticketrelay_tool_calls_total", "tool", createTool, "outcome", "created")
 
 	other := ticketArgs(id, "Login page is blank on Safari only")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -223,10 +223,10 @@ func TestRequestIDReuseWithOtherArgumentsIsRejected(t *testing.T) {
 		t.Errorf("rows changed by a rejected call: before %+v, after %+v", before, after)
 	}
 	m := scrape(t, s.front)
-	if got := m.get("ticketrelay_tool_calls_total", "tool", createTool, "outcome", "created"); got != created {
+	if got := m.Get("ticketrelay_tool_calls_total", "tool", createTool, "outcome", "created"); got != created {
 		t.Errorf("ticketrelay_tool_calls_total{outcome=created} went from %v to %v", created, got)
 	}
-	if got := m.get("ticketrelay_request_id_conflicts_total", "tool", createTool); got != 1 {
+	if got := m.Get("ticketrelay_request_id_conflicts_total", "tool", createTool); got != 1 {
 		t.Errorf("ticketrelay_request_id_conflicts_total = %v, want 1", got)
 	}
 
@@ -252,7 +252,7 @@ func TestInvalidCallsWriteNothing(t *testing.T) {
 	mustCreate(t, cs, ticketArgs("valid-before-invalid", "A valid ticket"))
 	db := openDB(t, s.db)
 	before := countRows(t, db)
-	created := scrape(t, s.front).get("ticketrelay_tool_calls_total", "tool", createTool, "outcome", "created")
+	created := scrape(t, s.front).Get("ticketrelay_tool_calls_total", "tool", createTool, "outcome", "created")
 
 	title := "Printer on fire"
 	cases := []struct {
@@ -312,10 +312,10 @@ func TestInvalidCallsWriteNothing(t *testing.T) {
 		t.Errorf("rows changed by invalid calls: before %+v, after %+v", before, after)
 	}
 	m := scrape(t, s.front)
-	if got := m.get("ticketrelay_tool_calls_total", "tool", createTool, "outcome", "created"); got != created {
+	if got := m.Get("ticketrelay_tool_calls_total", "tool", createTool, "outcome", "created"); got != created {
 		t.Errorf("ticketrelay_tool_calls_total{outcome=created} went from %v to %v", created, got)
 	}
-	if got, want := m.get("ticketrelay_tool_calls_total", "tool", createTool, "outcome", "invalid"), float64(len(cases)+1); got != want {
+	if got, want := m.Get("ticketrelay_tool_calls_total", "tool", createTool, "outcome", "invalid"), float64(len(cases)+1); got != want {
 		t.Errorf("ticketrelay_tool_calls_total{outcome=invalid} = %v, want %v", got, want)
 	}
 	for _, id := range []string{"inv-title-type", "inv-title-empty", "inv-body-big", "inv-unknown", "inv-priority", "inv-utf8"} {

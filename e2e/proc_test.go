@@ -2,22 +2,17 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	_ "modernc.org/sqlite"
 
 	"ticketrelay/internal/e2eproc"
@@ -87,79 +82,14 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 
 // ---- metrics ----
 
-// metrics is one scrape of a /metrics endpoint.
-type metrics map[string]*dto.MetricFamily
-
-func scrape(t testing.TB, p *e2eproc.Proc) metrics {
+// scrape reads p's /metrics, failing t if it cannot.
+func scrape(t testing.TB, p *e2eproc.Proc) e2eproc.Metrics {
 	t.Helper()
-	m, err := tryScrape(p.Addr("metrics"))
+	m, err := e2eproc.Scrape(p.Addr("metrics"))
 	if err != nil {
 		t.Fatalf("scrape %s: %v", p.Name(), err)
 	}
 	return m
-}
-
-func tryScrape(addr string) (metrics, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("parse /metrics: %w", err)
-	}
-	return fams, nil
-}
-
-// get sums the counters, gauges or untyped values of family name whose labels
-// include every pair of labels (given as "k", "v", ...). A family or a label
-// set that was never touched counts as 0.
-func (m metrics) get(name string, labels ...string) float64 {
-	fam := m[name]
-	if fam == nil {
-		return 0
-	}
-	var sum float64
-	for _, mt := range fam.GetMetric() {
-		if !hasLabels(mt, labels) {
-			continue
-		}
-		switch {
-		case mt.Counter != nil:
-			sum += mt.GetCounter().GetValue()
-		case mt.Gauge != nil:
-			sum += mt.GetGauge().GetValue()
-		case mt.Untyped != nil:
-			sum += mt.GetUntyped().GetValue()
-		}
-	}
-	return sum
-}
-
-func hasLabels(mt *dto.Metric, labels []string) bool {
-	for i := 0; i+1 < len(labels); i += 2 {
-		found := false
-		for _, lp := range mt.GetLabel() {
-			if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
 }
 
 // ---- SQLite ----

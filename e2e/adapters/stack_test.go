@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,9 +11,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/e2eproc"
@@ -179,36 +175,11 @@ func (s *stack) settle(t *testing.T, id string, timeout time.Duration) status {
 // never touched is 0.
 func (s *stack) metric(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.dispatcher.addrs["metrics"]+"/metrics", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
+	m, err := e2eproc.Scrape(s.dispatcher.addrs["metrics"])
 	if err != nil {
 		t.Fatalf("scrape: %v", err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("scrape: %s", resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("scrape: %v", err)
-	}
-	fam := fams[name]
-	if fam == nil {
-		return 0
-	}
-	var sum float64
-	for _, m := range fam.GetMetric() {
-		if hasLabels(m, labels) {
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return sum
+	return m.Get(name, labels...)
 }
 
 // expectMetric waits until the dispatcher's metric name{labels} reads want.
@@ -220,19 +191,6 @@ func (s *stack) expectMetric(t *testing.T, want float64, name string, labels ...
 	if !testwait.Until(5*time.Second, func() bool { got = s.metric(t, name, labels...); return got == want }) {
 		t.Errorf("%s%q = %v, want %v", name, labels, got, want)
 	}
-}
-
-func hasLabels(m *dto.Metric, labels []string) bool {
-	for i := 0; i+1 < len(labels); i += 2 {
-		found := false
-		for _, lp := range m.GetLabel() {
-			found = found || lp.GetName() == labels[i] && lp.GetValue() == labels[i+1]
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
 }
 
 func yamlQuote(s string) string { return fmt.Sprintf("%q", s) }
