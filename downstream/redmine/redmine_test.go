@@ -36,12 +36,16 @@ func newTarget(t *testing.T, base, key string, mod ...func(*redmine.Config)) *re
 
 func noField(c *redmine.Config) { c.CustomFieldID = 0 }
 
+// keyModes are the two places the key can go: the custom field, or (with
+// no field configured) a marker in the subject.
+var keyModes = []struct {
+	name  string
+	field int
+	mod   []func(*redmine.Config)
+}{{"custom field", field, nil}, {"subject marker", 0, []func(*redmine.Config){noField}}}
+
 func TestConformance(t *testing.T) {
-	for _, mode := range []struct {
-		name  string
-		field int
-		mod   []func(*redmine.Config)
-	}{{"custom field", field, nil}, {"subject marker", 0, []func(*redmine.Config){noField}}} {
+	for _, mode := range keyModes {
 		t.Run(mode.name, func(t *testing.T) {
 			downstreamtest.Run(t, func(t *testing.T) downstreamtest.Harness {
 				f := redminetest.New(t, apiKey, "support", mode.field)
@@ -108,13 +112,9 @@ func TestIssueFields(t *testing.T) {
 // mean something in Redmine's short filters. The lookup must find exactly
 // the key, and never another key that shares a prefix.
 func TestFindExactKey(t *testing.T) {
-	for _, mode := range []struct {
-		name string
-		mod  []func(*redmine.Config)
-		fid  int
-	}{{"custom field", nil, field}, {"subject marker", []func(*redmine.Config){noField}, 0}} {
+	for _, mode := range keyModes {
 		t.Run(mode.name, func(t *testing.T) {
-			f := redminetest.New(t, apiKey, "support", mode.fid)
+			f := redminetest.New(t, apiKey, "support", mode.field)
 			tg := newTarget(t, f.URL(), apiKey, mode.mod...)
 			odd := downstreamtest.NewDelivery("!~a|b*%_&x=y")
 			odd.Key = "!~a|b*%_&x=y" // no namespace: the key starts with operators
@@ -163,13 +163,9 @@ func TestDroppedCustomField(t *testing.T) {
 
 func TestSubjectLimits(t *testing.T) {
 	long := strings.Repeat("é", 300)
-	for _, mode := range []struct {
-		name string
-		mod  []func(*redmine.Config)
-		fid  int
-	}{{"custom field", nil, field}, {"subject marker", []func(*redmine.Config){noField}, 0}} {
+	for _, mode := range keyModes {
 		t.Run(mode.name, func(t *testing.T) {
-			f := redminetest.New(t, apiKey, "support", mode.fid)
+			f := redminetest.New(t, apiKey, "support", mode.field)
 			tg := newTarget(t, f.URL(), apiKey, mode.mod...)
 			d := downstreamtest.NewDelivery("req-long")
 			d.Ticket.Title = long
@@ -181,7 +177,7 @@ func TestSubjectLimits(t *testing.T) {
 			if !strings.HasPrefix(is.Description, long+"\n\n") {
 				t.Errorf("the description does not start with the full title: %.40q", is.Description)
 			}
-			if mode.fid == 0 && !strings.HasSuffix(is.Subject, " "+redmine.SubjectMarker(d.Key)) {
+			if mode.field == 0 && !strings.HasSuffix(is.Subject, " "+redmine.SubjectMarker(d.Key)) {
 				t.Errorf("subject %q does not end with the marker", is.Subject)
 			}
 			if _, ok := find(t, tg, d); !ok {
