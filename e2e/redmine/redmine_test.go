@@ -104,6 +104,16 @@ type dropProxy struct {
 	url     string
 }
 
+// wantOneCreateThenLookup checks that exactly one create reached Redmine,
+// and a lookup after it (the attempt whose outcome was unknown).
+func (p *dropProxy) wantOneCreateThenLookup(t *testing.T) {
+	t.Helper()
+	t.Logf("create calls that reached Redmine: %d, lookups: %d", p.creates.Load(), p.lookups.Load())
+	if p.creates.Load() != 1 || p.lookups.Load() < 1 {
+		t.Errorf("%d creates and %d lookups reached Redmine; want 1 create, then a lookup", p.creates.Load(), p.lookups.Load())
+	}
+}
+
 func newDropProxy(t *testing.T, drop int32) *dropProxy {
 	target, err := url.Parse(server.url)
 	if err != nil {
@@ -160,10 +170,7 @@ func TestLostResponse(t *testing.T) {
 	s.create(t, id, "Lost answer")
 	st := s.settle(t, id, settleTimeout)
 	expectOne(t, p, downstream.Key(namespace, id), st)
-	t.Logf("create calls that reached Redmine: %d, lookups: %d", proxy.creates.Load(), proxy.lookups.Load())
-	if proxy.creates.Load() != 1 || proxy.lookups.Load() < 1 {
-		t.Errorf("%d creates and %d lookups reached Redmine; want 1 create, then a lookup", proxy.creates.Load(), proxy.lookups.Load())
-	}
+	proxy.wantOneCreateThenLookup(t)
 }
 
 // The dispatcher is killed (SIGKILL) after Redmine answered the create and
@@ -191,10 +198,7 @@ func TestDispatcherKilledBetweenCallAndAck(t *testing.T) {
 	s.startDispatcher(t)
 	st := s.settle(t, id, settleTimeout)
 	expectOne(t, p, downstream.Key(namespace, id), st)
-	t.Logf("create calls that reached Redmine: %d, lookups: %d", proxy.creates.Load(), proxy.lookups.Load())
-	if proxy.creates.Load() != 1 || proxy.lookups.Load() < 1 {
-		t.Errorf("%d creates and %d lookups reached Redmine; want 1 create, then a lookup", proxy.creates.Load(), proxy.lookups.Load())
-	}
+	proxy.wantOneCreateThenLookup(t)
 }
 
 // Redmine 5 replaces a tracker_id the project does not enable with the
