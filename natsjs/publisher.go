@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -178,6 +179,9 @@ func (p *Publisher) publishEach(ctx context.Context, msgs []outbox.Message) []ou
 type StreamChecker struct {
 	js     jetstream.JetStream
 	stream string
+
+	mu sync.Mutex
+	s  jetstream.Stream // looked up once: a handle addresses the stream by name
 }
 
 // NewStreamChecker checks messages of the named stream.
@@ -189,9 +193,9 @@ func NewStreamChecker(js jetstream.JetStream, stream string) *StreamChecker {
 // sequence that holds another message (the stream was recreated, or lost its
 // tail and reused the numbers) is not it.
 func (c *StreamChecker) Holds(ctx context.Context, seq uint64, msgID string) (bool, error) {
-	s, err := c.js.Stream(ctx, c.stream)
+	s, err := c.handle(ctx)
 	if err != nil {
-		return false, fmt.Errorf("natsjs: stream %s: %w", c.stream, err)
+		return false, err
 	}
 	m, err := s.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -201,4 +205,17 @@ func (c *StreamChecker) Holds(ctx context.Context, seq uint64, msgID string) (bo
 		return false, fmt.Errorf("natsjs: read %s sequence %d: %w", c.stream, seq, err)
 	}
 	return m.Header.Get(jetstream.MsgIDHeader) == msgID, nil
+}
+
+func (c *StreamChecker) handle(ctx context.Context) (jetstream.Stream, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.s == nil {
+		s, err := c.js.Stream(ctx, c.stream)
+		if err != nil {
+			return nil, fmt.Errorf("natsjs: stream %s: %w", c.stream, err)
+		}
+		c.s = s
+	}
+	return c.s, nil
 }
