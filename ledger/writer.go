@@ -59,8 +59,9 @@ func NewWriter(db *DB, log *slog.Logger, m *metrics.Writer) *Writer {
 // that transaction is durable. fn must be quick and must not block: it runs
 // on the writer goroutine. fn may run twice, the first time in a transaction
 // that is rolled back (when another operation of its batch fails; see
-// runBatch): it must act only through tx, and set what it returns on each run. Once submitted, fn runs even if ctx is cancelled
-// while waiting; the caller just stops waiting for the answer.
+// runBatch): it must act only through tx, and set what it returns on each
+// run. Once submitted, fn runs even if ctx is cancelled while waiting; the
+// caller just stops waiting for the answer.
 func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	j := job{fn: fn, done: make(chan error, 1)}
 	w.mu.RLock()
