@@ -25,7 +25,7 @@ type attempt struct {
 }
 
 func (a *attempt) run(ctx context.Context) error {
-	prev, found, err := a.f.ledger.Delivery(ctx, a.tk.RequestID)
+	prev, found, accepted, err := a.f.ledger.PriorDelivery(ctx, a.tk.RequestID)
 	if err != nil {
 		return err
 	}
@@ -35,19 +35,13 @@ func (a *attempt) run(ctx context.Context) error {
 		a.f.metrics.RedeliveredSkipped.WithLabelValues(a.t.Name()).Inc()
 		return a.ack()
 	}
-	if !found {
+	if !found && !accepted {
 		// Every message comes from a ledger row, and a row is pruned only once
 		// its delivery is settled: a message without one was settled and
 		// forgotten (a replayed stream, a consumer reset). Never deliver it.
-		ok, err := a.f.ledger.Accepted(ctx, a.tk.RequestID)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			a.log.Warn("forwarder: message for a request the ledger no longer holds; skipped")
-			a.f.metrics.RedeliveredSkipped.WithLabelValues(a.t.Name()).Inc()
-			return a.ack()
-		}
+		a.log.Warn("forwarder: message for a request the ledger no longer holds; skipped")
+		a.f.metrics.RedeliveredSkipped.WithLabelValues(a.t.Name()).Inc()
+		return a.ack()
 	}
 	caps := a.t.Capabilities()
 	d := downstream.Delivery{

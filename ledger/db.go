@@ -26,9 +26,10 @@ import (
 // DB is an open ticketrelay database: a single-connection pool for the writer
 // and a small read-only pool for lookups.
 type DB struct {
-	Path  string
-	write *sql.DB
-	read  *sql.DB
+	Path      string
+	write     *sql.DB
+	read      *sql.DB
+	readStmts readStmts
 }
 
 // dsn builds a modernc.org/sqlite DSN. WAL lets readers run beside the
@@ -84,7 +85,12 @@ func Open(ctx context.Context, path string) (*DB, error) {
 
 // Close closes both pools.
 func (db *DB) Close() error {
-	return errors.Join(db.read.Close(), db.write.Close())
+	return errors.Join(db.readStmts.close(), db.read.Close(), db.write.Close())
+}
+
+// queryRow runs a query of the ledger's own on the read pool, prepared.
+func (db *DB) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	return db.readStmts.queryRow(ctx, db.read, query, args...)
 }
 
 // Reader is the read-only pool, for packages that own their own queries

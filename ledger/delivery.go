@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -32,24 +31,37 @@ func (d Delivery) Settled() bool {
 
 // Delivery reads the delivery record of requestID.
 func (l *Ledger) Delivery(ctx context.Context, requestID string) (Delivery, bool, error) {
-	d := Delivery{RequestID: requestID}
-	var next sql.NullInt64
-	var updated int64
-	err := l.db.read.QueryRowContext(ctx, `
-		SELECT target, state, attempts, next_attempt_at, last_error, external_id, external_url, updated_at
-		FROM deliveries WHERE request_id = ?`, requestID).
-		Scan(&d.Target, &d.State, &d.Attempts, &next, &d.LastError, &d.ExternalID, &d.ExternalURL, &updated)
-	if errors.Is(err, sql.ErrNoRows) {
-		return d, false, nil
-	}
+	d, found, _, err := l.PriorDelivery(ctx, requestID)
+	return d, found, err
+}
+
+// PriorDelivery is what the forwarder reads before an attempt, in one
+// prepared query: requestID's delivery record if there is one (found), and
+// whether the ledger still holds the request (accepted).
+func (l *Ledger) PriorDelivery(ctx context.Context, requestID string) (d Delivery, found, accepted bool, err error) {
+	d.RequestID = requestID
+	var (
+		target, state, lastErr, extID, extURL sql.NullString
+		attempts, next, updated               sql.NullInt64
+	)
+	err = l.db.queryRow(ctx, `
+		SELECT EXISTS (SELECT 1 FROM requests WHERE request_id = ?1),
+			d.target, d.state, d.attempts, d.next_attempt_at, d.last_error, d.external_id, d.external_url, d.updated_at
+		FROM (SELECT 1) LEFT JOIN deliveries d ON d.request_id = ?1`, requestID).
+		Scan(&accepted, &target, &state, &attempts, &next, &lastErr, &extID, &extURL, &updated)
 	if err != nil {
-		return d, false, fmt.Errorf("ledger: read delivery %s: %w", requestID, err)
+		return d, false, false, fmt.Errorf("ledger: read delivery %s: %w", requestID, err)
 	}
+	if !state.Valid {
+		return d, false, accepted, nil
+	}
+	d.Target, d.State, d.Attempts = target.String, state.String, int(attempts.Int64)
+	d.LastError, d.ExternalID, d.ExternalURL = lastErr.String, extID.String, extURL.String
 	if next.Valid {
 		d.NextAttemptAt = time.Unix(0, next.Int64).UTC()
 	}
-	d.UpdatedAt = time.Unix(0, updated).UTC()
-	return d, true, nil
+	d.UpdatedAt = time.Unix(0, updated.Int64).UTC()
+	return d, true, accepted, nil
 }
 
 // RecordDelivery writes d durably (insert or replace). UpdatedAt is set to now.
@@ -59,7 +71,7 @@ func (l *Ledger) RecordDelivery(ctx context.Context, d Delivery) error {
 		next = d.NextAttemptAt.UnixNano()
 	}
 	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `
+		_, err := l.w.prepared(tx).ExecContext(ctx, `
 			INSERT INTO deliveries (request_id, target, state, attempts, next_attempt_at, last_error, external_id, external_url, updated_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT(request_id) DO UPDATE SET

@@ -16,19 +16,6 @@ var ErrNotFound = errors.New("ledger: no such request")
 // ErrState is returned when an operator action does not fit the request's state.
 var ErrState = errors.New("ledger: request is not in a state that allows this")
 
-// Accepted reports whether the ledger holds requestID.
-func (l *Ledger) Accepted(ctx context.Context, requestID string) (bool, error) {
-	var one int
-	err := l.db.read.QueryRowContext(ctx, `SELECT 1 FROM requests WHERE request_id = ?`, requestID).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("ledger: look up %s: %w", requestID, err)
-	}
-	return true, nil
-}
-
 // Redrive puts a failed request back into delivery: its delivery record is
 // reset (attempts from zero) and its message is published again under a new
 // message id. The dedupe key sent downstream is unchanged.

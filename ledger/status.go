@@ -54,7 +54,7 @@ type RequestStatus struct {
 func (l *Ledger) Find(ctx context.Context, requestID string) (RequestStatus, error) {
 	st := RequestStatus{RequestID: requestID, Status: StatusUnknown}
 	var id, created int64
-	err := l.db.read.QueryRowContext(ctx,
+	err := l.db.queryRow(ctx,
 		`SELECT id, ticket_id, tool, target, created_at FROM requests WHERE request_id = ?`, requestID).
 		Scan(&id, &st.TicketID, &st.Tool, &st.Target, &created)
 	if errors.Is(err, sql.ErrNoRows) {

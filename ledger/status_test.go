@@ -154,3 +154,37 @@ func TestFindTerminalStates(t *testing.T) {
 		}
 	}
 }
+
+// PriorDelivery answers the forwarder's three cases in one query: a request
+// the ledger does not hold, one with no delivery record yet, one with a record.
+func TestPriorDelivery(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	ctx := context.Background()
+	check := func(id string, wantFound, wantAccepted bool) ledger.Delivery {
+		t.Helper()
+		d, found, accepted, err := e.l.PriorDelivery(ctx, id)
+		if err != nil || found != wantFound || accepted != wantAccepted || d.RequestID != id {
+			t.Fatalf("PriorDelivery(%s) = %+v found %v accepted %v err %v; want found %v accepted %v",
+				id, d, found, accepted, err, wantFound, wantAccepted)
+		}
+		return d
+	}
+	check("never-seen", false, false)
+	if _, err := e.l.Create(ctx, request("req-new")); err != nil {
+		t.Fatal(err)
+	}
+	if d := check("req-new", false, true); d.State != "" || d.Attempts != 0 {
+		t.Fatalf("no record yet, got %+v", d)
+	}
+	next := e.clock.Now().Add(time.Minute)
+	rec := ledger.Delivery{RequestID: "req-new", Target: "local", State: string(ledger.StatusRetrying), Attempts: 3,
+		NextAttemptAt: next, LastError: "HTTP 503", ExternalID: "x-1", ExternalURL: "https://x/1"}
+	if err := e.l.RecordDelivery(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	d := check("req-new", true, true)
+	if d.Target != rec.Target || d.State != rec.State || d.Attempts != 3 || !d.NextAttemptAt.Equal(next) ||
+		d.LastError != rec.LastError || d.ExternalID != rec.ExternalID || d.ExternalURL != rec.ExternalURL || !d.UpdatedAt.Equal(e.clock.Now()) {
+		t.Fatalf("record read back as %+v, wrote %+v", d, rec)
+	}
+}

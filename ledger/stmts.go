@@ -3,8 +3,10 @@ package ledger
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"log/slog"
 	"slices"
+	"sync"
 )
 
 // maxStmts bounds the prepared statements kept for the write connection.
@@ -99,3 +101,44 @@ func (t stmtTx) QueryRowContext(ctx context.Context, query string, args ...any) 
 // prepared wraps tx, which must be the transaction of an operation running
 // on the writer goroutine, so its statements are prepared ones.
 func (w *Writer) prepared(tx *sql.Tx) stmtTx { return stmtTx{tx: tx, c: &w.stmts} }
+
+// readStmts keeps the read pool's per-message queries prepared: the
+// forwarder reads a delivery record before every attempt, and parsing that
+// SELECT was about a twentieth of the dispatcher's CPU. database/sql
+// prepares a Stmt on each pool connection the first time it runs there.
+type readStmts struct {
+	mu    sync.Mutex
+	stmts map[string]*sql.Stmt
+}
+
+// queryRow runs query on db through its prepared statement. If preparing
+// fails, the plain query runs and reports the error to its caller.
+func (c *readStmts) queryRow(ctx context.Context, db *sql.DB, query string, args ...any) *sql.Row {
+	c.mu.Lock()
+	s, ok := c.stmts[query]
+	if !ok && len(c.stmts) < maxStmts {
+		var err error
+		if s, err = db.PrepareContext(ctx, query); err == nil {
+			if c.stmts == nil {
+				c.stmts = make(map[string]*sql.Stmt)
+			}
+			c.stmts[query] = s
+		}
+	}
+	c.mu.Unlock()
+	if s == nil {
+		return db.QueryRowContext(ctx, query, args...)
+	}
+	return s.QueryRowContext(ctx, args...)
+}
+
+func (c *readStmts) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for _, s := range c.stmts {
+		errs = append(errs, s.Close())
+	}
+	c.stmts = nil
+	return errors.Join(errs...)
+}
