@@ -23,7 +23,7 @@ import (
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // start runs an embedded server on storeDir and stops it at cleanup.
-func start(t *testing.T, storeDir string) *server.Server {
+func start(t testing.TB, storeDir string) *server.Server {
 	t.Helper()
 	s, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: storeDir}, discard())
 	if err != nil {
@@ -33,7 +33,7 @@ func start(t *testing.T, storeDir string) *server.Server {
 	return s
 }
 
-func connect(t *testing.T, s *server.Server) (*nats.Conn, jetstream.JetStream) {
+func connect(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
@@ -295,7 +295,7 @@ func TestAtomicBatches(t *testing.T) {
 		t.Fatal("the embedded server did not take AllowAtomicPublish")
 	}
 	var fallbacks []error
-	pub := natsjs.NewPublisher(js, natsjs.AtomicBatches(func(err error) { fallbacks = append(fallbacks, err) }))
+	pub := natsjs.NewPublisher(js, natsjs.AtomicBatches(func(err error) { fallbacks = append(fallbacks, err) }), natsjs.MinAtomicBatch(2))
 	batch := func(ids ...string) []outbox.Message {
 		var ms []outbox.Message
 		for _, id := range ids {
@@ -360,7 +360,7 @@ func TestPublishSequencesAndStreamChecker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := natsjs.NewPublisher(js, natsjs.AtomicBatches(nil))
+	pub := natsjs.NewPublisher(js, natsjs.AtomicBatches(nil), natsjs.MinAtomicBatch(2))
 	const workers, rounds = 4, 10
 	type sent struct {
 		msg outbox.Message
@@ -416,5 +416,40 @@ func TestPublishSequencesAndStreamChecker(t *testing.T) {
 	}
 	if ok, err := check.Holds(ctx, 1<<40, "x"); err != nil || ok {
 		t.Errorf("Holds past the end = %v, %v; want false", ok, err)
+	}
+}
+
+// Below DefaultMinAtomicBatch messages a batch goes message by message (an
+// atomic batch's fixed cost would outweigh the fsyncs it saves); from there
+// on it is one atomic batch.
+func TestSmallBatchesGoOneByOne(t *testing.T) {
+	ctx := ctxT(t)
+	_, js := connect(t, start(t, t.TempDir()))
+	st, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := natsjs.NewPublisher(js, natsjs.AtomicBatches(func(err error) { t.Errorf("fallback: %v", err) }))
+	for _, n := range []int{natsjs.DefaultMinAtomicBatch - 1, natsjs.DefaultMinAtomicBatch} {
+		var msgs []outbox.Message
+		for i := range n {
+			id := fmt.Sprintf("n%d-%d", n, i)
+			msgs = append(msgs, outbox.Message{RequestID: id, Subject: "tickets.local", Payload: []byte(id)})
+		}
+		batches := map[string]int{}
+		for i, res := range pub.Publish(ctx, msgs) {
+			if res.Err != nil || res.Duplicate || res.Seq == 0 {
+				t.Fatalf("%s: %+v", msgs[i].RequestID, res)
+			}
+			m, err := st.GetMsg(ctx, res.Seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batches[m.Header.Get("Nats-Batch-Id")]++
+		}
+		atomic := n >= natsjs.DefaultMinAtomicBatch
+		if got := batches[""] == 0 && len(batches) == 1; got != atomic {
+			t.Errorf("%d messages stored with batch ids %v; want one atomic batch: %v", n, batches, atomic)
+		}
 	}
 }

@@ -26,10 +26,17 @@ import (
 // stream). A batch it refuses, most often because it holds a message id the
 // stream already has (a republish after a crash), or that fails on the way,
 // is sent again message by message, which reports each duplicate.
+//
+// A batch smaller than MinAtomicBatch goes message by message even so: an
+// atomic batch costs a fixed ~8 ms (nats-server stages it in a file store of
+// its own, with a directory, metadata files and fsyncs of their own) against
+// ~0.7 ms a message published on its own (BenchmarkPublishBatch: 8 messages
+// 9.2 ms atomic, 5.7 ms one by one; 16 messages 9.0 ms and 10.4 ms).
 type Publisher struct {
 	js         jetstream.JetStream
 	stallWait  time.Duration
 	atomic     bool
+	minAtomic  int
 	onFallback func(error)
 	timeout    time.Duration // for the commit of an atomic batch
 }
@@ -48,8 +55,18 @@ func AtomicBatches(onFallback func(error)) PublisherOption {
 	return func(p *Publisher) { p.atomic, p.onFallback = true, onFallback }
 }
 
+// MinAtomicBatch sets the fewest messages sent as an atomic batch (default
+// DefaultMinAtomicBatch, at least 2); smaller batches go message by message.
+func MinAtomicBatch(n int) PublisherOption {
+	return func(p *Publisher) { p.minAtomic = max(n, 2) }
+}
+
 // MaxAtomicBatch is nats-server's default limit on an atomic batch.
 const MaxAtomicBatch = 1000
+
+// DefaultMinAtomicBatch is where an atomic batch starts to cost less than
+// publishing its messages one by one, rounded down (see Publisher).
+const DefaultMinAtomicBatch = 8
 
 // NewPublisher wraps js. js must be created with
 // jetstream.WithPublishAsyncMaxPending ≥ the relay's batch size × pipeline
@@ -57,7 +74,7 @@ const MaxAtomicBatch = 1000
 // jetstream.WithPublishAsyncTimeout: Publish waits for every ack until ctx
 // ends, so without an ack timeout one lost ack would stall the relay.
 func NewPublisher(js jetstream.JetStream, opts ...PublisherOption) *Publisher {
-	p := &Publisher{js: js, stallWait: 5 * time.Second, timeout: 10 * time.Second}
+	p := &Publisher{js: js, stallWait: 5 * time.Second, timeout: 10 * time.Second, minAtomic: DefaultMinAtomicBatch}
 	for _, o := range opts {
 		o(p)
 	}
@@ -66,11 +83,15 @@ func NewPublisher(js jetstream.JetStream, opts ...PublisherOption) *Publisher {
 
 // Publish implements outbox.Publisher.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox.PublishResult {
-	if !p.atomic || len(msgs) < 2 {
+	if !p.atomic || len(msgs) < p.minAtomic {
 		return p.publishEach(ctx, msgs)
 	}
 	results := make([]outbox.PublishResult, 0, len(msgs))
 	for chunk := range slices.Chunk(msgs, MaxAtomicBatch) {
+		if len(chunk) < p.minAtomic {
+			results = append(results, p.publishEach(ctx, chunk)...)
+			continue
+		}
 		last, err := p.publishAtomic(ctx, chunk)
 		if err == nil {
 			// The server stores an atomic batch at consecutive sequences,
