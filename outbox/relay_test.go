@@ -238,9 +238,37 @@ func TestRelayConfigValidation(t *testing.T) {
 		}
 	}
 	d := outbox.RelayConfig{}.WithDefaults()
-	if d.BatchSize != 512 || d.PollInterval != 20*time.Millisecond || d.LeaseTTL != 15*time.Second || d.GaugeInterval != time.Second {
+	if d.BatchSize != 512 || d.PollInterval != 20*time.Millisecond || d.BusyPollInterval != 2*time.Millisecond ||
+		d.BusyFor != time.Second || d.LeaseTTL != 15*time.Second || d.GaugeInterval != time.Second {
 		t.Errorf("defaults = %+v", d)
 	}
+}
+
+// For BusyFor after it last published, the relay keeps looking at the busy
+// interval even when rounds find nothing: a row committed then is published
+// without waiting out the (here one-minute) idle interval.
+func TestRelayStaysBusyAfterPublishing(t *testing.T) {
+	b := startBroker(t)
+	path := filepath.Join(t.TempDir(), "tickets.db")
+	// Gauges refreshed every round: the backlog gauge shows when a round
+	// began after the first row was marked.
+	n := newNode(t, "relay-busy", path, b.connect(t),
+		outbox.RelayConfig{PollInterval: time.Minute, BusyFor: time.Minute, GaugeInterval: time.Nanosecond}, time.Now)
+	db := raw(t, path)
+	published := func(id string) func() bool {
+		return func() bool {
+			at, _, err := publishedAt(t, db, id)
+			return err == nil && !at.IsZero()
+		}
+	}
+	n.create(t, "first")
+	n.run(t)
+	waitFor(t, 10*time.Second, "the first row to be published", published("first"))
+	// A round found nothing, as between the tickets of a slow but steady
+	// stream; only then the next row comes.
+	waitFor(t, 10*time.Second, "an empty round", func() bool { return value(t, n.m.OutboxBacklog) == 0 })
+	n.create(t, "second")
+	waitFor(t, 10*time.Second, "the second row to be published within the busy window", published("second"))
 }
 
 // overlapCounter is the real publisher, counting how many batches it has
