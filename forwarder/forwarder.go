@@ -71,6 +71,10 @@ type Forwarder struct {
 	log     *slog.Logger
 	metrics *metrics.Dispatcher
 	now     func() time.Time
+	// settling counts deliveries whose record is still committing: their
+	// messages are acked (or handed back) when it is durable, and Run waits
+	// for them.
+	settling sync.WaitGroup
 }
 
 // New builds a forwarder for targets.
@@ -146,6 +150,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	f.settling.Wait()
 	return errors.Join(errs...)
 }
 
@@ -195,8 +200,6 @@ func (f *Forwarder) handle(ctx context.Context, t downstream.Target, msg jetstre
 	}
 	a := attempt{f: f, t: t, msg: msg, tk: tk, log: f.log.With("target", t.Name(), "request_id", tk.RequestID)}
 	if err := a.run(ctx); err != nil {
-		// The ledger could not be read or written: retry the message soon.
-		a.log.Error("forwarder: delivery bookkeeping failed; message will be redelivered", "err", err)
-		_ = msg.NakWithDelay(f.cfg.Retry.Delay(1))
+		a.bookkeepingFailed(err)
 	}
 }

@@ -66,11 +66,23 @@ func (l *Ledger) PriorDelivery(ctx context.Context, requestID string) (d Deliver
 
 // RecordDelivery writes d durably (insert or replace). UpdatedAt is set to now.
 func (l *Ledger) RecordDelivery(ctx context.Context, d Delivery) error {
+	return recordErr(d, l.w.InTx(ctx, l.recordTx(d)))
+}
+
+// RecordDeliveryThen is RecordDelivery without the wait: it returns once the
+// write is queued, and then hears RecordDelivery's answer once the record is
+// durable (see Writer.InTxThen: then runs on the writer goroutine).
+func (l *Ledger) RecordDeliveryThen(ctx context.Context, d Delivery, then func(error)) error {
+	err := l.w.InTxThen(ctx, l.recordTx(d), func(err error) { then(recordErr(d, err)) })
+	return recordErr(d, err)
+}
+
+func (l *Ledger) recordTx(d Delivery) func(ctx context.Context, tx *sql.Tx) error {
 	var next any
 	if !d.NextAttemptAt.IsZero() {
 		next = d.NextAttemptAt.UnixNano()
 	}
-	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return func(ctx context.Context, tx *sql.Tx) error {
 		_, err := l.w.prepared(tx).ExecContext(ctx, `
 			INSERT INTO deliveries (request_id, target, state, attempts, next_attempt_at, last_error, external_id, external_url, updated_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -81,7 +93,10 @@ func (l *Ledger) RecordDelivery(ctx context.Context, d Delivery) error {
 				updated_at = excluded.updated_at`,
 			d.RequestID, d.Target, d.State, d.Attempts, next, d.LastError, d.ExternalID, d.ExternalURL, l.now().UnixNano())
 		return err
-	})
+	}
+}
+
+func recordErr(d Delivery, err error) error {
 	if err != nil {
 		return fmt.Errorf("ledger: record delivery %s: %w", d.RequestID, err)
 	}

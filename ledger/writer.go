@@ -24,7 +24,16 @@ const MaxBatch = 256
 
 type job struct {
 	fn   func(ctx context.Context, tx *sql.Tx) error
-	done chan error
+	done chan error  // InTx's caller waits here,
+	then func(error) // or InTxThen's callback hears the result
+}
+
+func (j job) finish(err error) {
+	if j.then != nil {
+		j.then(err)
+		return
+	}
+	j.done <- err
 }
 
 // Writer is the single writer of a process. Operations submitted from many
@@ -64,21 +73,35 @@ func NewWriter(db *DB, log *slog.Logger, m *metrics.Writer) *Writer {
 // caller just stops waiting for the answer.
 func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	j := job{fn: fn, done: make(chan error, 1)}
-	w.mu.RLock()
-	if w.closed {
-		w.mu.RUnlock()
-		return ErrWriterClosed
-	}
-	select {
-	case w.jobs <- j:
-		w.mu.RUnlock()
-	case <-ctx.Done():
-		w.mu.RUnlock()
-		return ctx.Err()
+	if err := w.submit(ctx, j); err != nil {
+		return err
 	}
 	select {
 	case err := <-j.done:
 		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// InTxThen is InTx without the wait: it returns once fn is queued, or with
+// the error that kept it out (then is not called). Once queued, then hears
+// what InTx would have returned, after the transaction is durable or has
+// failed. then runs on the writer goroutine: it must be quick and must not
+// submit work to w.
+func (w *Writer) InTxThen(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error, then func(error)) error {
+	return w.submit(ctx, job{fn: fn, then: then})
+}
+
+func (w *Writer) submit(ctx context.Context, j job) error {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.closed {
+		return ErrWriterClosed
+	}
+	select {
+	case w.jobs <- j:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -133,9 +156,9 @@ func (w *Writer) commit(batch []job) {
 	}
 	for i, j := range batch {
 		if err != nil {
-			j.done <- err
+			j.finish(err)
 		} else {
-			j.done <- errs[i]
+			j.finish(errs[i])
 		}
 	}
 }

@@ -207,3 +207,64 @@ func TestCancelledCallerStillCommits(t *testing.T) {
 		t.Fatalf("rows = %v, want [1 1 1]", got)
 	}
 }
+
+// InTxThen returns once the operation is queued, and its callback hears the
+// operation's own result after the commit: nil once the write is durable
+// (visible to another connection), the operation's error otherwise. After
+// Close it is refused and the callback never runs.
+func TestInTxThen(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	release := blockWriter(t, e.w)
+	errBad := errors.New("bad operation")
+	db := raw(t, e.path)
+	results := make(chan string, 2)
+	then := func(name string) func(error) {
+		return func(err error) {
+			// On the writer goroutine: no t helpers here.
+			var n int
+			qerr := db.QueryRow(`SELECT count(*) FROM leases WHERE name = ?`, name).Scan(&n)
+			results <- fmt.Sprintf("%s: err=%v committed=%v (%v)", name, err, n == 1, qerr)
+		}
+	}
+	if err := e.w.InTxThen(context.Background(), insertLease("good"), then("good")); err != nil {
+		t.Fatal(err)
+	}
+	bad := func(ctx context.Context, tx *sql.Tx) error {
+		if err := insertLease("bad")(ctx, tx); err != nil {
+			return err
+		}
+		return errBad
+	}
+	if err := e.w.InTxThen(context.Background(), bad, then("bad")); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.w.QueuedForTest(); n != 2 {
+		t.Fatalf("%d operations queued, want both InTxThen calls to return while the writer is busy", n)
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("callback ran before the commit: %s", r)
+	default:
+	}
+	release()
+	got := map[string]bool{}
+	for range 2 {
+		select {
+		case r := <-results:
+			got[r] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("callbacks heard so far: %v", got)
+		}
+	}
+	want := []string{"good: err=<nil> committed=true (<nil>)", fmt.Sprintf("bad: err=%v committed=false (<nil>)", errBad)}
+	for _, w := range want {
+		if !got[w] {
+			t.Errorf("callbacks heard %v, want %q", got, w)
+		}
+	}
+	e.w.Close()
+	called := false
+	if err := e.w.InTxThen(context.Background(), insertLease("late"), func(error) { called = true }); !errors.Is(err, ledger.ErrWriterClosed) || called {
+		t.Fatalf("InTxThen after Close = %v (callback ran: %v), want ErrWriterClosed and no callback", err, called)
+	}
+}
