@@ -1,11 +1,14 @@
 package natsjs_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -196,7 +199,8 @@ func TestEnsureStream(t *testing.T) {
 		c := info.Config
 		if c.Name != "T2" || c.Retention != jetstream.LimitsPolicy || c.Storage != jetstream.FileStorage ||
 			c.Duplicates != dup || c.MaxAge != 2*time.Hour || c.Replicas != 1 ||
-			!slices.Equal(c.Subjects, []string{"tickets.>"}) || c.Discard != jetstream.DiscardOld {
+			!slices.Equal(c.Subjects, []string{"tickets.>"}) || c.Discard != jetstream.DiscardOld ||
+			c.MaxMsgsPerSubject != natsjs.MaxMsgsPerSubject || c.MaxMsgs != -1 || c.MaxBytes != -1 {
 			t.Fatalf("stream config = %+v", c)
 		}
 	}
@@ -219,6 +223,46 @@ func TestEnsureStream(t *testing.T) {
 		t.Fatalf("EnsureStream with a longer window: %v", err)
 	}
 	check(time.Hour)
+}
+
+// The stream's message blocks are 4 MB, not the 8 MB nats-server gives a
+// stream without limits (EnsureStream sets a per-subject limit for it): 9 MB
+// of messages fill more than two block files, none of them over 4 MB.
+func TestStreamBlockSize(t *testing.T) {
+	ctx := ctxT(t)
+	dir := t.TempDir()
+	_, js := connect(t, start(t, dir))
+	if _, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	pub := natsjs.NewPublisher(js, natsjs.AtomicBatches(func(err error) { t.Errorf("fallback: %v", err) }))
+	payload := bytes.Repeat([]byte("x"), 1000)
+	for b := range 9 {
+		msgs := make([]outbox.Message, 1000)
+		for i := range msgs {
+			msgs[i] = outbox.Message{RequestID: fmt.Sprintf("b%d-%d", b, i), Subject: "tickets.local", Payload: payload}
+		}
+		for _, r := range pub.Publish(ctx, msgs) {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+	}
+	blocks, err := filepath.Glob(filepath.Join(dir, "jetstream", "*", "streams", "TICKETS", "msgs", "*.blk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sizes []int64
+	for _, b := range blocks {
+		fi, err := os.Stat(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, fi.Size())
+	}
+	if len(blocks) < 3 || slices.Max(sizes) > 4<<20 {
+		t.Fatalf("block files %v, sizes %v: want 3 or more, none over 4 MB", blocks, sizes)
+	}
 }
 
 func TestEmbeddedServerSyncsAndKeepsDedupeAcrossRestart(t *testing.T) {
