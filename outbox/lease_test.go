@@ -74,7 +74,12 @@ func TestOnlyOneRelayPublishes(t *testing.T) {
 	bn.create(t, ids("first", 20)...)
 	onlyAHolds := func() bool { return value(t, a.m.LeaseHeld) == 1 && value(t, bn.m.LeaseHeld) == 0 }
 	testwait.Holds(t, ttl/3+200*time.Millisecond, "a holding the lease alone", onlyAHolds)
-	waitFor(t, 10*time.Second, "the outbox to drain", func() bool { return backlog(t, db) == 0 })
+	// The counter moves just after the mark commits: wait on it, then check
+	// that the outbox agrees.
+	waitFor(t, 10*time.Second, "relay-a to dispatch the 20 rows", func() bool { return value(t, a.m.Dispatched) >= 20 })
+	if n := backlog(t, db); n != 0 {
+		t.Fatalf("backlog %d after 20 dispatched, want 0", n)
+	}
 	if !onlyAHolds() {
 		t.Fatalf("lease gauges a=%v b=%v, want a=1 b=0", value(t, a.m.LeaseHeld), value(t, bn.m.LeaseHeld))
 	}
@@ -93,7 +98,10 @@ func TestOnlyOneRelayPublishes(t *testing.T) {
 	waitFor(t, ttl/3+time.Second, "relay-b to take the released lease", func() bool { return value(t, bn.m.LeaseHeld) == 1 })
 	t.Logf("relay-b took over %v after relay-a stopped", time.Since(stopped))
 	a.create(t, ids("second", 10)...)
-	waitFor(t, 10*time.Second, "relay-b to publish", func() bool { return backlog(t, db) == 0 })
+	waitFor(t, 10*time.Second, "relay-b to dispatch the 10 rows", func() bool { return value(t, bn.m.Dispatched) >= 10 })
+	if n := backlog(t, db); n != 0 {
+		t.Fatalf("backlog %d after relay-b dispatched 10, want 0", n)
+	}
 	if da, dbn := value(t, a.m.Dispatched), value(t, bn.m.Dispatched); da != 20 || dbn != 10 {
 		t.Fatalf("dispatched a=%v b=%v, want 20 and 10", da, dbn)
 	}

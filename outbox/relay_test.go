@@ -210,7 +210,10 @@ func TestRelaySurvivesBrokerOutage(t *testing.T) {
 	}
 
 	b.start(t) // same store, same port
-	waitFor(t, 20*time.Second, "the outbox to drain after the broker came back", func() bool { return backlog(t, db) == 0 })
+	// Dispatched moves just after each mark commits: wait for both.
+	waitFor(t, 20*time.Second, "the outbox to drain after the broker came back", func() bool {
+		return backlog(t, db) == 0 && value(t, n.m.Dispatched) >= 25
+	})
 	byID := streamMessages(t, js)
 	for _, id := range append(before, during...) {
 		if len(byID[id]) != 1 {
