@@ -101,7 +101,7 @@ func TestTCPCutThenRetryCreatesOnce(t *testing.T) {
 			}
 			req := fmt.Sprintf("POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"+
 				"Accept: application/json, text/event-stream\r\nMcp-Session-Id: %s\r\nMCP-Protocol-Version: %s\r\n"+
-				"Content-Length: %d\r\n\r\n%s", addr, raw.id, rawProtocolVersion, len(body), body)
+				"Content-Length: %d\r\n\r\n%s", addr, raw.ID, raw.Version, len(body), body)
 			if _, err := conn.Write([]byte(req)); err != nil {
 				t.Fatal(err)
 			}
@@ -291,7 +291,7 @@ func TestInvalidCallsWriteNothing(t *testing.T) {
 	// Invalid UTF-8 cannot be sent by the Go client (encoding/json replaces
 	// it), so it goes over a hand-made request on a session of its own.
 	raw := rawInitialize(t, s.url)
-	msg := raw.call(t, []byte(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"create_ticket",`+
+	msg := raw.Call(t, []byte(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"create_ticket",`+
 		`"arguments":{"request_id":"inv-utf8","title":"bad `+"\xff\xfe"+` bytes"}}}`))
 	var resp struct {
 		Result *mcp.CallToolResult `json:"result"`

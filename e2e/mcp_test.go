@@ -1,13 +1,9 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/testwait"
 )
 
@@ -213,92 +210,8 @@ func waitDelivered(t testing.TB, cs *mcp.ClientSession, timeout time.Duration, i
 
 const rawProtocolVersion = "2025-11-25"
 
-// rawSession is an MCP session driven by hand-made HTTP requests.
-type rawSession struct {
-	url string
-	id  string // Mcp-Session-Id
-}
-
-// rawInitialize runs initialize and notifications/initialized by hand and
-// returns the session.
-func rawInitialize(t testing.TB, url string) *rawSession {
+// rawInitialize opens a hand-driven session (e2eproc.RawSession).
+func rawInitialize(t testing.TB, url string) *e2eproc.RawSession {
 	t.Helper()
-	init := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":%q,`+
-		`"capabilities":{},"clientInfo":{"name":"raw-e2e","version":"1"}}}`, rawProtocolVersion)
-	resp, body := rawPost(t, url, "", []byte(init))
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("initialize: %s: %s", resp.Status, body)
-	}
-	s := &rawSession{url: url, id: resp.Header.Get("Mcp-Session-Id")}
-	if s.id == "" {
-		t.Fatalf("initialize: no Mcp-Session-Id header (headers %v)", resp.Header)
-	}
-	msg := sseMessage(t, resp.Header.Get("Content-Type"), body)
-	if !bytes.Contains(msg, []byte(`"result"`)) {
-		t.Fatalf("initialize: %s", msg)
-	}
-	resp, body = rawPost(t, url, s.id, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("notifications/initialized: %s: %s", resp.Status, body)
-	}
-	return s
-}
-
-// call sends one JSON-RPC request body and returns the JSON-RPC response.
-func (s *rawSession) call(t testing.TB, body []byte) []byte {
-	t.Helper()
-	resp, out := rawPost(t, s.url, s.id, body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST %s: %s: %s", s.url, resp.Status, out)
-	}
-	return sseMessage(t, resp.Header.Get("Content-Type"), out)
-}
-
-func rawPost(t testing.TB, url, session string, body []byte) (*http.Response, []byte) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if session != "" {
-		req.Header.Set("Mcp-Session-Id", session)
-		req.Header.Set("MCP-Protocol-Version", rawProtocolVersion)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("POST %s: reading the answer: %v", url, err)
-	}
-	return resp, out
-}
-
-// sseMessage extracts the one JSON-RPC message of a response body, which is
-// either plain JSON or a server-sent event stream.
-func sseMessage(t testing.TB, contentType string, body []byte) []byte {
-	t.Helper()
-	if strings.HasPrefix(contentType, "application/json") {
-		return body
-	}
-	var data [][]byte
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if d, ok := bytes.CutPrefix(sc.Bytes(), []byte("data:")); ok {
-			if d = bytes.TrimSpace(d); len(d) > 0 {
-				data = append(data, append([]byte(nil), d...))
-			}
-		}
-	}
-	if len(data) != 1 {
-		t.Fatalf("want one SSE data message, got %d in %q", len(data), body)
-	}
-	return data[0]
+	return e2eproc.RawInitialize(t, url, rawProtocolVersion, "raw-e2e")
 }

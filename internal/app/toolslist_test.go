@@ -1,14 +1,9 @@
 package app
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"maps"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/flagenv"
 )
 
@@ -176,21 +172,8 @@ func TestToolsListAnnotationsPerKind(t *testing.T) {
 // tool's annotations as decoded from the raw JSON.
 func rawToolsList(t *testing.T, url string) map[string]map[string]any {
 	t.Helper()
-	const version = "2025-06-18"
-	resp, body := rawPost(t, url, "", fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":%q,`+
-		`"capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`, version))
-	session := resp.Header.Get("Mcp-Session-Id")
-	if resp.StatusCode != http.StatusOK || session == "" {
-		t.Fatalf("initialize: %s (session %q): %s", resp.Status, session, body)
-	}
-	if resp, body = rawPost(t, url, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("notifications/initialized: %s: %s", resp.Status, body)
-	}
-	resp, body = rawPost(t, url, session, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("tools/list: %s: %s", resp.Status, body)
-	}
-	msg := jsonRPCMessage(t, resp.Header.Get("Content-Type"), body)
+	raw := e2eproc.RawInitialize(t, url, "2025-06-18", "raw")
+	msg := raw.Call(t, []byte(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`))
 	var out struct {
 		Result struct {
 			Tools []struct {
@@ -211,51 +194,4 @@ func rawToolsList(t *testing.T, url string) map[string]map[string]any {
 		m[tl.Name] = a
 	}
 	return m
-}
-
-func rawPost(t *testing.T, url, session, body string) (*http.Response, []byte) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if session != "" {
-		req.Header.Set("Mcp-Session-Id", session)
-		req.Header.Set("MCP-Protocol-Version", "2025-06-18")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
-	}
-	return resp, b
-}
-
-// jsonRPCMessage returns the one JSON-RPC message of an answer, plain JSON
-// or a server-sent event stream.
-func jsonRPCMessage(t *testing.T, contentType string, body []byte) []byte {
-	t.Helper()
-	if strings.HasPrefix(contentType, "application/json") {
-		return body
-	}
-	var data [][]byte
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if d, ok := bytes.CutPrefix(sc.Bytes(), []byte("data:")); ok && len(bytes.TrimSpace(d)) > 0 {
-			data = append(data, bytes.TrimSpace(d))
-		}
-	}
-	if len(data) != 1 {
-		t.Fatalf("want one SSE message, got %d in %q", len(data), body)
-	}
-	return data[0]
 }
