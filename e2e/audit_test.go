@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -27,8 +28,10 @@ func TestAuditRepublishesAMessageTheStreamLost(t *testing.T) {
 	s := newStack(t)
 	s.dispArgs = []string{"-audit-after", "1s", "-delivery-timeout", "500ms"}
 	cfg := filepath.Join(s.dir, "other-target.yaml")
-	if err := os.WriteFile(cfg, []byte("targets:\n  - {name: other, kind: local, options: {path: other.jsonl}}\n"+
-		"tools:\n  - {name: create_other, target: other}\n"), 0o644); err != nil {
+	// The path is absolute: a relative one resolves against the dispatcher's
+	// working directory, which under go test is this source directory.
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("targets:\n  - {name: other, kind: local, options: {path: %q}}\n"+
+		"tools:\n  - {name: create_other, target: other}\n", filepath.Join(s.dir, "other.jsonl"))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s.dispArgs = append(s.dispArgs, "-config", cfg)
