@@ -83,7 +83,7 @@ func NewPublisher(js jetstream.JetStream, opts ...PublisherOption) *Publisher {
 
 // Publish implements outbox.Publisher.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox.PublishResult {
-	if !p.atomic || len(msgs) < p.minAtomic {
+	if !p.atomic {
 		return p.publishEach(ctx, msgs)
 	}
 	results := make([]outbox.PublishResult, 0, len(msgs))
@@ -117,8 +117,7 @@ func (p *Publisher) publishAtomic(ctx context.Context, msgs []outbox.Message) (u
 	batch := nats.NewInbox()[len(nats.InboxPrefix):] // unique, well under the 64-byte limit
 	last := len(msgs) - 1
 	for i, m := range msgs {
-		nm := &nats.Msg{Subject: m.Subject, Data: m.Payload, Header: nats.Header{}}
-		nm.Header.Set(jetstream.MsgIDHeader, m.MsgID())
+		nm := natsMsg(m)
 		nm.Header.Set(batchIDHeader, batch)
 		nm.Header.Set(batchSeqHeader, strconv.Itoa(i+1))
 		if i < last {
@@ -157,6 +156,13 @@ func (p *Publisher) publishAtomic(ctx context.Context, msgs []outbox.Message) (u
 	return 0, errors.New("natsjs: empty atomic batch")
 }
 
+// natsMsg is m as a NATS message with its Nats-Msg-Id.
+func natsMsg(m outbox.Message) *nats.Msg {
+	nm := &nats.Msg{Subject: m.Subject, Data: m.Payload, Header: nats.Header{}}
+	nm.Header.Set(jetstream.MsgIDHeader, m.MsgID())
+	return nm
+}
+
 // The headers of a JetStream atomic batch.
 const (
 	batchIDHeader     = "Nats-Batch-Id"
@@ -169,8 +175,7 @@ func (p *Publisher) publishEach(ctx context.Context, msgs []outbox.Message) []ou
 	results := make([]outbox.PublishResult, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
-		nm := &nats.Msg{Subject: m.Subject, Data: m.Payload, Header: nats.Header{}}
-		nm.Header.Set(jetstream.MsgIDHeader, m.MsgID())
+		nm := natsMsg(m)
 		f, err := p.js.PublishMsgAsync(nm, jetstream.WithStallWait(p.stallWait))
 		if err != nil {
 			results[i].Err = fmt.Errorf("natsjs: publish %s: %w", m.RequestID, err)
