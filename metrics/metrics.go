@@ -155,7 +155,7 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 		}),
 		AuditChecked: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "stream_audit_checks_total",
-			Help: "Published messages without a delivery record that the audit looked up in the stream.",
+			Help: "Published messages not yet delivered (no delivery record, or an unsettled one untouched for -audit-after) that the audit looked up in the stream.",
 		}),
 		StreamLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "stream_lost_messages_total",
