@@ -21,12 +21,14 @@ run: build ## run both processes with embedded defaults; Ctrl-C stops both
 
 test: vet ## the whole suite, with the race detector
 	$(GO) test -race -count=1 -timeout 20m ./...
+	cd third_party/segmentio-encoding && $(GO) test -race -count=1 ./... # the patched decoder (a module of its own; upstream's code is not vetted)
 
 test/short: ## quick run without the race detector
 	$(GO) test -count=1 -short ./...
 
 vet:
 	$(GO) vet ./...
+	cd bench/noopserver && $(GO) vet ./... # a module of its own: go-sdk's defaults, unpatched
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
 lint: vet
@@ -42,7 +44,8 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 bench: build ## benchmark table vs same-run baselines (a few minutes; BENCH_QUICK=1: ~1 minute); writes bench/results/
-	$(GO) build -o bin/ ./cmd/loadgen ./bench/noopserver ./bench/profwrap
+	$(GO) build -o bin/ ./cmd/loadgen ./bench/profwrap
+	cd bench/noopserver && $(GO) build -o $(CURDIR)/bin/ .
 	bin/loadgen -bin bin -out bench/results -version $(VERSION) $(if $(filter 1,$(BENCH_QUICK)),-quick) $(BENCH_FLAGS)
 
 clean:
