@@ -149,9 +149,9 @@ func TestTuneGC(t *testing.T) {
 		wantPercent  int
 		wantLimitMiB int64
 	}{
-		{newEnv(), FrontGC, 400, 40},
+		{newEnv(), FrontGC, 400, 32},
 		{newEnv(), DispatcherGC, 50, math.MaxInt64 >> 20},
-		{newEnv("GOGC", "100"), FrontGC, 100, 40},
+		{newEnv("GOGC", "100"), FrontGC, 100, 32},
 		{newEnv("GOMEMLIMIT", "1GiB"), FrontGC, 400, math.MaxInt64 >> 20},
 	} {
 		debug.SetGCPercent(100)
