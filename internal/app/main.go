@@ -35,7 +35,7 @@ type GC struct {
 
 // FrontGC collects at 5× the live heap with a 32 MiB soft limit. Since the
 // JSON decoder stopped allocating 32 KiB per message (third_party/
-// segmentio-encoding), a call leaves ~20 KiB of garbage; collecting less
+// segmentio-encoding), a call leaves ~16 KiB of garbage; collecting less
 // often than Go's default still saves 7% of throughput (make bench A/B:
 // GOGC=100 0.93×, 44 MB peak RSS), and the limit holds the peak at ~50 MB
 // (57 MB at 40 MiB, same throughput; 24 MiB cost 7%).
