@@ -38,7 +38,7 @@ func quietLog() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 }
 
-func newTenv(t *testing.T) *tenv {
+func newTenv(t testing.TB) *tenv {
 	t.Helper()
 	db, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "tickets.db"))
 	if err != nil {
@@ -58,7 +58,7 @@ func newTenv(t *testing.T) *tenv {
 }
 
 // serve starts the HTTP handler on a loopback listener.
-func (e *tenv) serve(t *testing.T, cfg HTTPConfig) (*httptest.Server, *HTTPHandler) {
+func (e *tenv) serve(t testing.TB, cfg HTTPConfig) (*httptest.Server, *HTTPHandler) {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quietLog()
@@ -85,7 +85,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 
 // connect opens a go-sdk client session over streamable HTTP. version ""
 // lets the client choose (it tries 2026-07-28 with server/discover first).
-func connect(t *testing.T, url, version string, opts *mcp.ClientOptions, hc *http.Client) *mcp.ClientSession {
+func connect(t testing.TB, url, version string, opts *mcp.ClientOptions, hc *http.Client) *mcp.ClientSession {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
