@@ -38,6 +38,7 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		dataDir         = fs.String("data", "data", "data `directory`: JetStream store, local target file")
 		natsURL         = fs.String("nats", "", "`URL` of an existing NATS server with JetStream; empty runs an embedded one")
 		natsListen      = fs.String("nats-listen", "127.0.0.1:4222", "client `address` of the embedded nats-server (port 0: any free port)")
+		natsStage       = fs.String("nats-stage-dir", "auto", "`directory` on a memory filesystem where the embedded nats-server stages atomic batches (auto: one under "+natsjs.DefaultStageRoot+" if it exists; empty: in the store, on disk)")
 		metricsListen   = fs.String("metrics-listen", "127.0.0.1:9465", "Prometheus /metrics `address` (empty: off)")
 		configPath      = fs.String("config", "", "configuration `file` (targets and tools)")
 		logLevel        = fs.String("log-level", "info", "log `level`: debug, info, warn, error (logs go to stderr)")
@@ -111,8 +112,14 @@ func RunDispatcher(ctx context.Context, env Env) error {
 
 	addrs := map[string]string{}
 	url := *natsURL
+	storeDir, stageDir := filepath.Join(*dataDir, "nats"), ""
 	if url == "" {
-		ns, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: *natsListen, StoreDir: filepath.Join(*dataDir, "nats")}, log)
+		if stageDir, err = resolveStageDir(*natsStage, storeDir); err != nil {
+			log.Warn("atomic batches are staged on disk", "err", err)
+		} else if stageDir != "" && *natsStage == "auto" {
+			defer os.Remove(stageDir) // empty once every batch has committed; runs after the server's shutdown
+		}
+		ns, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: *natsListen, StoreDir: storeDir}, log)
 		if err != nil {
 			return err
 		}
@@ -140,6 +147,13 @@ func RunDispatcher(ctx context.Context, env Env) error {
 	st, err := ensureStream(ctx, js, streamCfg, log)
 	if err != nil {
 		return err
+	}
+	if stageDir != "" {
+		if err := natsjs.StageBatchesIn(storeDir, streamCfg.Name, stageDir); err != nil {
+			log.Warn("atomic batches are staged on disk", "err", err)
+		} else {
+			log.Info("atomic batches are staged in memory", "dir", stageDir)
+		}
 	}
 	var pubOpts []natsjs.PublisherOption
 	if natsjs.AllowsAtomicBatches(st) {
@@ -241,6 +255,22 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, c natsjs.StreamCo
 		case <-time.After(pace.Delay(attempt)):
 		}
 	}
+}
+
+// resolveStageDir turns -nats-stage-dir into a directory: "auto" is
+// natsjs.MemoryStageDir under natsjs.DefaultStageRoot ("" where there is
+// none), "" is none, anything else is created if missing.
+func resolveStageDir(flag, storeDir string) (string, error) {
+	switch flag {
+	case "":
+		return "", nil
+	case "auto":
+		return natsjs.MemoryStageDir(natsjs.DefaultStageRoot, storeDir)
+	}
+	if err := os.MkdirAll(flag, 0o700); err != nil {
+		return "", fmt.Errorf("-nats-stage-dir: %w", err)
+	}
+	return flag, nil
 }
 
 func holderID() string {
