@@ -3,30 +3,40 @@ package natsjs_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
 )
 
-// BenchmarkPublishBatch compares the two ways the publisher sends a batch to
-// a SyncAlways file stream: one atomic batch (one coalesced fsync, plus the
-// server's staging store) or one async publish per message (one fsync each).
+// BenchmarkPublishBatch compares the ways the publisher sends a batch to a
+// SyncAlways file stream: one async publish per message (one fsync each) or
+// one atomic batch (one coalesced fsync, plus the server's staging store),
+// staged in the store on disk or, as the dispatcher does, in memory.
 func BenchmarkPublishBatch(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{1, 2, 4, 8, 16, 64} {
-		for _, atomic := range []bool{false, true} {
+		for _, mode := range []string{"each", "atomic", "atomic-memory"} {
+			atomic := mode != "each"
 			if atomic && n == 1 {
 				continue
 			}
-			mode := "each"
-			if atomic {
-				mode = "atomic"
-			}
 			b.Run(fmt.Sprintf("%s/%d", mode, n), func(b *testing.B) {
-				_, js := connect(b, start(b, b.TempDir()))
+				store := b.TempDir()
+				_, js := connect(b, start(b, store))
 				if _, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{}); err != nil {
 					b.Fatal(err)
+				}
+				if mode == "atomic-memory" {
+					mem, err := natsjs.MemoryStageDir(natsjs.DefaultStageRoot, store)
+					if err != nil || mem == "" {
+						b.Skipf("no memory filesystem at %s: %v", natsjs.DefaultStageRoot, err)
+					}
+					b.Cleanup(func() { os.RemoveAll(mem) })
+					if err := natsjs.StageBatchesIn(store, "TICKETS", mem); err != nil {
+						b.Fatal(err)
+					}
 				}
 				var opts []natsjs.PublisherOption
 				if atomic {

@@ -148,14 +148,15 @@ func RunDispatcher(ctx context.Context, env Env) error {
 	if err != nil {
 		return err
 	}
+	var pubOpts []natsjs.PublisherOption
 	if stageDir != "" {
 		if err := natsjs.StageBatchesIn(storeDir, streamCfg.Name, stageDir); err != nil {
 			log.Warn("atomic batches are staged on disk", "err", err)
 		} else {
 			log.Info("atomic batches are staged in memory", "dir", stageDir)
+			pubOpts = append(pubOpts, natsjs.MinAtomicBatch(natsjs.MemoryMinAtomicBatch))
 		}
 	}
-	var pubOpts []natsjs.PublisherOption
 	if natsjs.AllowsAtomicBatches(st) {
 		pubOpts = append(pubOpts, natsjs.AtomicBatches(func(err error) {
 			m.BatchFallbacks.Inc()
