@@ -69,6 +69,10 @@ func StageBatchesIn(storeDir, stream, dir string) error {
 	if fi, err := os.Stat(streamDir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("natsjs: no stream directory %s (has nats-server's store layout changed?)", streamDir)
 	}
+	dir, err := filepath.Abs(dir) // a link's relative target would be relative to the link
+	if err != nil {
+		return fmt.Errorf("natsjs: staging directory: %w", err)
+	}
 	left, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("natsjs: staging directory: %w", err)

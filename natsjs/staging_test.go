@@ -100,6 +100,15 @@ func TestStageBatchesIn(t *testing.T) {
 	if err := natsjs.StageBatchesIn(store, "OTHER", mem); err == nil || !strings.Contains(err.Error(), "no stream directory") {
 		t.Errorf("a stream that is not there: %v", err)
 	}
+
+	// A relative directory (-nats-stage-dir stage) is linked by its absolute path.
+	t.Chdir(filepath.Dir(mem))
+	if err := natsjs.StageBatchesIn(store, "TICKETS", filepath.Base(mem)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.Readlink(link); err != nil || got != mem {
+		t.Fatalf("staging link to a relative directory: %q, %v; want %q", got, err, mem)
+	}
 }
 
 func TestMemoryStageDir(t *testing.T) {
