@@ -5,10 +5,6 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/prometheus/client_golang/prometheus"
-
-	"ticketrelay/downstream"
-	"ticketrelay/metrics"
 )
 
 // BenchmarkToolCall is one tools/call over streamable HTTP on loopback, a
@@ -21,9 +17,7 @@ import (
 // against 94 KB and 0.35 ms with it.
 func BenchmarkToolCall(b *testing.B) {
 	e := newTenv(b)
-	noop := AddNoopTool(e.srv, Binding{Tool: "create_ticket", Target: "local",
-		Capabilities: downstream.Capabilities{DedupeKey: true, Lookup: downstream.LookupConsistent}},
-		metrics.NewFront(prometheus.NewRegistry()), quietLog())
+	noop := AddNoopTool(e.srv, e.bind, e.m, quietLog())
 	ts, _ := e.serve(b, HTTPConfig{})
 	cs := connect(b, ts.URL, "", nil, nil)
 	for _, tool := range []string{"create_ticket", noop} {

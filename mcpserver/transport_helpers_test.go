@@ -29,9 +29,11 @@ import (
 
 // tenv is a real ledger on a real SQLite file and the MCP server on it.
 type tenv struct {
-	db  *ledger.DB
-	l   *ledger.Ledger
-	srv *mcp.Server
+	db   *ledger.DB
+	l    *ledger.Ledger
+	srv  *mcp.Server
+	bind Binding // the server's one tool
+	m    *metrics.Front
 }
 
 func quietLog() *slog.Logger {
@@ -49,12 +51,13 @@ func newTenv(t testing.TB) *tenv {
 	w := ledger.NewWriter(db, quietLog(), m.Writer)
 	t.Cleanup(w.Close)
 	l := ledger.New(db, w, time.Now)
-	srv, err := New(Config{Version: "test", Bindings: []Binding{{Tool: "create_ticket", Target: "local",
-		Capabilities: downstream.Capabilities{DedupeKey: true, Lookup: downstream.LookupConsistent}}}}, l, m, quietLog())
+	bind := Binding{Tool: "create_ticket", Target: "local",
+		Capabilities: downstream.Capabilities{DedupeKey: true, Lookup: downstream.LookupConsistent}}
+	srv, err := New(Config{Version: "test", Bindings: []Binding{bind}}, l, m, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &tenv{db: db, l: l, srv: srv}
+	return &tenv{db: db, l: l, srv: srv, bind: bind, m: m}
 }
 
 // serve starts the HTTP handler on a loopback listener.
