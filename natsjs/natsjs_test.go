@@ -56,6 +56,16 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
+// numbered is n messages to tickets.local with request ids prefix-0 …
+// prefix-(n-1), each carrying payload.
+func numbered(prefix string, n int, payload []byte) []outbox.Message {
+	msgs := make([]outbox.Message, n)
+	for i := range msgs {
+		msgs[i] = outbox.Message{RequestID: fmt.Sprintf("%s-%d", prefix, i), Subject: "tickets.local", Payload: payload}
+	}
+	return msgs
+}
+
 func msgWithID(subject, id, data string) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Header.Set(jetstream.MsgIDHeader, id)
@@ -238,11 +248,7 @@ func TestStreamBlockSize(t *testing.T) {
 	pub := natsjs.NewPublisher(js, natsjs.AtomicBatches(func(err error) { t.Errorf("fallback: %v", err) }))
 	payload := bytes.Repeat([]byte("x"), 1000)
 	for b := range 9 {
-		msgs := make([]outbox.Message, 1000)
-		for i := range msgs {
-			msgs[i] = outbox.Message{RequestID: fmt.Sprintf("b%d-%d", b, i), Subject: "tickets.local", Payload: payload}
-		}
-		for _, r := range pub.Publish(ctx, msgs) {
+		for _, r := range pub.Publish(ctx, numbered(fmt.Sprint("b", b), 1000, payload)) {
 			if r.Err != nil {
 				t.Fatal(r.Err)
 			}

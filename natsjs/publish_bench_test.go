@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"ticketrelay/natsjs"
-	"ticketrelay/outbox"
 )
 
 // BenchmarkPublishBatch compares the ways the publisher sends a batch to a
@@ -44,15 +43,11 @@ func BenchmarkPublishBatch(b *testing.B) {
 				}
 				pub := natsjs.NewPublisher(js, opts...)
 				payload := make([]byte, 700)
-				id := 0
+				round := 0
 				b.ResetTimer()
 				for b.Loop() {
-					msgs := make([]outbox.Message, n)
-					for i := range msgs {
-						id++
-						msgs[i] = outbox.Message{RequestID: fmt.Sprint("r", id), Subject: "tickets.local", Payload: payload}
-					}
-					for _, r := range pub.Publish(ctx, msgs) {
+					round++
+					for _, r := range pub.Publish(ctx, numbered(fmt.Sprint("r", round), n, payload)) {
 						if r.Err != nil || r.Duplicate {
 							b.Fatalf("publish: %+v", r)
 						}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"ticketrelay/natsjs"
-	"ticketrelay/outbox"
 )
 
 // TestStageBatchesIn: with the staging directory linked elsewhere, atomic
@@ -43,11 +42,7 @@ func TestStageBatchesIn(t *testing.T) {
 	pub := natsjs.NewPublisher(js, natsjs.AtomicBatches(func(err error) { t.Errorf("fallback to one by one: %v", err) }))
 	seqs := map[uint64]bool{}
 	for b := range 3 {
-		msgs := make([]outbox.Message, 20)
-		for i := range msgs {
-			msgs[i] = outbox.Message{RequestID: fmt.Sprintf("s%d-%d", b, i), Subject: "tickets.local", Payload: []byte("{}")}
-		}
-		for _, r := range pub.Publish(ctx, msgs) {
+		for _, r := range pub.Publish(ctx, numbered(fmt.Sprint("s", b), 20, []byte("{}"))) {
 			if r.Err != nil || r.Duplicate || seqs[r.Seq] {
 				t.Fatalf("publish: %+v", r)
 			}
