@@ -44,8 +44,9 @@ var FrontGC = GC{Percent: 400, Limit: 32 << 20}
 // DispatcherGC collects at 1.5× the live heap, which is mostly the embedded
 // nats-server's block buffers (the blocks written in the last seconds, 4 MB
 // each): make bench scenario 7's peak RSS median went from 67 to 61 MB (with
-// the 8 MB blocks of then) for 2–6% more dispatcher CPU. No memory limit: the duplicate window makes the live heap
-// grow with the ticket rate, and a fixed limit starved a backlog's relay.
+// the 8 MB blocks of then) for 2–6% more dispatcher CPU. No memory limit:
+// the duplicate window makes the live heap grow with the ticket rate, and a
+// fixed limit starved a backlog's relay.
 var DispatcherGC = GC{Percent: 50}
 
 // TuneGC applies gc unless the operator set GOGC or GOMEMLIMIT.
