@@ -36,7 +36,7 @@ func (p Published) MsgID() string {
 func (l *Ledger) PublishedAfter(ctx context.Context, after int64, limit int) ([]Published, error) {
 	rows, err := l.db.read.QueryContext(ctx, `
 		SELECT o.id, o.request_id, o.generation, o.published_at, o.stream_seq, d.state, d.updated_at
-		FROM outbox o LEFT JOIN deliveries d ON d.request_id = o.request_id
+		FROM outbox o LEFT JOIN deliveries d ON d.id = o.id
 		WHERE o.id > ? ORDER BY o.id LIMIT ?`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: read published rows: %w", err)
@@ -88,7 +88,7 @@ func (l *Ledger) RepublishLost(ctx context.Context, p Published) (bool, error) {
 		err := tx.QueryRowContext(ctx, `
 			SELECT o.generation = ? AND o.published_at IS NOT NULL AND o.stream_seq IS ?
 				AND d.state IS ? AND d.updated_at IS ?
-			FROM outbox o LEFT JOIN deliveries d ON d.request_id = o.request_id WHERE o.id = ?`,
+			FROM outbox o LEFT JOIN deliveries d ON d.id = o.id WHERE o.id = ?`,
 			p.Generation, nullSeq(p.Seq), sql.NullString{String: p.Delivery, Valid: p.Delivery != ""}, updated, p.ID).Scan(&same)
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && !same) {
 			return nil

@@ -212,3 +212,69 @@ func TestMigrationKeepsTicketsOfSchema2(t *testing.T) {
 		t.Fatalf("Find after migration = %+v, %v", st, err)
 	}
 }
+
+// A database written by a binary of schema 4 (delivery records keyed by
+// request id) keeps every record after migration 5 keys them by the ledger
+// row's id: find_request reports them, and an operator can still redrive.
+func TestMigrationKeepsDeliveriesOfSchema4(t *testing.T) {
+	path := dbPath(t)
+	ctx := context.Background()
+	old := raw(t, path)
+	for i, m := range ledger.MigrationsForTest(4) {
+		if _, err := old.Exec(m); err != nil {
+			t.Fatalf("migration %d: %v", i+1, err)
+		}
+	}
+	if _, err := old.Exec(`PRAGMA user_version = 4`); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct{ id, state, extID string }{
+		{"req-delivered", "delivered", "line-7"},
+		{"req-failed", "failed", ""},
+		{"req-queued", "", ""},
+	} {
+		req := request(c.id)
+		rowID := int64(10 + i)
+		if _, err := old.Exec(`INSERT INTO requests (id, request_id, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels)
+			VALUES (?, ?, ?, ?, ?, ?, '{}', 1, ?, ?, ?, '[]')`,
+			rowID, req.RequestID, req.Tool, req.Target, req.Hash(), "tkt_"+c.id, req.Title, req.Body, req.Priority); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.Exec(`INSERT INTO outbox (id, request_id, subject, payload, created_at, published_at) VALUES (?, ?, 'tickets.local', '{}', 1, 2)`,
+			rowID, req.RequestID); err != nil {
+			t.Fatal(err)
+		}
+		if c.state == "" {
+			continue
+		}
+		if _, err := old.Exec(`INSERT INTO deliveries (request_id, target, state, attempts, last_error, external_id, updated_at)
+			VALUES (?, 'local', ?, 1, ?, ?, 3)`, req.RequestID, c.state, "HTTP 400 "+c.state, c.extID); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	e := openEnv(t, path)
+	if got, want := userVersion(t, path), len(ledger.MigrationsForTest(5)); got < want {
+		t.Fatalf("user_version = %d after Open, want at least %d", got, want)
+	}
+	for id, want := range map[string]ledger.Status{
+		"req-delivered": ledger.StatusDelivered, "req-failed": ledger.StatusFailed, "req-queued": ledger.StatusPublished,
+	} {
+		st, err := e.l.Find(ctx, id)
+		if err != nil || st.Status != want {
+			t.Fatalf("Find(%s) after migration = %+v, %v; want %s", id, st, err, want)
+		}
+		if id == "req-delivered" && st.ExternalID != "line-7" {
+			t.Fatalf("Find(%s) after migration: external id %q, want line-7", id, st.ExternalID)
+		}
+	}
+	if err := e.l.Redrive(ctx, "req-failed"); err != nil {
+		t.Fatalf("Redrive after migration: %v", err)
+	}
+	if st, err := e.l.Find(ctx, "req-failed"); err != nil || st.Status != ledger.StatusRetrying {
+		t.Fatalf("Find after redrive = %+v, %v; want retrying", st, err)
+	}
+	if n := count(t, raw(t, path), `SELECT count(*) FROM deliveries WHERE id IN (10, 11)`); n != 2 {
+		t.Fatalf("%d delivery records under the ledger rows' ids, want 2", n)
+	}
+}

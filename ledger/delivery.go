@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -45,9 +46,9 @@ func (l *Ledger) PriorDelivery(ctx context.Context, requestID string) (d Deliver
 		attempts, next, updated               sql.NullInt64
 	)
 	err = l.db.queryRow(ctx, `
-		SELECT EXISTS (SELECT 1 FROM requests WHERE request_id = ?1),
+		SELECT r.id IS NOT NULL,
 			d.target, d.state, d.attempts, d.next_attempt_at, d.last_error, d.external_id, d.external_url, d.updated_at
-		FROM (SELECT 1) LEFT JOIN deliveries d ON d.request_id = ?1`, requestID).
+		FROM (SELECT 1) LEFT JOIN requests r ON r.request_id = ? LEFT JOIN deliveries d ON d.id = r.id`, requestID).
 		Scan(&accepted, &target, &state, &attempts, &next, &lastErr, &extID, &extURL, &updated)
 	if err != nil {
 		return d, false, false, fmt.Errorf("ledger: read delivery %s: %w", requestID, err)
@@ -83,16 +84,24 @@ func (l *Ledger) recordTx(d Delivery) func(ctx context.Context, tx *sql.Tx) erro
 		next = d.NextAttemptAt.UnixNano()
 	}
 	return func(ctx context.Context, tx *sql.Tx) error {
-		_, err := l.w.prepared(tx).ExecContext(ctx, `
-			INSERT INTO deliveries (request_id, target, state, attempts, next_attempt_at, last_error, external_id, external_url, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT(request_id) DO UPDATE SET
+		// The record takes the ledger row's id (see migration 5); a request
+		// the ledger does not hold gets none.
+		res, err := l.w.prepared(tx).ExecContext(ctx, `
+			INSERT INTO deliveries (id, target, state, attempts, next_attempt_at, last_error, external_id, external_url, updated_at)
+			SELECT id, ?, ?, ?, ?, ?, ?, ?, ? FROM requests WHERE request_id = ?
+			ON CONFLICT(id) DO UPDATE SET
 				target = excluded.target, state = excluded.state, attempts = excluded.attempts,
 				next_attempt_at = excluded.next_attempt_at, last_error = excluded.last_error,
 				external_id = excluded.external_id, external_url = excluded.external_url,
 				updated_at = excluded.updated_at`,
-			d.RequestID, d.Target, d.State, d.Attempts, next, d.LastError, d.ExternalID, d.ExternalURL, l.now().UnixNano())
-		return err
+			d.Target, d.State, d.Attempts, next, d.LastError, d.ExternalID, d.ExternalURL, l.now().UnixNano(), d.RequestID)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return cmp.Or(err, ErrNotFound)
+		}
+		return nil
 	}
 }
 

@@ -26,8 +26,7 @@ func (l *Ledger) Redrive(ctx context.Context, requestID string) error {
 }
 
 func (l *Ledger) redriveTx(ctx context.Context, tx *sql.Tx, requestID string) error {
-	var state string
-	err := tx.QueryRowContext(ctx, `SELECT state FROM deliveries WHERE request_id = ?`, requestID).Scan(&state)
+	id, state, err := deliveryState(ctx, tx, requestID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w: %s has no delivery record yet (it is still on its way)", ErrState, requestID)
 	}
@@ -38,15 +37,19 @@ func (l *Ledger) redriveTx(ctx context.Context, tx *sql.Tx, requestID string) er
 		return fmt.Errorf("%w: %s is %s; only failed requests can be redriven", ErrState, requestID, state)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, attempts = 0, next_attempt_at = NULL,
-		last_error = ?, updated_at = ? WHERE request_id = ?`,
-		string(StatusRetrying), "redriven by an operator after: "+state, l.now().UnixNano(), requestID); err != nil {
-		return fmt.Errorf("ledger: redrive %s: %w", requestID, err)
-	}
-	var id int64
-	if err := tx.QueryRowContext(ctx, `SELECT id FROM requests WHERE request_id = ?`, requestID).Scan(&id); err != nil {
+		last_error = ?, updated_at = ? WHERE id = ?`,
+		string(StatusRetrying), "redriven by an operator after: "+state, l.now().UnixNano(), id); err != nil {
 		return fmt.Errorf("ledger: redrive %s: %w", requestID, err)
 	}
 	return outbox.RedriveTx(ctx, tx, id)
+}
+
+// deliveryState reads the ledger row id and the delivery state of
+// requestID; sql.ErrNoRows if it has no delivery record.
+func deliveryState(ctx context.Context, tx *sql.Tx, requestID string) (id int64, state string, err error) {
+	err = tx.QueryRowContext(ctx, `SELECT d.id, d.state FROM requests r JOIN deliveries d ON d.id = r.id WHERE r.request_id = ?`,
+		requestID).Scan(&id, &state)
+	return id, state, err
 }
 
 // RedriveFailed redrives every failed request (of target, if not empty) and
@@ -55,7 +58,8 @@ func (l *Ledger) RedriveFailed(ctx context.Context, target string) ([]string, er
 	var ids []string
 	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		ids = ids[:0]
-		rows, err := tx.QueryContext(ctx, `SELECT request_id FROM deliveries WHERE state = ? AND (? = '' OR target = ?) ORDER BY updated_at`,
+		rows, err := tx.QueryContext(ctx, `SELECT r.request_id FROM deliveries d JOIN requests r ON r.id = d.id
+			WHERE d.state = ? AND (? = '' OR d.target = ?) ORDER BY d.updated_at`,
 			string(StatusFailed), target, target)
 		if err != nil {
 			return err
@@ -89,8 +93,7 @@ func (l *Ledger) RedriveFailed(ctx context.Context, target string) ([]string, er
 // downstream by hand: delivered (with the id found there) or failed.
 func (l *Ledger) Resolve(ctx context.Context, requestID string, delivered bool, externalID string) error {
 	return l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		var state string
-		err := tx.QueryRowContext(ctx, `SELECT state FROM deliveries WHERE request_id = ?`, requestID).Scan(&state)
+		id, state, err := deliveryState(ctx, tx, requestID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w: %s has no delivery record", ErrNotFound, requestID)
 		}
@@ -105,7 +108,7 @@ func (l *Ledger) Resolve(ctx context.Context, requestID string, delivered bool, 
 			newState, msg = string(StatusDelivered), ""
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, external_id = ?, last_error = ?, next_attempt_at = NULL,
-			updated_at = ? WHERE request_id = ?`, newState, externalID, msg, l.now().UnixNano(), requestID)
+			updated_at = ? WHERE id = ?`, newState, externalID, msg, l.now().UnixNano(), id)
 		return err
 	})
 }
@@ -179,7 +182,8 @@ func (l *Ledger) Summarize(ctx context.Context) (Summary, error) {
 		s.Targets = append(s.Targets, *byTarget[t])
 	}
 	var uncertain []string
-	urows, err := l.db.read.QueryContext(ctx, `SELECT request_id FROM deliveries WHERE state = ? ORDER BY updated_at LIMIT 1000`, string(StatusUncertain))
+	urows, err := l.db.read.QueryContext(ctx, `SELECT r.request_id FROM deliveries d JOIN requests r ON r.id = d.id
+		WHERE d.state = ? ORDER BY d.updated_at LIMIT 1000`, string(StatusUncertain))
 	if err != nil {
 		return s, err
 	}

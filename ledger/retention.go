@@ -57,41 +57,35 @@ func (l *Ledger) Prune(ctx context.Context, cutoff time.Time, batch int) (int, e
 	var n int
 	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, `
-			SELECT r.id, r.request_id FROM requests r JOIN deliveries d USING (request_id)
+			SELECT r.id FROM requests r JOIN deliveries d ON d.id = r.id
 			WHERE r.created_at < ? AND d.state IN (?, ?)
 			ORDER BY r.created_at LIMIT ?`,
 			cutoff.UnixNano(), string(StatusDelivered), string(StatusFailed), batch)
 		if err != nil {
 			return err
 		}
-		var rowIDs []int64
-		var ids []string
+		var ids []int64
 		for rows.Next() {
-			var rowID int64
-			var id string
-			if err := rows.Scan(&rowID, &id); err != nil {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
 				rows.Close()
 				return err
 			}
-			rowIDs, ids = append(rowIDs, rowID), append(ids, id)
+			ids = append(ids, id)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil || len(ids) == 0 {
 			return err
 		}
-		// The outbox row shares the ledger row's id; the others are keyed
-		// by request id.
-		for _, d := range []struct {
-			table, key string
-			keys       any
-		}{{"outbox", "id", rowIDs}, {"deliveries", "request_id", ids}, {"requests", "request_id", ids}} {
-			list, err := json.Marshal(d.keys)
-			if err != nil {
-				return err
-			}
+		list, err := json.Marshal(ids)
+		if err != nil {
+			return err
+		}
+		// The outbox row and the delivery record share the ledger row's id.
+		for _, table := range []string{"outbox", "deliveries", "requests"} {
 			if _, err := tx.ExecContext(ctx,
-				`DELETE FROM `+d.table+` WHERE `+d.key+` IN (SELECT value FROM json_each(?))`, string(list)); err != nil {
-				return fmt.Errorf("prune %s: %w", d.table, err)
+				`DELETE FROM `+table+` WHERE id IN (SELECT value FROM json_each(?))`, string(list)); err != nil {
+				return fmt.Errorf("prune %s: %w", table, err)
 			}
 		}
 		n = len(ids)

@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -186,5 +187,15 @@ func TestPriorDelivery(t *testing.T) {
 	if d.Target != rec.Target || d.State != rec.State || d.Attempts != 3 || !d.NextAttemptAt.Equal(next) ||
 		d.LastError != rec.LastError || d.ExternalID != rec.ExternalID || d.ExternalURL != rec.ExternalURL || !d.UpdatedAt.Equal(e.clock.Now()) {
 		t.Fatalf("record read back as %+v, wrote %+v", d, rec)
+	}
+	// A record needs its ledger row: the forwarder never delivers a
+	// message the ledger does not hold, and nothing is written for one.
+	err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: "never-seen", Target: "local", State: string(ledger.StatusDelivered), Attempts: 1})
+	if !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("RecordDelivery for a request never accepted: %v, want ErrNotFound", err)
+	}
+	check("never-seen", false, false)
+	if n := count(t, raw(t, e.path), `SELECT count(*) FROM deliveries`); n != 1 {
+		t.Fatalf("%d delivery records, want 1", n)
 	}
 }

@@ -148,15 +148,18 @@ func ReadSnapshot(ctx context.Context, path string) (Snapshot, error) {
 	if err != nil {
 		return s, err
 	}
-	err = each(ctx, tx, `SELECT request_id, target, state, attempts, external_id, last_error FROM deliveries`, func(rs *sql.Rows) error {
-		var id string
+	// A delivery record is keyed by its ledger row's id.
+	err = each(ctx, tx, `SELECT d.id, r.request_id, d.target, d.state, d.attempts, d.external_id, d.last_error
+		FROM deliveries d LEFT JOIN requests r ON r.id = d.id`, func(rs *sql.Rows) error {
+		var rowID int64
+		var id sql.NullString
 		d := &DeliveryRow{}
-		if err := rs.Scan(&id, &d.Target, &d.State, &d.Attempts, &d.ExternalID, &d.LastError); err != nil {
+		if err := rs.Scan(&rowID, &id, &d.Target, &d.State, &d.Attempts, &d.ExternalID, &d.LastError); err != nil {
 			return err
 		}
-		r := s.Rows[id]
+		r := s.Rows[id.String]
 		if r == nil {
-			s.Orphans = append(s.Orphans, "delivery record of request "+id)
+			s.Orphans = append(s.Orphans, fmt.Sprintf("delivery record of ledger row %d", rowID))
 			return nil
 		}
 		r.Delivery = d
