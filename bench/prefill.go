@@ -141,12 +141,7 @@ func templates(target string) (result, payload [3]string, err error) {
 	if err != nil {
 		return result, payload, err
 	}
-	pl, err := json.Marshal(ticket.Ticket{
-		Request: ticket.Request{RequestID: rid, Tool: "create_ticket", Target: target,
-			Title: "Nightly export failed on worker-3 (run 4711)", Body: sampleBody, Priority: "normal",
-			Labels: []string{"export", "nightly"}},
-		ID: tid, CreatedAt: now,
-	})
+	pl, err := json.Marshal(ticket.Ref{RequestID: rid, TicketID: tid})
 	if err != nil {
 		return result, payload, err
 	}

@@ -12,30 +12,30 @@ import (
 	"ticketrelay/internal/failpoint"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
-	"ticketrelay/ticket"
 )
 
 // attempt is the handling of one message of one target.
 type attempt struct {
-	f   *Forwarder
-	t   downstream.Target
-	msg jetstream.Msg
-	tk  ticket.Ticket
-	log *slog.Logger
+	f         *Forwarder
+	t         downstream.Target
+	msg       jetstream.Msg
+	requestID string // the message names the request; its ledger row holds the ticket
+	log       *slog.Logger
 }
 
 func (a *attempt) run(ctx context.Context) error {
-	prev, found, accepted, err := a.f.ledger.PriorDelivery(ctx, a.tk.RequestID)
+	p, err := a.f.ledger.PriorDelivery(ctx, a.requestID)
 	if err != nil {
 		return err
 	}
+	prev, found := p.Delivery, p.Found
 	if found && prev.Settled() {
 		// A redelivery (lost ack, republish after the duplicate window):
 		// the ledger already knows the outcome; the downstream is not called.
 		a.f.metrics.RedeliveredSkipped.WithLabelValues(a.t.Name()).Inc()
 		return a.ack()
 	}
-	if !found && !accepted {
+	if !p.Accepted {
 		// Every message comes from a ledger row, and a row is pruned only once
 		// its delivery is settled: a message without one was settled and
 		// forgotten (a replayed stream, a consumer reset). Never deliver it.
@@ -45,11 +45,11 @@ func (a *attempt) run(ctx context.Context) error {
 	}
 	caps := a.t.Capabilities()
 	d := downstream.Delivery{
-		Key:     downstream.Key(a.f.cfg.KeyNamespace, a.tk.RequestID),
+		Key:     downstream.Key(a.f.cfg.KeyNamespace, a.requestID),
 		Attempt: prev.Attempts + 1,
-		Ticket:  a.tk,
+		Ticket:  p.Ticket,
 	}
-	rec := ledger.Delivery{RequestID: a.tk.RequestID, Target: a.t.Name(), Attempts: d.Attempt}
+	rec := ledger.Delivery{RequestID: a.requestID, Target: a.t.Name(), Attempts: d.Attempt}
 
 	if !caps.DedupeKey {
 		if found && prev.State == ledger.DeliveryAttempting {

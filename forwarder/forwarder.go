@@ -191,14 +191,14 @@ func (f *Forwarder) runTarget(ctx context.Context, t downstream.Target, cons jet
 // attempt that has started is finished and recorded.
 func (f *Forwarder) handle(ctx context.Context, t downstream.Target, msg jetstream.Msg) {
 	ctx = context.WithoutCancel(ctx)
-	var tk ticket.Ticket
-	if err := json.Unmarshal(msg.Data(), &tk); err != nil || tk.RequestID == "" {
+	var ref ticket.Ref
+	if err := json.Unmarshal(msg.Data(), &ref); err != nil || ref.RequestID == "" {
 		f.log.Error("forwarder: undecodable message terminated", "subject", msg.Subject(), "err", err)
 		f.metrics.DeadLetters.WithLabelValues(t.Name()).Inc()
 		_ = msg.TermWithReason("undecodable ticket")
 		return
 	}
-	a := attempt{f: f, t: t, msg: msg, tk: tk, log: f.log.With("target", t.Name(), "request_id", tk.RequestID)}
+	a := attempt{f: f, t: t, msg: msg, requestID: ref.RequestID, log: f.log.With("target", t.Name(), "request_id", ref.RequestID)}
 	if err := a.run(ctx); err != nil {
 		a.bookkeepingFailed(err)
 	}

@@ -52,6 +52,47 @@ func TestRedeliveryOfSettledRequestSkipped(t *testing.T) {
 	}
 }
 
+// The message names the ticket; the target gets the ticket its ledger row
+// holds. A message that carries a whole ticket, as published before messages
+// became references, still decodes, and its stale copy is not what is sent.
+func TestDeliversTheLedgersTicket(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	api := newKeyedAPI("tracker")
+	id := e.create(t, api.name)
+	e.waitStatus(t, id, ledger.StatusPublished)
+	stale := ticket.Ticket{Request: ticket.Request{RequestID: id, Tool: "create_ticket", Target: api.name, Title: "stale copy", Priority: "normal"},
+		ID: ticket.IDFor(id), CreatedAt: time.Now().UTC()}
+	data, err := json.Marshal(stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publishRaw(t, outbox.SubjectFor(api.name), id+"#v0", data)
+	e.startForwarder(t, testConfig(), api)
+
+	e.waitStatus(t, id, ledger.StatusDelivered)
+	e.waitConsumerIdle(t, api.name) // both messages handled and acknowledged
+	if n := testutil.ToFloat64(e.m.DeadLetters.WithLabelValues(api.name)); n != 0 {
+		t.Fatalf("%v messages terminated as undecodable, want 0", n)
+	}
+	// Two workers may take the two messages at once; the key keeps it one item.
+	calls := api.Calls()
+	if len(calls) == 0 || len(api.Items()) != 1 {
+		t.Fatalf("%d calls, %d items; want at least 1 call, 1 item", len(calls), len(api.Items()))
+	}
+	p, err := e.l.PriorDelivery(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range calls {
+		got := c.D.Ticket
+		if got.Title != "Ticket "+id[:8] || got.Body != "body" || got.ID != ticket.IDFor(id) || got.Target != api.name ||
+			got.RequestID != id || !got.CreatedAt.Equal(p.Ticket.CreatedAt) {
+			t.Fatalf("delivered ticket %+v, want the ledger's %+v", got, p.Ticket)
+		}
+	}
+}
+
 // A message whose request the ledger does not hold (pruned after it was
 // settled, a replayed stream) is acknowledged without calling the API.
 func TestMessageForUnknownRequestSkipped(t *testing.T) {

@@ -119,7 +119,7 @@ func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash
 	if err != nil {
 		return Result{}, false, err
 	}
-	payload, err := json.Marshal(t)
+	payload, err := json.Marshal(ticket.Ref{RequestID: t.RequestID, TicketID: t.ID})
 	if err != nil {
 		return Result{}, false, err
 	}

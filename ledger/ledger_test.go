@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -71,13 +70,13 @@ func TestCreateWritesLedgerTicketAndOutboxInOneGo(t *testing.T) {
 	if subject != "tickets.local" || outCreated != now.UnixNano() || published != nil {
 		t.Errorf("outbox row: subject %q created %d published %v", subject, outCreated, published)
 	}
-	var tk ticket.Ticket
-	if err := json.Unmarshal(payload, &tk); err != nil {
+	// The message names the ticket (the ledger row holds it).
+	var ref ticket.Ref
+	if err := json.Unmarshal(payload, &ref); err != nil {
 		t.Fatalf("outbox payload %s: %v", payload, err)
 	}
-	if tk.ID != want.TicketID || !tk.CreatedAt.Equal(now) || tk.RequestID != req.RequestID || tk.Title != req.Title ||
-		tk.Body != req.Body || tk.Tool != req.Tool || tk.Target != req.Target || !slices.Equal(tk.Labels, req.Labels) {
-		t.Errorf("outbox payload = %+v", tk)
+	if ref != (ticket.Ref{RequestID: req.RequestID, TicketID: want.TicketID}) {
+		t.Errorf("outbox payload = %s", payload)
 	}
 }
 

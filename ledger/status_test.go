@@ -3,11 +3,13 @@ package ledger_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"ticketrelay/ledger"
+	"ticketrelay/ticket"
 )
 
 func TestFindUnknown(t *testing.T) {
@@ -157,25 +159,47 @@ func TestFindTerminalStates(t *testing.T) {
 }
 
 // PriorDelivery answers the forwarder's three cases in one query: a request
-// the ledger does not hold, one with no delivery record yet, one with a record.
+// the ledger does not hold, one with no delivery record yet, one with a
+// record; and it reads the ticket, which the outbox message only names.
 func TestPriorDelivery(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	ctx := context.Background()
-	check := func(id string, wantFound, wantAccepted bool) ledger.Delivery {
+	check := func(id string, wantFound, wantAccepted bool) ledger.Prior {
 		t.Helper()
-		d, found, accepted, err := e.l.PriorDelivery(ctx, id)
-		if err != nil || found != wantFound || accepted != wantAccepted || d.RequestID != id {
-			t.Fatalf("PriorDelivery(%s) = %+v found %v accepted %v err %v; want found %v accepted %v",
-				id, d, found, accepted, err, wantFound, wantAccepted)
+		p, err := e.l.PriorDelivery(ctx, id)
+		if err != nil || p.Found != wantFound || p.Accepted != wantAccepted || p.Delivery.RequestID != id {
+			t.Fatalf("PriorDelivery(%s) = %+v, %v; want found %v accepted %v", id, p, err, wantFound, wantAccepted)
 		}
-		return d
+		return p
 	}
 	check("never-seen", false, false)
-	if _, err := e.l.Create(ctx, request("req-new")); err != nil {
-		t.Fatal(err)
-	}
-	if d := check("req-new", false, true); d.State != "" || d.Attempts != 0 {
-		t.Fatalf("no record yet, got %+v", d)
+	for _, req := range []ticket.Request{request("req-new"), {RequestID: "req-bare", Tool: "create_ticket", Target: "local", Title: "t"}} {
+		if err := req.Normalize(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.l.Create(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		p := check(req.RequestID, false, true)
+		if d := p.Delivery; d.State != "" || d.Attempts != 0 {
+			t.Fatalf("no record yet, got %+v", d)
+		}
+		want := ticket.Ticket{Request: req, ID: ticket.IDFor(req.RequestID), CreatedAt: e.clock.Now().UTC()}
+		got := p.Ticket
+		if len(got.Labels) == 0 && len(want.Labels) == 0 {
+			got.Labels = want.Labels // nil or empty: the same ticket
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("ticket read back as %+v, accepted %+v", p.Ticket, want)
+		}
+		// The message names the ticket; it does not carry it.
+		var payload string
+		if err := raw(t, e.path).QueryRow(`SELECT payload FROM outbox WHERE request_id = ?`, req.RequestID).Scan(&payload); err != nil {
+			t.Fatal(err)
+		}
+		if wantPayload := `{"request_id":"` + req.RequestID + `","ticket_id":"` + want.ID + `"}`; payload != wantPayload {
+			t.Fatalf("outbox payload %s, want %s", payload, wantPayload)
+		}
 	}
 	next := e.clock.Now().Add(time.Minute)
 	rec := ledger.Delivery{RequestID: "req-new", Target: "local", State: string(ledger.StatusRetrying), Attempts: 3,
@@ -183,7 +207,7 @@ func TestPriorDelivery(t *testing.T) {
 	if err := e.l.RecordDelivery(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
-	d := check("req-new", true, true)
+	d := check("req-new", true, true).Delivery
 	if d.Target != rec.Target || d.State != rec.State || d.Attempts != 3 || !d.NextAttemptAt.Equal(next) ||
 		d.LastError != rec.LastError || d.ExternalID != rec.ExternalID || d.ExternalURL != rec.ExternalURL || !d.UpdatedAt.Equal(e.clock.Now()) {
 		t.Fatalf("record read back as %+v, wrote %+v", d, rec)

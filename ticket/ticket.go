@@ -176,9 +176,22 @@ func IDFor(requestID string) string {
 	return "tkt_" + idEncoding.EncodeToString(sum[:13])
 }
 
-// Ticket is an accepted request: what the outbox carries to the forwarder.
+// Ticket is an accepted request: what the ledger row holds and the forwarder
+// hands to a target.
 type Ticket struct {
 	Request
 	ID        string    `json:"ticket_id"`
 	CreatedAt time.Time `json:"created_at"`
+}
+
+// Ref is what the outbox carries to the forwarder: the ticket's name, not the
+// ticket. Its ledger row holds the ticket, and the forwarder reads that row
+// before every attempt anyway (ledger.PriorDelivery), so a message is ~70
+// bytes instead of the whole ticket, and so is what nats-server stores,
+// fsyncs and caches per message (it keeps each block it wrote in the last 10 s
+// in memory). A message carrying a whole ticket, as published before, decodes
+// as a Ref too.
+type Ref struct {
+	RequestID string `json:"request_id"`
+	TicketID  string `json:"ticket_id"`
 }
