@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sync"
 
+	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/failpoint"
 )
 
@@ -36,7 +38,7 @@ type cluster struct {
 
 	mu        sync.Mutex
 	frontAddr string // fixed by the first start
-	procs     map[string]*proc
+	procs     map[string]*e2eproc.Proc
 	armed     map[string]string // failpoints of the running instance
 	instances map[string]int
 }
@@ -45,7 +47,7 @@ func newCluster(cfg Config, configYAML string, secrets []string, h *history) (*c
 	c := &cluster{
 		cfg: cfg, logDir: filepath.Join(cfg.Dir, "logs"), dataDir: filepath.Join(cfg.Dir, "data"),
 		secrets: secrets, h: h, log: cfg.Log,
-		procs: map[string]*proc{}, armed: map[string]string{}, instances: map[string]int{},
+		procs: map[string]*e2eproc.Proc{}, armed: map[string]string{}, instances: map[string]int{},
 	}
 	c.dbPath = filepath.Join(c.dataDir, "tickets.db")
 	c.configPath = filepath.Join(cfg.Dir, "ticketrelay.yaml")
@@ -79,19 +81,19 @@ func (c *cluster) frontURL() string {
 	return "http://" + c.frontAddr + "/mcp"
 }
 
-func (c *cluster) spec(comp, failpoints string) procSpec {
+func (c *cluster) spec(comp, failpoints string) e2eproc.Spec {
 	c.instances[comp]++
-	s := procSpec{name: fmt.Sprintf("%s-%d", comp, c.instances[comp])}
+	s := e2eproc.Spec{Name: fmt.Sprintf("%s-%d", comp, c.instances[comp])}
 	if failpoints != "" {
-		s.env = append(s.env, failpoint.EnvVar+"="+failpoints)
+		s.Env = append(s.Env, failpoint.EnvVar+"="+failpoints)
 	}
 	switch comp {
 	case CompNATS:
-		s.bin, s.args, s.tcpAddr = c.cfg.NATSBin, []string{"-c", c.natsConf}, c.natsAddr
+		s.Bin, s.Args, s.TCPAddr = c.cfg.NATSBin, []string{"-c", c.natsConf}, c.natsAddr
 	case CompDispatcher:
-		s.bin, s.addrFile, s.want = c.cfg.DispatcherBin, true, []string{"metrics"}
-		s.env = append(s.env, c.secrets...)
-		s.args = []string{
+		s.Bin, s.Want = c.cfg.DispatcherBin, []string{"metrics"}
+		s.Env = append(s.Env, c.secrets...)
+		s.Args = []string{
 			"-data", c.dataDir, "-db", c.dbPath, "-nats", "nats://" + c.natsAddr, "-config", c.configPath,
 			"-metrics-listen", "127.0.0.1:0", "-lease-ttl", "2s", "-poll-interval", "10ms",
 			"-retry-base", "50ms", "-retry-max", "1s", "-delivery-timeout", "1s", "-max-attempts", "1000",
@@ -104,8 +106,8 @@ func (c *cluster) spec(comp, failpoints string) procSpec {
 		if listen == "" {
 			listen = "127.0.0.1:0"
 		}
-		s.bin, s.addrFile, s.want = c.cfg.FrontBin, true, []string{"mcp"}
-		s.args = []string{"-db", c.dbPath, "-listen", listen, "-metrics-listen", "127.0.0.1:0", "-config", c.configPath}
+		s.Bin, s.Want = c.cfg.FrontBin, []string{"mcp"}
+		s.Args = []string{"-db", c.dbPath, "-listen", listen, "-metrics-listen", "127.0.0.1:0", "-config", c.configPath}
 	default:
 		panic("torture: unknown component " + comp)
 	}
@@ -117,7 +119,7 @@ func (c *cluster) start(ctx context.Context, comp, failpoints string) error {
 	c.mu.Lock()
 	spec := c.spec(comp, failpoints)
 	c.mu.Unlock()
-	p, err := startProc(ctx, c.logDir, spec)
+	p, err := e2eproc.Launch(ctx, c.logDir, spec)
 	if err != nil {
 		return err
 	}
@@ -126,13 +128,13 @@ func (c *cluster) start(ctx context.Context, comp, failpoints string) error {
 	c.procs[comp] = p
 	c.armed[comp] = failpoints
 	if comp == CompFront && c.frontAddr == "" {
-		c.frontAddr = p.addrs["mcp"]
+		c.frontAddr = p.Addr("mcp")
 	}
-	c.log.Info("started", "process", p.name, "failpoints", failpoints)
+	c.log.Info("started", "process", p.Name(), "failpoints", failpoints)
 	return nil
 }
 
-func (c *cluster) proc(comp string) *proc {
+func (c *cluster) proc(comp string) *e2eproc.Proc {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.procs[comp]
@@ -147,12 +149,13 @@ func (c *cluster) armedOf(comp string) string {
 // kill SIGKILLs comp and records why.
 func (c *cluster) kill(comp, cause string) {
 	p := c.proc(comp)
-	if p == nil || p.exited() {
+	if p == nil || p.Exited() {
 		return
 	}
-	p.kill()
-	c.h.add(Event{Kind: KindKill, Component: comp, Cause: cause, Detail: p.name})
-	c.log.Info("killed", "process", p.name, "cause", cause)
+	p.Kill9()
+	<-p.Done()
+	c.h.add(Event{Kind: KindKill, Component: comp, Cause: cause, Detail: p.Name()})
+	c.log.Info("killed", "process", p.Name(), "cause", cause)
 }
 
 var failpointRE = regexp.MustCompile(`failpoint (\S+): SIGKILL`)
@@ -162,18 +165,18 @@ func (c *cluster) reap() []string {
 	var dead []string
 	for _, comp := range []string{CompNATS, CompDispatcher, CompFront} {
 		p := c.proc(comp)
-		if p == nil || !p.exited() || p.killed.Load() {
+		if p == nil || !p.Exited() || p.ExitExpected() {
 			continue
 		}
-		p.killed.Store(true) // recorded once
-		e := Event{Kind: KindKill, Component: comp, Detail: p.name}
-		if m := failpointRE.FindStringSubmatch(p.log()); m != nil && p.sigkilled() {
+		p.ExpectExit() // recorded once
+		e := Event{Kind: KindKill, Component: comp, Detail: p.Name()}
+		if m := failpointRE.FindStringSubmatch(p.Log()); m != nil && p.KilledBySIGKILL() {
 			e.Cause, e.Detail = CauseFailpoint, m[1]
 		} else {
-			e.Cause, e.Err = CauseCrash, fmt.Sprintf("%v; stderr: %s", p.waitErr, p.tail(600))
+			e.Cause, e.Err = CauseCrash, fmt.Sprintf("%v; stderr: %s", p.Err(), p.Tail(600))
 		}
 		c.h.add(e)
-		c.log.Info("process died", "process", p.name, "cause", e.Cause, "detail", e.Detail, "err", e.Err)
+		c.log.Info("process died", "process", p.Name(), "cause", e.Cause, "detail", e.Detail, "err", e.Err)
 		dead = append(dead, comp)
 	}
 	return dead
@@ -183,8 +186,8 @@ func (c *cluster) reap() []string {
 func (c *cluster) stopAll() error {
 	var errs []error
 	for _, comp := range []string{CompFront, CompDispatcher, CompNATS} {
-		if p := c.proc(comp); p != nil {
-			if err := p.stop(); err != nil {
+		if p := c.proc(comp); p != nil && !p.Exited() {
+			if err := p.Shutdown(); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -195,8 +198,19 @@ func (c *cluster) stopAll() error {
 // killAll is the last resort of a failed run: nothing may outlive it.
 func (c *cluster) killAll() {
 	for _, comp := range []string{CompFront, CompDispatcher, CompNATS} {
-		if p := c.proc(comp); p != nil && !p.exited() {
-			p.kill()
+		if p := c.proc(comp); p != nil && !p.Exited() {
+			p.Kill9()
+			<-p.Done()
 		}
 	}
+}
+
+// freePort returns a loopback address with a port that was free a moment ago.
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }

@@ -107,7 +107,7 @@ func (s *scheduler) calm(ctx context.Context) error {
 		}
 	}
 	for _, comp := range []string{CompNATS, CompDispatcher, CompFront} {
-		if p := s.cl.proc(comp); p != nil && p.exited() {
+		if p := s.cl.proc(comp); p != nil && p.Exited() {
 			if err := s.restart(ctx, comp, false); err != nil {
 				return err
 			}

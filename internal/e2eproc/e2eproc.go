@@ -1,13 +1,16 @@
-// Package e2eproc is test support for the end-to-end tests (e2e/...): it
-// builds cmd/mcp-front and cmd/dispatcher, runs them as real processes on
-// loopback ports, stops them at the end of a test, and calls their MCP
-// tools. Only tests import it; it is a normal package so that several test
-// packages can share it.
+// Package e2eproc runs ticketrelay's binaries as real processes on loopback
+// ports for the end-to-end tests (e2e/...) and the torture program: it
+// builds cmd/mcp-front and cmd/dispatcher, launches a binary and waits until
+// it serves, stops it with SIGINT or SIGKILL, and calls the MCP tools of
+// mcp-front. Launch and the methods of Proc return errors; Start and the
+// helpers that take a testing.TB are for tests.
 package e2eproc
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,14 +20,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"ticketrelay/internal/testwait"
 )
 
 // StopTimeout bounds a clean shutdown after SIGINT.
 const StopTimeout = 15 * time.Second
 
-// serveTimeout bounds the wait for a started process's -addr-file.
+// serveTimeout bounds the wait for a launched process to serve.
 const serveTimeout = 30 * time.Second
 
 // ModuleRoot is the directory of the go.mod that holds the current package.
@@ -52,8 +53,8 @@ func Build(root, dir string) (front, dispatcher string, err error) {
 	return filepath.Join(dir, "mcp-front"), filepath.Join(dir, "dispatcher"), nil
 }
 
-// Environ is the environment of a started process: the test's own, without
-// its TICKETRELAY_* variables, plus extra.
+// Environ is the environment of a started process: the caller's own,
+// without its TICKETRELAY_* variables, plus extra.
 func Environ(extra ...string) []string {
 	return append(WithoutEnv(os.Environ(), "TICKETRELAY_*"), extra...)
 }
@@ -77,6 +78,19 @@ func WithoutEnv(env []string, names ...string) []string {
 	return out
 }
 
+// Spec says how to launch one process.
+type Spec struct {
+	Name string   // instance name, e.g. "dispatcher-3": names the log and address files
+	Bin  string   // binary path
+	Args []string // without -addr-file
+	Env  []string // added to Environ()
+	// The process announces itself with -addr-file, which must list every
+	// key of Want; unless TCPAddr is set: then it gets no -addr-file and
+	// TCPAddr is polled until it accepts (a third-party server).
+	Want    []string
+	TCPAddr string
+}
+
 // Proc is one running instance of a binary.
 type Proc struct {
 	name    string
@@ -85,13 +99,92 @@ type Proc struct {
 	addrs   map[string]string
 	done    chan struct{} // closed when the process has exited
 	waitErr error         // cmd.Wait's answer, valid once done is closed
-	// exitExpected is set when the test kills the process or has checked
-	// that it killed itself; any other exit before the end fails the test.
+	// exitExpected is set before the caller signals the process, or once
+	// it has checked how the process ended: the exit is not a crash.
 	exitExpected atomic.Bool
 }
 
-// Start starts bin with args (plus -addr-file) and the environment
-// Environ(env...), logs its stderr to dir/name.log and waits until it
+// Launch starts s in dir, with its stdout and stderr logged to
+// dir/<name>.log, and waits until it serves. It fails early, with the end
+// of the log, if the process exits first, and kills the process if it does
+// not serve within 30s or ctx ends.
+func Launch(ctx context.Context, dir string, s Spec) (*Proc, error) {
+	p := &Proc{name: s.Name, logPath: filepath.Join(dir, s.Name+".log"), done: make(chan struct{})}
+	logf, err := os.Create(p.logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	args := s.Args
+	addrFile := filepath.Join(dir, s.Name+".addr.json")
+	if s.TCPAddr == "" {
+		args = append(append([]string(nil), args...), "-addr-file", addrFile)
+	}
+	p.cmd = exec.Command(s.Bin, args...)
+	p.cmd.Env = Environ(s.Env...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", s.Name, err)
+	}
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		close(p.done)
+	}()
+	deadline := time.Now().Add(serveTimeout)
+	for {
+		ready, err := p.ready(s, addrFile)
+		if err != nil {
+			p.kill()
+			return nil, err
+		}
+		if ready {
+			return p, nil
+		}
+		select {
+		case <-p.done:
+			return nil, fmt.Errorf("%s exited before it served (%v): %s", s.Name, p.waitErr, p.Tail(2000))
+		case <-ctx.Done():
+			p.kill()
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.kill()
+			return nil, fmt.Errorf("%s did not serve within %s: %s", s.Name, serveTimeout, p.Tail(2000))
+		}
+	}
+}
+
+// ready reports whether the process serves: TCPAddr accepts, or the
+// -addr-file is there, with every wanted address.
+func (p *Proc) ready(s Spec, addrFile string) (bool, error) {
+	if s.TCPAddr != "" {
+		c, err := net.DialTimeout("tcp", s.TCPAddr, 200*time.Millisecond)
+		if err != nil {
+			return false, nil
+		}
+		c.Close()
+		return true, nil
+	}
+	b, err := os.ReadFile(addrFile)
+	if err != nil {
+		return false, nil
+	}
+	var addrs map[string]string
+	if err := json.Unmarshal(b, &addrs); err != nil {
+		return false, fmt.Errorf("%s: -addr-file %s: %w: %q", s.Name, addrFile, err, b)
+	}
+	for _, k := range s.Want {
+		if addrs[k] == "" {
+			return false, fmt.Errorf("%s: -addr-file has no %q address: %s", s.Name, k, b)
+		}
+	}
+	p.addrs = addrs
+	return true, nil
+}
+
+// Start launches bin with args (plus -addr-file) and the environment
+// Environ(env...), logs its output to dir/name.log and waits until it
 // announces its addresses, which must include every key in want.
 //
 // At the end of the test a running process gets SIGINT and must exit with
@@ -100,23 +193,11 @@ type Proc struct {
 // failed.
 func Start(t testing.TB, dir, name, bin string, args, env []string, want ...string) *Proc {
 	t.Helper()
-	p := &Proc{name: name, logPath: filepath.Join(dir, name+".log"), done: make(chan struct{})}
-	addrFile := filepath.Join(dir, name+".addr.json")
-	logf, err := os.Create(p.logPath)
+	p, err := Launch(context.Background(), dir, Spec{Name: name, Bin: bin, Args: args, Env: env, Want: want})
 	if err != nil {
+		DumpLog(t, name, filepath.Join(dir, name+".log"))
 		t.Fatal(err)
 	}
-	defer logf.Close()
-	p.cmd = exec.Command(bin, append(args, "-addr-file", addrFile)...)
-	p.cmd.Env = Environ(env...)
-	p.cmd.Stderr = logf
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		close(p.done)
-	}()
 	t.Cleanup(func() {
 		if t.Failed() {
 			DumpLog(t, p.name, p.logPath)
@@ -126,30 +207,9 @@ func Start(t testing.TB, dir, name, bin string, args, env []string, want ...stri
 		switch {
 		case !p.Exited():
 			p.Stop(t)
-		case !p.exitExpected.Load():
+		case !p.ExitExpected():
 			t.Errorf("%s exited during the test: %v", p.name, p.waitErr)
 		}
-	})
-
-	testwait.For(t, serveTimeout, name+" to write its -addr-file", func() bool {
-		b, err := os.ReadFile(addrFile)
-		if err != nil {
-			if p.Exited() {
-				t.Fatalf("%s exited before it served: %v", name, p.waitErr)
-			}
-			return false
-		}
-		var addrs map[string]string
-		if err := json.Unmarshal(b, &addrs); err != nil {
-			t.Fatalf("%s: -addr-file %s: %v: %q", name, addrFile, err, b)
-		}
-		for _, k := range want {
-			if addrs[k] == "" {
-				t.Fatalf("%s: -addr-file has no %q address: %s", name, k, b)
-			}
-		}
-		p.addrs = addrs
-		return true
 	})
 	return p
 }
@@ -178,35 +238,48 @@ func (p *Proc) Exited() bool {
 	}
 }
 
-// ExpectExit tells the end of the test that the process was meant to exit
-// (the test has checked how it did).
+// ExpectExit records that the process is meant to exit: it is being
+// stopped or killed, or the caller has checked how it did.
 func (p *Proc) ExpectExit() { p.exitExpected.Store(true) }
 
-// Stop sends SIGINT and checks that the process exits 0 within StopTimeout:
-// a clean shutdown is part of the product.
+// ExitExpected reports whether ExpectExit (or Shutdown, Stop or Kill9) was
+// called.
+func (p *Proc) ExitExpected() bool { return p.exitExpected.Load() }
+
+// Shutdown sends SIGINT and waits for the process to exit with status 0:
+// a clean shutdown is part of the product. After StopTimeout it kills the
+// process and reports it.
+func (p *Proc) Shutdown() error {
+	p.ExpectExit()
+	// An error means the process has exited, or the wait below kills it.
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+		if p.waitErr != nil {
+			return fmt.Errorf("%s did not shut down cleanly on SIGINT: %w", p.name, p.waitErr)
+		}
+		return nil
+	case <-time.After(StopTimeout):
+		p.kill()
+		return fmt.Errorf("%s still running %s after SIGINT; killed", p.name, StopTimeout)
+	}
+}
+
+// Stop is Shutdown for a test: it fails the test if the process does not
+// shut down cleanly.
 func (p *Proc) Stop(t testing.TB) {
 	t.Helper()
-	p.ExpectExit()
 	// Connections the client dialled but never used look "new" to the
 	// server, and http.Server.Shutdown waits up to 5s for them: hang up
 	// as a client that is done would.
 	http.DefaultClient.CloseIdleConnections()
 	began := time.Now()
-	if err := p.cmd.Process.Signal(os.Interrupt); err != nil && !p.Exited() {
-		t.Errorf("%s: SIGINT: %v", p.name, err)
+	err := p.Shutdown()
+	if d := time.Since(began); d > 2*time.Second {
+		t.Logf("%s took %s to shut down", p.name, d.Round(time.Millisecond))
 	}
-	select {
-	case <-p.done:
-		if d := time.Since(began); d > 2*time.Second {
-			t.Logf("%s took %s to shut down", p.name, d.Round(time.Millisecond))
-		}
-		if p.waitErr != nil {
-			t.Errorf("%s did not shut down cleanly on SIGINT: %v", p.name, p.waitErr)
-		}
-	case <-time.After(StopTimeout):
-		t.Errorf("%s still running %s after SIGINT; killing it", p.name, StopTimeout)
-		_ = p.cmd.Process.Kill()
-		<-p.done
+	if err != nil {
+		t.Error(err)
 	}
 }
 
@@ -215,6 +288,12 @@ func (p *Proc) Stop(t testing.TB) {
 func (p *Proc) Kill9() {
 	p.ExpectExit()
 	_ = p.cmd.Process.Kill()
+}
+
+// kill is Kill9 and the wait.
+func (p *Proc) kill() {
+	p.Kill9()
+	<-p.done
 }
 
 // KilledBySIGKILL reports whether the process has exited by SIGKILL.
@@ -226,20 +305,25 @@ func (p *Proc) KilledBySIGKILL() bool {
 	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
 
-// Log is what the process has written to stderr so far.
+// Log is what the process has written to stdout and stderr so far.
 func (p *Proc) Log() string {
 	b, _ := os.ReadFile(p.logPath)
 	return string(b)
 }
 
+// Tail is the last n bytes of Log.
+func (p *Proc) Tail(n int) string { return tail(p.Log(), n) }
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		s = "…" + s[len(s)-n:]
+	}
+	return s
+}
+
 // DumpLog logs the last 64 KiB of the log file path of the process name.
 func DumpLog(t testing.TB, name, path string) {
 	t.Helper()
-	const max = 64 << 10
 	b, _ := os.ReadFile(path)
-	s := string(b)
-	if len(s) > max {
-		s = "…" + s[len(s)-max:]
-	}
-	t.Logf("----- stderr of %s (%s) -----\n%s----- end of %s -----", name, path, s, name)
+	t.Logf("----- log of %s (%s) -----\n%s----- end of %s -----", name, path, tail(string(b), 64<<10), name)
 }
