@@ -93,6 +93,11 @@ func (db *DB) queryRow(ctx context.Context, query string, args ...any) *sql.Row 
 	return db.readStmts.queryRow(ctx, db.read, query, args...)
 }
 
+// query is queryRow for a query that returns rows.
+func (db *DB) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return db.readStmts.query(ctx, db.read, query, args...)
+}
+
 // Reader is the read-only pool, for packages that own their own queries
 // (the relay's backlog gauge, status commands).
 func (db *DB) Reader() *sql.DB { return db.read }

@@ -4,11 +4,8 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"time"
-
-	"ticketrelay/ticket"
 )
 
 // Delivery is the forwarder's record of a request's delivery.
@@ -37,62 +34,6 @@ func (d Delivery) Settled() bool {
 func (l *Ledger) Delivery(ctx context.Context, requestID string) (Delivery, bool, error) {
 	p, err := l.PriorDelivery(ctx, requestID)
 	return p.Delivery, p.Found, err
-}
-
-// Prior is what the forwarder reads before an attempt.
-type Prior struct {
-	// Accepted: the ledger holds the request, and Ticket is the ticket its
-	// row holds (the message names it; see ticket.Ref).
-	Accepted bool
-	Ticket   ticket.Ticket
-	// Found: the request has a delivery record, Delivery. Delivery's
-	// RequestID is set either way.
-	Found    bool
-	Delivery Delivery
-}
-
-// PriorDelivery reads, in one prepared query, the ticket of requestID and
-// its delivery record.
-func (l *Ledger) PriorDelivery(ctx context.Context, requestID string) (Prior, error) {
-	p := Prior{Delivery: Delivery{RequestID: requestID}}
-	var (
-		tool, target, ticketID, title, body, priority, labels sql.NullString
-		dTarget, state, lastErr, extID, extURL                sql.NullString
-		created, attempts, next, updated                      sql.NullInt64
-	)
-	err := l.db.queryRow(ctx, `
-		SELECT r.id IS NOT NULL, r.tool, r.target, r.ticket_id, r.title, r.body, r.priority, r.labels, r.created_at,
-			d.target, d.state, d.attempts, d.next_attempt_at, d.last_error, d.external_id, d.external_url, d.updated_at
-		FROM (SELECT 1) LEFT JOIN requests r ON r.request_id = ? LEFT JOIN deliveries d ON d.id = r.id`, requestID).
-		Scan(&p.Accepted, &tool, &target, &ticketID, &title, &body, &priority, &labels, &created,
-			&dTarget, &state, &attempts, &next, &lastErr, &extID, &extURL, &updated)
-	if err != nil {
-		return p, fmt.Errorf("ledger: read delivery %s: %w", requestID, err)
-	}
-	if !p.Accepted {
-		return p, nil
-	}
-	p.Ticket = ticket.Ticket{
-		Request: ticket.Request{RequestID: requestID, Tool: tool.String, Target: target.String,
-			Title: title.String, Body: body.String, Priority: priority.String},
-		ID:        ticketID.String,
-		CreatedAt: time.Unix(0, created.Int64).UTC(),
-	}
-	if err := json.Unmarshal([]byte(labels.String), &p.Ticket.Labels); err != nil {
-		return p, fmt.Errorf("ledger: read ticket %s: labels %q: %w", requestID, labels.String, err)
-	}
-	if !state.Valid {
-		return p, nil
-	}
-	p.Found = true
-	d := &p.Delivery
-	d.Target, d.State, d.Attempts = dTarget.String, state.String, int(attempts.Int64)
-	d.LastError, d.ExternalID, d.ExternalURL = lastErr.String, extID.String, extURL.String
-	if next.Valid {
-		d.NextAttemptAt = time.Unix(0, next.Int64).UTC()
-	}
-	d.UpdatedAt = time.Unix(0, updated.Int64).UTC()
-	return p, nil
 }
 
 // RecordDelivery writes d durably (insert or replace). UpdatedAt is set to now.

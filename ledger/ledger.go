@@ -44,9 +44,10 @@ type Result struct {
 
 // Ledger is the idempotency ledger of one database.
 type Ledger struct {
-	db  *DB
-	w   *Writer
-	now func() time.Time
+	db    *DB
+	w     *Writer
+	now   func() time.Time
+	prior priorReads
 }
 
 // New returns a ledger that writes through w and reads through db's read pool.

@@ -3,8 +3,10 @@ package ledger_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -221,5 +223,56 @@ func TestPriorDelivery(t *testing.T) {
 	check("never-seen", false, false)
 	if n := count(t, raw(t, e.path), `SELECT count(*) FROM deliveries`); n != 1 {
 		t.Fatalf("%d delivery records, want 1", n)
+	}
+}
+
+// Concurrent PriorDelivery calls share queries; each still gets its own
+// request's answer, whatever batch it lands in.
+func TestPriorDeliveryConcurrent(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	ctx := context.Background()
+	const n = 40
+	for i := range n {
+		id := fmt.Sprintf("req-%02d", i)
+		switch i % 3 {
+		case 0: // never accepted
+			continue
+		case 2: // with a delivery record
+			if _, err := e.l.Create(ctx, request(id)); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: string(ledger.StatusRetrying), Attempts: i}); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			if _, err := e.l.Create(ctx, request(id)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 5*n)
+	for range 5 {
+		for i := range n {
+			wg.Go(func() {
+				id := fmt.Sprintf("req-%02d", i)
+				p, err := e.l.PriorDelivery(ctx, id)
+				switch {
+				case err != nil:
+					errs <- err
+				case p.Delivery.RequestID != id || p.Accepted != (i%3 != 0) || p.Found != (i%3 == 2):
+					errs <- fmt.Errorf("%s: %+v", id, p)
+				case p.Accepted && (p.Ticket.RequestID != id || p.Ticket.ID != ticket.IDFor(id)):
+					errs <- fmt.Errorf("%s: ticket %+v", id, p.Ticket)
+				case p.Found && p.Delivery.Attempts != i:
+					errs <- fmt.Errorf("%s: attempts %d, want %d", id, p.Delivery.Attempts, i)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -115,7 +115,25 @@ type readStmts struct {
 // queryRow runs query on db through its prepared statement. If preparing
 // fails, the plain query runs and reports the error to its caller.
 func (c *readStmts) queryRow(ctx context.Context, db *sql.DB, query string, args ...any) *sql.Row {
+	if s := c.stmt(ctx, db, query); s != nil {
+		return s.QueryRowContext(ctx, args...)
+	}
+	return db.QueryRowContext(ctx, query, args...)
+}
+
+// query is queryRow for a query that returns rows.
+func (c *readStmts) query(ctx context.Context, db *sql.DB, query string, args ...any) (*sql.Rows, error) {
+	if s := c.stmt(ctx, db, query); s != nil {
+		return s.QueryContext(ctx, args...)
+	}
+	return db.QueryContext(ctx, query, args...)
+}
+
+// stmt returns query's prepared statement, preparing it the first time; nil
+// if that fails.
+func (c *readStmts) stmt(ctx context.Context, db *sql.DB, query string) *sql.Stmt {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	s, ok := c.stmts[query]
 	if !ok && len(c.stmts) < maxStmts {
 		var err error
@@ -126,11 +144,7 @@ func (c *readStmts) queryRow(ctx context.Context, db *sql.DB, query string, args
 			c.stmts[query] = s
 		}
 	}
-	c.mu.Unlock()
-	if s == nil {
-		return db.QueryRowContext(ctx, query, args...)
-	}
-	return s.QueryRowContext(ctx, args...)
+	return s
 }
 
 func (c *readStmts) close() error {

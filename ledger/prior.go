@@ -1,0 +1,168 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"ticketrelay/ticket"
+)
+
+// Prior is what the forwarder reads before an attempt.
+type Prior struct {
+	// Accepted: the ledger holds the request, and Ticket is the ticket its
+	// row holds (the message names it; see ticket.Ref).
+	Accepted bool
+	Ticket   ticket.Ticket
+	// Found: the request has a delivery record, Delivery. Delivery's
+	// RequestID is set either way.
+	Found    bool
+	Delivery Delivery
+}
+
+// PriorDelivery reads the ticket of requestID and its delivery record.
+//
+// The forwarder's workers (64 for the local target) each call it before
+// every attempt, so concurrent calls share one query: while a query runs,
+// the calls that arrive wait, and the next query answers all of them. A
+// query of its own cost each read a read transaction: SQLite's check of the
+// WAL index, and after every commit of either process the interior pages of
+// both indexes read again. The caller's ctx does not cut a shared query
+// short; the read pool's busy_timeout bounds it.
+func (l *Ledger) PriorDelivery(ctx context.Context, requestID string) (Prior, error) {
+	return l.prior.read(context.WithoutCancel(ctx), l.db, requestID)
+}
+
+// maxPriorBatch bounds the request ids one query reads.
+const maxPriorBatch = 64
+
+// priorCall is one PriorDelivery call waiting for its answer.
+type priorCall struct {
+	requestID string
+	p         Prior
+	err       error
+	lead      bool          // woken to run the next query rather than with an answer
+	wake      chan struct{} // closed once p/err are set, or lead is
+}
+
+// priorReads coalesces PriorDelivery calls. No goroutine of its own: the
+// first caller runs the query for every call waiting, then hands the next
+// query to the first caller that arrived meanwhile. Its zero value is ready.
+type priorReads struct {
+	mu      sync.Mutex
+	pending []*priorCall
+	running bool // a caller is running a query
+}
+
+func (r *priorReads) read(ctx context.Context, db *DB, requestID string) (Prior, error) {
+	c := &priorCall{requestID: requestID, wake: make(chan struct{})}
+	r.mu.Lock()
+	r.pending = append(r.pending, c)
+	lead := !r.running
+	r.running = true
+	r.mu.Unlock()
+	if !lead {
+		<-c.wake
+		if !c.lead {
+			return c.p, c.err
+		}
+	}
+	r.mu.Lock()
+	n := min(len(r.pending), maxPriorBatch)
+	batch := r.pending[:n:n]
+	r.pending = r.pending[n:]
+	r.mu.Unlock()
+
+	err := readPriors(ctx, db, batch)
+
+	r.mu.Lock()
+	if len(r.pending) > 0 {
+		next := r.pending[0]
+		next.lead = true
+		close(next.wake)
+	} else {
+		r.running = false
+		r.pending = nil
+	}
+	r.mu.Unlock()
+	for _, b := range batch {
+		if err != nil {
+			b.err = err
+		}
+		if b != c {
+			close(b.wake)
+		}
+	}
+	return c.p, c.err
+}
+
+// readPriors answers batch in one query.
+func readPriors(ctx context.Context, db *DB, batch []*priorCall) error {
+	ids := make([]string, len(batch))
+	for i, c := range batch {
+		ids[i] = c.requestID
+		c.p = Prior{Delivery: Delivery{RequestID: c.requestID}}
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return err
+	}
+	rows, err := db.query(ctx, `
+		SELECT j.key, r.id IS NOT NULL, r.tool, r.target, r.ticket_id, r.title, r.body, r.priority, r.labels, r.created_at,
+			d.target, d.state, d.attempts, d.next_attempt_at, d.last_error, d.external_id, d.external_url, d.updated_at
+		FROM json_each(?) j LEFT JOIN requests r ON r.request_id = j.value LEFT JOIN deliveries d ON d.id = r.id`, string(list))
+	if err != nil {
+		return fmt.Errorf("ledger: read deliveries: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			i                                                     int
+			accepted                                              bool
+			tool, target, ticketID, title, body, priority, labels sql.NullString
+			dTarget, state, lastErr, extID, extURL                sql.NullString
+			created, attempts, next, updated                      sql.NullInt64
+		)
+		if err := rows.Scan(&i, &accepted, &tool, &target, &ticketID, &title, &body, &priority, &labels, &created,
+			&dTarget, &state, &attempts, &next, &lastErr, &extID, &extURL, &updated); err != nil {
+			return fmt.Errorf("ledger: read deliveries: %w", err)
+		}
+		if i < 0 || i >= len(batch) {
+			return fmt.Errorf("ledger: read deliveries: row for index %d of %d", i, len(batch))
+		}
+		c := batch[i]
+		if !accepted {
+			continue
+		}
+		p := &c.p
+		p.Accepted = true
+		p.Ticket = ticket.Ticket{
+			Request: ticket.Request{RequestID: c.requestID, Tool: tool.String, Target: target.String,
+				Title: title.String, Body: body.String, Priority: priority.String},
+			ID:        ticketID.String,
+			CreatedAt: time.Unix(0, created.Int64).UTC(),
+		}
+		if err := json.Unmarshal([]byte(labels.String), &p.Ticket.Labels); err != nil {
+			c.err = fmt.Errorf("ledger: read ticket %s: labels %q: %w", c.requestID, labels.String, err)
+			continue
+		}
+		if !state.Valid {
+			continue
+		}
+		p.Found = true
+		d := &p.Delivery
+		d.Target, d.State, d.Attempts = dTarget.String, state.String, int(attempts.Int64)
+		d.LastError, d.ExternalID, d.ExternalURL = lastErr.String, extID.String, extURL.String
+		if next.Valid {
+			d.NextAttemptAt = time.Unix(0, next.Int64).UTC()
+		}
+		d.UpdatedAt = time.Unix(0, updated.Int64).UTC()
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("ledger: read deliveries: %w", err)
+	}
+	return nil
+}
