@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"sync"
@@ -163,18 +164,12 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 func TestMigrationKeepsTicketsOfSchema2(t *testing.T) {
 	path := dbPath(t)
 	ctx := context.Background()
-	old := raw(t, path)
-	for i, m := range ledger.MigrationsForTest(2) {
-		if _, err := old.Exec(m); err != nil {
-			t.Fatalf("migration %d: %v", i+1, err)
-		}
-	}
+	old := atSchema(t, path, 2)
 	req := request("req-schema2")
 	stmts := []struct {
 		query string
 		args  []any
 	}{
-		{`PRAGMA user_version = 2`, nil},
 		{`INSERT INTO requests (request_id, tool, target, args_hash, ticket_id, result, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 			[]any{req.RequestID, req.Tool, req.Target, req.Hash(), "tkt_old",
 				`{"request_id":"req-schema2","ticket_id":"tkt_old","target":"local","status":"queued","created_at":"2026-11-01T00:00:00Z","replayed":false}`, int64(1)}},
@@ -219,15 +214,7 @@ func TestMigrationKeepsTicketsOfSchema2(t *testing.T) {
 func TestMigrationKeepsDeliveriesOfSchema4(t *testing.T) {
 	path := dbPath(t)
 	ctx := context.Background()
-	old := raw(t, path)
-	for i, m := range ledger.MigrationsForTest(4) {
-		if _, err := old.Exec(m); err != nil {
-			t.Fatalf("migration %d: %v", i+1, err)
-		}
-	}
-	if _, err := old.Exec(`PRAGMA user_version = 4`); err != nil {
-		t.Fatal(err)
-	}
+	old := atSchema(t, path, 4)
 	for i, c := range []struct{ id, state, extID string }{
 		{"req-delivered", "delivered", "line-7"},
 		{"req-failed", "failed", ""},
@@ -277,4 +264,20 @@ func TestMigrationKeepsDeliveriesOfSchema4(t *testing.T) {
 	if n := count(t, raw(t, path), `SELECT count(*) FROM deliveries WHERE id IN (10, 11)`); n != 2 {
 		t.Fatalf("%d delivery records under the ledger rows' ids, want 2", n)
 	}
+}
+
+// atSchema makes the database at path as a binary of schema version n left
+// it, and returns a plain handle on it.
+func atSchema(t *testing.T, path string, n int) *sql.DB {
+	t.Helper()
+	db := raw(t, path)
+	for i, m := range ledger.MigrationsForTest(n) {
+		if _, err := db.Exec(m); err != nil {
+			t.Fatalf("migration %d: %v", i+1, err)
+		}
+	}
+	if _, err := db.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, n)); err != nil {
+		t.Fatal(err)
+	}
+	return db
 }
