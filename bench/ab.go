@@ -38,7 +38,7 @@ func (r *runner) compareAB(ctx context.Context, n int, ab ABConfig) error {
 	}
 	for _, sd := range sides {
 		args := append([]string{"-db", filepath.Join(sd.dir, "tickets.db"), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0"}, sd.args...)
-		p, err := startProc(ctx, "mcp-front-"+sd.name, sd.bin, sd.dir, args, sd.env)
+		p, err := startProc(ctx, "mcp-front-"+sd.name, sd.bin, sd.dir, args, sd.env, "mcp")
 		if err != nil {
 			return err
 		}
@@ -81,7 +81,7 @@ func (r *runner) compareAB(ctx context.Context, n int, ab ABConfig) error {
 		fmt.Sprintf("%.2f×", ratio(float64(percentile(b.lat, 99)), float64(percentile(a.lat, 99)))), "—", result})
 	for _, sd := range sides {
 		d := describe("A/B "+sd.name, sd.o, "mcp-front")
-		if m, err := scrape(ctx, sd.p.addrs["metrics"]); err == nil {
+		if m, err := scrape(ctx, sd.p.Addr("metrics")); err == nil {
 			d += fmt.Sprintf("; mean SQLite transaction %s at %.1f ops/commit (whole run)", meanOf(m, "ticketrelay_sqlite_commit_duration_seconds"),
 				ratio(m.sum("ticketrelay_sqlite_commit_batch_size_sum"), m.sum("ticketrelay_sqlite_commit_batch_size_count")))
 		}

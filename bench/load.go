@@ -236,7 +236,7 @@ func (s *sessions) run(ctx context.Context, l load) (*outcome, error) {
 	sample := func() probe {
 		p := probe{at: time.Since(start)}
 		for _, pr := range l.cpuOf {
-			c, err := cpuTime(pr.pid())
+			c, err := cpuTime(pr.Pid())
 			p.cpu = append(p.cpu, c)
 			p.err = errors.Join(p.err, err)
 		}

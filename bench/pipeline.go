@@ -65,10 +65,10 @@ func (r *runner) scenario7(ctx context.Context, n int) error {
 		r.rep.add(row{"7", "peak RSS of " + x.name, settings, mib(x.rss), "—", "—", "≤ 60 MB", result})
 	}
 	d := describe(fmt.Sprintf("7 create_ticket @%d with the dispatcher running", n), o, "mcp-front", "dispatcher")
-	if fm, err := scrape(ctx, front.addrs["metrics"]); err == nil {
+	if fm, err := scrape(ctx, front.Addr("metrics")); err == nil {
 		d += fmt.Sprintf("; mean SQLite transaction mcp-front %s", meanOf(fm, "ticketrelay_sqlite_commit_duration_seconds"))
 	}
-	if dm, err := scrape(ctx, disp.addrs["metrics"]); err == nil {
+	if dm, err := scrape(ctx, disp.Addr("metrics")); err == nil {
 		d += fmt.Sprintf(", dispatcher %s", meanOf(dm, "ticketrelay_sqlite_commit_duration_seconds"))
 	}
 	if s1 := r.s1[n]; s1 != nil && s1.create.calls > 0 {
@@ -144,11 +144,11 @@ func (r *runner) lagRun(ctx context.Context, n int, rate float64, pace string, t
 	if err != nil {
 		return err
 	}
-	fm, err := scrape(ctx, front.addrs["metrics"])
+	fm, err := scrape(ctx, front.Addr("metrics"))
 	if err != nil {
 		return err
 	}
-	dm, err := scrape(ctx, disp.addrs["metrics"])
+	dm, err := scrape(ctx, disp.Addr("metrics"))
 	if err != nil {
 		return err
 	}

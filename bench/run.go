@@ -155,7 +155,7 @@ func (r *runner) startFront(ctx context.Context, name, dir string, noop bool, en
 		args = append(args, "-bench-noop-tool")
 	}
 	args = append(args, r.cfg.FrontArgs...)
-	return startProc(ctx, name, r.bin("mcp-front"), dir, args, append(append([]string(nil), r.cfg.FrontEnv...), env...))
+	return startProc(ctx, name, r.bin("mcp-front"), dir, args, append(append([]string(nil), r.cfg.FrontEnv...), env...), "mcp", "metrics")
 }
 
 // startDispatcher starts a dispatcher with its embedded nats-server on
@@ -163,7 +163,7 @@ func (r *runner) startFront(ctx context.Context, name, dir string, noop bool, en
 func (r *runner) startDispatcher(ctx context.Context, dir string) (*proc, error) {
 	args := []string{"-data", dir, "-db", filepath.Join(dir, "tickets.db"),
 		"-nats-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0"}
-	return startProc(ctx, "dispatcher", r.bin("dispatcher"), dir, append(args, r.cfg.DispatcherArgs...), r.cfg.DispatcherEnv)
+	return startProc(ctx, "dispatcher", r.bin("dispatcher"), dir, append(args, r.cfg.DispatcherArgs...), r.cfg.DispatcherEnv, "metrics")
 }
 
 // waitFor polls cond every 50ms until it holds or timeout passes.

@@ -4,13 +4,13 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"ticketrelay/internal/e2eproc"
 	"ticketrelay/mcpserver"
 )
 
@@ -58,7 +58,7 @@ func (r *runner) scenario1(ctx context.Context, n int, top bool) error {
 	var frontEnv []string
 	pprof := top && r.cfg.PprofDir != ""
 	if pprof {
-		addr, err := freeAddr()
+		addr, err := e2eproc.FreeAddr()
 		if err != nil {
 			return err
 		}
@@ -81,7 +81,7 @@ func (r *runner) scenario1(ctx context.Context, n int, top bool) error {
 		if pprof {
 			args = append(args, "-pprof", "127.0.0.1:0")
 		}
-		if sdk, err = startProc(ctx, "noopserver", r.bin("noopserver"), dir, args, nil); err != nil {
+		if sdk, err = startProc(ctx, "noopserver", r.bin("noopserver"), dir, args, nil, "mcp"); err != nil {
 			return err
 		}
 		defer sdk.stop()
@@ -106,7 +106,7 @@ func (r *runner) scenario1(ctx context.Context, n int, top bool) error {
 	for round := range r.cfg.Rounds {
 		l := r.timed(noopTool, &freshSource{}, front)
 		if pprof && round == 0 {
-			l.during = r.profile(front.addrs["pprof"], fmt.Sprintf("mcp-front-noop-%d", n))
+			l.during = r.profile(front.pprofAddr(), fmt.Sprintf("mcp-front-noop-%d", n))
 		}
 		o, err := fs.run(ctx, l)
 		if err != nil {
@@ -114,19 +114,19 @@ func (r *runner) scenario1(ctx context.Context, n int, top bool) error {
 		}
 		res.noop.merge(o)
 
-		before, err := scrape(ctx, front.addrs["metrics"])
+		before, err := scrape(ctx, front.Addr("metrics"))
 		if err != nil {
 			return err
 		}
 		l = r.timed(createTool, &freshSource{}, front)
 		if pprof && round == 0 {
-			l.during = r.profile(front.addrs["pprof"], fmt.Sprintf("mcp-front-create-%d", n))
+			l.during = r.profile(front.pprofAddr(), fmt.Sprintf("mcp-front-create-%d", n))
 		}
 		if o, err = fs.run(ctx, l); err != nil {
 			return err
 		}
 		res.create.merge(o)
-		after, err := scrape(ctx, front.addrs["metrics"])
+		after, err := scrape(ctx, front.Addr("metrics"))
 		if err != nil {
 			return err
 		}
@@ -137,7 +137,7 @@ func (r *runner) scenario1(ctx context.Context, n int, top bool) error {
 		if ss != nil {
 			l = r.timed(createTool, &freshSource{}, sdk)
 			if pprof && round == 0 {
-				l.during = r.profile(sdk.addrs["pprof"], fmt.Sprintf("noopserver-%d", n))
+				l.during = r.profile(sdk.pprofAddr(), fmt.Sprintf("noopserver-%d", n))
 			}
 			if o, err = ss.run(ctx, l); err != nil {
 				return err
@@ -159,7 +159,7 @@ func (r *runner) scenario1(ctx context.Context, n int, top bool) error {
 		l.warmup = r.cfg.Settle // the sessions are warm
 		l.replayed = true
 		if pprof {
-			l.during = r.profile(front.addrs["pprof"], fmt.Sprintf("mcp-front-replay-%d", n))
+			l.during = r.profile(front.pprofAddr(), fmt.Sprintf("mcp-front-replay-%d", n))
 		}
 		o, err := fs.run(ctx, l)
 		if err != nil {
@@ -171,7 +171,7 @@ func (r *runner) scenario1(ctx context.Context, n int, top bool) error {
 		res.frontRSS = rss
 	}
 	if pprof {
-		r.saveProfile(ctx, front.addrs["pprof"], "/debug/pprof/heap", fmt.Sprintf("mcp-front-heap-%d", n))
+		r.saveProfile(ctx, front.pprofAddr(), "/debug/pprof/heap", fmt.Sprintf("mcp-front-heap-%d", n))
 	}
 	fs.close()
 	if ss != nil {
@@ -186,13 +186,13 @@ func (r *runner) startFrontMaybeProfiled(ctx context.Context, dir string, pprof 
 	}
 	// bench/profwrap runs mcp-front's own code with a pprof listener.
 	args := []string{"-db", filepath.Join(dir, "tickets.db"), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-bench-noop-tool"}
-	p, err := startProc(ctx, "mcp-front", r.bin("profwrap"), dir, append(args, r.cfg.FrontArgs...), append(append([]string(nil), r.cfg.FrontEnv...), env...))
+	p, err := startProc(ctx, "mcp-front", r.bin("profwrap"), dir, append(args, r.cfg.FrontArgs...), append(append([]string(nil), r.cfg.FrontEnv...), env...), "mcp", "metrics")
 	if err != nil {
 		return nil, err
 	}
 	for _, e := range env {
 		if a, ok := strings.CutPrefix(e, "BENCH_PPROF_ADDR="); ok {
-			p.addrs["pprof"] = a
+			p.pprof = a
 		}
 	}
 	return p, nil
@@ -235,15 +235,6 @@ func (r *runner) saveProfile(ctx context.Context, addr, path, name string) {
 		return
 	}
 	r.log.Info("profile saved", "path", file)
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 func (r *runner) report1(n int, top bool, res *s1Result) {

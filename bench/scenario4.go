@@ -66,7 +66,7 @@ func (r *runner) scenario4(ctx context.Context) error {
 			n, err := count(ctx, db, `SELECT count(*) FROM outbox WHERE published_at IS NOT NULL`)
 			return n >= target, err
 		})
-		cpu, cerr := cpuTime(disp.pid())
+		cpu, cerr := cpuTime(disp.Pid())
 		if serr := disp.stop(); err == nil {
 			err = serr
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -60,7 +59,7 @@ func newCluster(cfg Config, configYAML string, secrets []string, h *history) (*c
 	if err := os.WriteFile(c.configPath, []byte(configYAML), 0o644); err != nil {
 		return nil, err
 	}
-	addr, err := freePort()
+	addr, err := e2eproc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -203,14 +202,4 @@ func (c *cluster) killAll() {
 			<-p.Done()
 		}
 	}
-}
-
-// freePort returns a loopback address with a port that was free a moment ago.
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }

@@ -3,12 +3,14 @@
 // builds cmd/mcp-front and cmd/dispatcher, launches a binary and waits until
 // it serves, stops it with SIGINT or SIGKILL, and calls the MCP tools of
 // mcp-front. Launch and the methods of Proc return errors; Start and the
-// helpers that take a testing.TB are for tests.
+// helpers that take a testing.TB are for tests. The benchmark harness
+// (bench/) launches its servers with it too.
 package e2eproc
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -25,7 +27,8 @@ import (
 // StopTimeout bounds a clean shutdown after SIGINT.
 const StopTimeout = 15 * time.Second
 
-// serveTimeout bounds the wait for a launched process to serve.
+// serveTimeout bounds the wait for a launched process to serve, unless its
+// Spec says otherwise.
 const serveTimeout = 30 * time.Second
 
 // ModuleRoot is the directory of the go.mod that holds the current package.
@@ -89,6 +92,10 @@ type Spec struct {
 	// TCPAddr is polled until it accepts (a third-party server).
 	Want    []string
 	TCPAddr string
+	// Optional; the zero values launch as the tests do.
+	Dir          string               // working directory; "": the caller's
+	SysProcAttr  *syscall.SysProcAttr // e.g. Pdeathsig, so that the process dies with the caller
+	ServeTimeout time.Duration        // the wait for it to serve; 0: 30s
 }
 
 // Proc is one running instance of a binary.
@@ -104,25 +111,31 @@ type Proc struct {
 	exitExpected atomic.Bool
 }
 
-// Launch starts s in dir, with its stdout and stderr logged to
-// dir/<name>.log, and waits until it serves. It fails early, with the end
-// of the log, if the process exits first, and kills the process if it does
-// not serve within 30s or ctx ends.
+// Launch starts s, with its stdout and stderr logged to dir/<name>.log
+// (truncated), and waits until it serves; a dir/<name>.addr.json left by an
+// earlier instance of the same name is removed first. It fails early, with
+// the end of the log, if the process exits first, and kills the process if
+// it does not serve within s.ServeTimeout (default 30s) or ctx ends.
 func Launch(ctx context.Context, dir string, s Spec) (*Proc, error) {
 	p := &Proc{name: s.Name, logPath: filepath.Join(dir, s.Name+".log"), done: make(chan struct{})}
+	args := s.Args
+	addrFile := filepath.Join(dir, s.Name+".addr.json")
+	if s.TCPAddr == "" {
+		if err := os.Remove(addrFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		args = append(append([]string(nil), args...), "-addr-file", addrFile)
+	}
 	logf, err := os.Create(p.logPath)
 	if err != nil {
 		return nil, err
 	}
-	defer logf.Close()
-	args := s.Args
-	addrFile := filepath.Join(dir, s.Name+".addr.json")
-	if s.TCPAddr == "" {
-		args = append(append([]string(nil), args...), "-addr-file", addrFile)
-	}
+	defer logf.Close() // the child has its own descriptor
 	p.cmd = exec.Command(s.Bin, args...)
+	p.cmd.Dir = s.Dir
 	p.cmd.Env = Environ(s.Env...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.SysProcAttr = s.SysProcAttr
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", s.Name, err)
 	}
@@ -130,7 +143,11 @@ func Launch(ctx context.Context, dir string, s Spec) (*Proc, error) {
 		p.waitErr = p.cmd.Wait()
 		close(p.done)
 	}()
-	deadline := time.Now().Add(serveTimeout)
+	timeout := s.ServeTimeout
+	if timeout <= 0 {
+		timeout = serveTimeout
+	}
+	deadline := time.Now().Add(timeout)
 	for {
 		ready, err := p.ready(s, addrFile)
 		if err != nil {
@@ -150,7 +167,7 @@ func Launch(ctx context.Context, dir string, s Spec) (*Proc, error) {
 		}
 		if time.Now().After(deadline) {
 			p.kill()
-			return nil, fmt.Errorf("%s did not serve within %s: %s", s.Name, serveTimeout, p.Tail(2000))
+			return nil, fmt.Errorf("%s did not serve within %s: %s", s.Name, timeout, p.Tail(2000))
 		}
 	}
 }
@@ -216,6 +233,9 @@ func Start(t testing.TB, dir, name, bin string, args, env []string, want ...stri
 
 // Name is the name the process was started with.
 func (p *Proc) Name() string { return p.name }
+
+// Pid is the process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
 // Addr is the address the process announced under key ("mcp", "metrics",
 // "nats"), or "" if it announced none.
@@ -319,6 +339,17 @@ func tail(s string, n int) string {
 		s = "…" + s[len(s)-n:]
 	}
 	return s
+}
+
+// FreeAddr returns a loopback address ("127.0.0.1:port") whose port was
+// free a moment ago, for a process that must be told its port in advance.
+func FreeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // DumpLog logs the last 64 KiB of the log file path of the process name.
