@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -83,31 +82,6 @@ func TestProcStat(t *testing.T) {
 	}
 	if rss < 1<<20 || rss > 64<<30 {
 		t.Errorf("peak RSS %d bytes is implausible", rss)
-	}
-}
-
-func TestParseSamples(t *testing.T) {
-	page := `# HELP ticketrelay_sqlite_commit_batch_size Operations committed together.
-# TYPE ticketrelay_sqlite_commit_batch_size histogram
-ticketrelay_sqlite_commit_batch_size_bucket{le="1"} 3
-ticketrelay_sqlite_commit_batch_size_sum 42
-ticketrelay_sqlite_commit_batch_size_count 7
-ticketrelay_tool_calls_total{outcome="created",tool="create_ticket"} 5
-ticketrelay_tool_calls_total{outcome="replayed",tool="create_ticket"} 2
-ticketrelay_tool_calls_total_other 100
-`
-	s, err := parseSamples(bufio.NewScanner(strings.NewReader(page)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := s.sum("ticketrelay_sqlite_commit_batch_size_sum"); got != 42 {
-		t.Errorf("sum = %v", got)
-	}
-	if got := s.sum("ticketrelay_tool_calls_total"); got != 7 {
-		t.Errorf("tool calls = %v, want 7 (labelled series only, not a longer name)", got)
-	}
-	if _, err := parseSamples(bufio.NewScanner(strings.NewReader("novalue\n"))); err == nil {
-		t.Error("a line without a value parsed")
 	}
 }
 

@@ -65,11 +65,11 @@ func (r *runner) scenario7(ctx context.Context, n int) error {
 		r.rep.add(row{"7", "peak RSS of " + x.name, settings, mib(x.rss), "—", "—", "≤ 60 MB", result})
 	}
 	d := describe(fmt.Sprintf("7 create_ticket @%d with the dispatcher running", n), o, "mcp-front", "dispatcher")
-	if fm, err := scrape(ctx, front.Addr("metrics")); err == nil {
-		d += fmt.Sprintf("; mean SQLite transaction mcp-front %s", meanOf(fm, "ticketrelay_sqlite_commit_duration_seconds"))
+	if fm, err := scrape(front.Addr("metrics")); err == nil {
+		d += fmt.Sprintf("; mean SQLite transaction mcp-front %s", meanOf(fm, commitSeconds))
 	}
-	if dm, err := scrape(ctx, disp.Addr("metrics")); err == nil {
-		d += fmt.Sprintf(", dispatcher %s", meanOf(dm, "ticketrelay_sqlite_commit_duration_seconds"))
+	if dm, err := scrape(disp.Addr("metrics")); err == nil {
+		d += fmt.Sprintf(", dispatcher %s", meanOf(dm, commitSeconds))
 	}
 	if s1 := r.s1[n]; s1 != nil && s1.create.calls > 0 {
 		d += fmt.Sprintf("; %.2f× scenario 1's mcp-front-only throughput", ratio(o.throughput(), s1.create.throughput()))
@@ -144,11 +144,11 @@ func (r *runner) lagRun(ctx context.Context, n int, rate float64, pace string, t
 	if err != nil {
 		return err
 	}
-	fm, err := scrape(ctx, front.Addr("metrics"))
+	fm, err := scrape(front.Addr("metrics"))
 	if err != nil {
 		return err
 	}
-	dm, err := scrape(ctx, disp.Addr("metrics"))
+	dm, err := scrape(disp.Addr("metrics"))
 	if err != nil {
 		return err
 	}
@@ -178,9 +178,7 @@ func (r *runner) lagRun(ctx context.Context, n int, rate float64, pace string, t
 		"mean SQLite transaction (BEGIN IMMEDIATE to durable COMMIT, write-lock waits included) mcp-front %s at %.1f ops/commit, dispatcher %s at %.1f ops/commit; "+
 		"mean downstream call %s",
 		tag, len(relayLags), ms(percentile(relayLags, 50)), ms(percentile(relayLags, 99)),
-		meanOf(fm, "ticketrelay_sqlite_commit_duration_seconds"), ratio(fm.sum("ticketrelay_sqlite_commit_batch_size_sum"), fm.sum("ticketrelay_sqlite_commit_batch_size_count")),
-		meanOf(dm, "ticketrelay_sqlite_commit_duration_seconds"), ratio(dm.sum("ticketrelay_sqlite_commit_batch_size_sum"), dm.sum("ticketrelay_sqlite_commit_batch_size_count")),
-		meanOf(dm, "ticketrelay_delivery_duration_seconds"))
+		meanOf(fm, commitSeconds), opsPerCommit(fm), meanOf(dm, commitSeconds), opsPerCommit(dm), meanOf(dm, deliverSeconds))
 	fs.close()
 	return stopAll(front, disp)
 }
@@ -202,15 +200,6 @@ func relayLags(ctx context.Context, db *sql.DB) ([]time.Duration, error) {
 		lags = append(lags, time.Duration(ns))
 	}
 	return sortDurations(lags), rows.Err()
-}
-
-// meanOf is the mean of a histogram (in seconds) as a duration.
-func meanOf(s samples, histogram string) string {
-	n := s.sum(histogram + "_count")
-	if n == 0 {
-		return "n/a"
-	}
-	return ms(time.Duration(s.sum(histogram+"_sum") / n * float64(time.Second)))
 }
 
 // deliveryLags reads the local target's file and returns, sorted, the lag of

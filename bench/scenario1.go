@@ -114,7 +114,7 @@ func (r *runner) scenario1(ctx context.Context, n int, top bool) error {
 		}
 		res.noop.merge(o)
 
-		before, err := scrape(ctx, front.Addr("metrics"))
+		before, err := scrape(front.Addr("metrics"))
 		if err != nil {
 			return err
 		}
@@ -126,13 +126,15 @@ func (r *runner) scenario1(ctx context.Context, n int, top bool) error {
 			return err
 		}
 		res.create.merge(o)
-		after, err := scrape(ctx, front.Addr("metrics"))
+		after, err := scrape(front.Addr("metrics"))
 		if err != nil {
 			return err
 		}
-		ops += after.sum("ticketrelay_sqlite_commit_batch_size_sum") - before.sum("ticketrelay_sqlite_commit_batch_size_sum")
-		commits += after.sum("ticketrelay_sqlite_commit_batch_size_count") - before.sum("ticketrelay_sqlite_commit_batch_size_count")
-		commitSecs += after.sum("ticketrelay_sqlite_commit_duration_seconds_sum") - before.sum("ticketrelay_sqlite_commit_duration_seconds_sum")
+		ops0, commits0 := before.Histogram(commitBatch)
+		ops1, commits1 := after.Histogram(commitBatch)
+		secs0, _ := before.Histogram(commitSeconds)
+		secs1, _ := after.Histogram(commitSeconds)
+		ops, commits, commitSecs = ops+ops1-ops0, commits+commits1-commits0, commitSecs+secs1-secs0
 
 		if ss != nil {
 			l = r.timed(createTool, &freshSource{}, sdk)

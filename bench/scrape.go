@@ -1,64 +1,36 @@
 package bench
 
 import (
-	"bufio"
-	"context"
 	"fmt"
-	"net/http"
-	"strconv"
-	"strings"
 	"time"
+
+	"ticketrelay/internal/e2eproc"
 )
 
-// samples are the series of one /metrics page: "name{labels}" → value.
-type samples map[string]float64
+// The histograms the report reads from the servers' /metrics.
+const (
+	commitSeconds  = "ticketrelay_sqlite_commit_duration_seconds"
+	commitBatch    = "ticketrelay_sqlite_commit_batch_size"
+	deliverSeconds = "ticketrelay_delivery_duration_seconds"
+)
 
-// scrape reads the Prometheus text page at http://addr/metrics.
-func scrape(ctx context.Context, addr string) (samples, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
+// scrape reads the Prometheus page at http://addr/metrics.
+func scrape(addr string) (e2eproc.Metrics, error) {
+	m, err := e2eproc.Scrape(addr)
 	if err != nil {
 		return nil, fmt.Errorf("bench: scrape %s: %w", addr, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("bench: scrape %s: %s", addr, resp.Status)
-	}
-	return parseSamples(bufio.NewScanner(resp.Body))
+	return m, nil
 }
 
-func parseSamples(sc *bufio.Scanner) (samples, error) {
-	s := samples{}
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			return nil, fmt.Errorf("bench: metrics line without a value: %q", line)
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return nil, fmt.Errorf("bench: metrics line %q: %w", line, err)
-		}
-		s[strings.TrimSpace(line[:i])] = v
+// meanOf is the mean of a histogram (in seconds) as a duration.
+func meanOf(m e2eproc.Metrics, histogram string) string {
+	sum, n := m.Histogram(histogram)
+	if n == 0 {
+		return "n/a"
 	}
-	return s, sc.Err()
+	return ms(time.Duration(sum / n * float64(time.Second)))
 }
 
-// sum adds up every series of the metric called name.
-func (s samples) sum(name string) float64 {
-	var t float64
-	for k, v := range s {
-		if k == name || (strings.HasPrefix(k, name) && k[len(name)] == '{') {
-			t += v
-		}
-	}
-	return t
-}
+// opsPerCommit is the mean SQLite group-commit batch.
+func opsPerCommit(m e2eproc.Metrics) float64 { return ratio(m.Histogram(commitBatch)) }

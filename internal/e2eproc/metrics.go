@@ -59,6 +59,19 @@ func (m Metrics) Get(name string, labels ...string) float64 {
 	return sum
 }
 
+// Histogram sums the observations (sum) and their number (count) of
+// histogram family name, over its series whose labels include every pair of
+// labels. A family never observed gives 0, 0.
+func (m Metrics) Histogram(name string, labels ...string) (sum, count float64) {
+	for _, mt := range m[name].GetMetric() {
+		if h := mt.GetHistogram(); h != nil && hasLabels(mt, labels) {
+			sum += h.GetSampleSum()
+			count += float64(h.GetSampleCount())
+		}
+	}
+	return sum, count
+}
+
 func hasLabels(mt *dto.Metric, labels []string) bool {
 	for i := 0; i+1 < len(labels); i += 2 {
 		found := false
