@@ -74,11 +74,11 @@ func (r *runner) compareAB(ctx context.Context, n int, ab ABConfig) error {
 		result = "ERR"
 	}
 	r.rep.add(row{"A/B", "throughput, B vs A", settings, perSec(b.throughput()), perSec(a.throughput()),
-		fmt.Sprintf("%.2f×", ratio(b.throughput(), a.throughput())), "—", result})
+		times(ratio(b.throughput(), a.throughput())), "—", result})
 	r.rep.add(row{"A/B", "server CPU per call, B vs A", "same runs", fmt.Sprintf("%d µs", b.cpuPerCall(0).Microseconds()),
-		fmt.Sprintf("%d µs", a.cpuPerCall(0).Microseconds()), fmt.Sprintf("%.2f×", ratio(float64(b.cpuPerCall(0)), float64(a.cpuPerCall(0)))), "—", result})
+		fmt.Sprintf("%d µs", a.cpuPerCall(0).Microseconds()), times(ratio(float64(b.cpuPerCall(0)), float64(a.cpuPerCall(0)))), "—", result})
 	r.rep.add(row{"A/B", "p99 latency, B vs A", "same runs", ms(percentile(b.lat, 99)), ms(percentile(a.lat, 99)),
-		fmt.Sprintf("%.2f×", ratio(float64(percentile(b.lat, 99)), float64(percentile(a.lat, 99)))), "—", result})
+		times(ratio(float64(percentile(b.lat, 99)), float64(percentile(a.lat, 99)))), "—", result})
 	for _, sd := range sides {
 		d := describe("A/B "+sd.name, sd.o, "mcp-front")
 		if m, err := scrape(sd.p.Addr("metrics")); err == nil {

@@ -43,6 +43,18 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
+// TestTimes: a ratio that two decimals would round onto a target's bound
+// gets a third, so the cell never reads "0.90×" beside a MISS of "≥ 0.9×".
+func TestTimes(t *testing.T) {
+	for x, want := range map[float64]string{
+		0.8987: "0.899×", 0.9: "0.90×", 1.5031: "1.503×", 0.52: "0.52×", 15.871: "15.87×", 1.0: "1.00×", 0.996: "0.996×",
+	} {
+		if got := times(x); got != want {
+			t.Errorf("times(%v) = %q, want %q", x, got, want)
+		}
+	}
+}
+
 func TestProcStat(t *testing.T) {
 	// A command name with spaces and a parenthesis, as the kernel writes it.
 	line := "4242 (my (odd) cmd) S 1 2 3 4 5 6 7 8 9 10 150 25 0 0 20 0 8 0 100 200 300"

@@ -255,9 +255,9 @@ func (r *runner) report1(n int, top bool, res *s1Result) {
 		thrResult, latResult = "ERR", "ERR"
 	}
 	r.rep.add(row{"1", fmt.Sprintf("create_ticket throughput, %d sessions", n), settings,
-		perSec(c.throughput()), perSec(b.throughput()) + " no-op tool", fmt.Sprintf("%.2f×", thr), thrTarget, thrResult})
+		perSec(c.throughput()), perSec(b.throughput()) + " no-op tool", times(thr), thrTarget, thrResult})
 	r.rep.add(row{"1", fmt.Sprintf("create_ticket p99 latency, %d sessions", n), "same runs",
-		ms(p99c), ms(p99b) + " no-op tool", fmt.Sprintf("%.2f×", lat), latTarget, latResult})
+		ms(p99c), ms(p99b) + " no-op tool", times(lat), latTarget, latResult})
 	r.rep.detail("%s; mean SQLite transaction %s at %.1f ops/commit", describe(fmt.Sprintf("1 create_ticket @%d", n), c, "mcp-front"),
 		ms(res.commitTime), res.opsPerCommit)
 	r.rep.detail("%s", describe(fmt.Sprintf("1 %s @%d", noopTool, n), b, "mcp-front"))
@@ -272,12 +272,12 @@ func (r *runner) report2(n int, res *s1Result) {
 	}
 	r.rep.add(row{"2", fmt.Sprintf("create_ticket vs go-sdk default no-op server, %d sessions", n),
 		"the scenario 1 runs; bench/noopserver: mcp.AddTool typed no-op, default options, alternated",
-		perSec(c.throughput()), perSec(s.throughput()) + " go-sdk no-op", fmt.Sprintf("%.2f×", thr), "≥ 1.3×", result})
+		perSec(c.throughput()), perSec(s.throughput()) + " go-sdk no-op", times(thr), "≥ 1.3×", result})
 	cc, sc := c.cpuPerCall(0), s.cpuPerCall(0)
 	r.rep.add(row{"2", "server CPU per call (lower is better)", fmt.Sprintf("%d sessions; /proc utime+stime over the window", n),
 		fmt.Sprintf("%d µs create_ticket", cc.Microseconds()),
 		fmt.Sprintf("%d µs go-sdk no-op", sc.Microseconds()),
-		fmt.Sprintf("%.2f×", ratio(float64(cc), float64(sc))), "report", "info"})
+		times(ratio(float64(cc), float64(sc))), "report", "info"})
 	r.rep.detail("%s", describe(fmt.Sprintf("2 go-sdk default no-op server @%d", n), s, "noopserver"))
 	r.rep.detail("2 CPU per call @%d: create_ticket %d µs, bench_noop twin %d µs, go-sdk default no-op %d µs",
 		n, cc.Microseconds(), res.noop.cpuPerCall(0).Microseconds(), sc.Microseconds())
@@ -292,6 +292,6 @@ func (r *runner) report3(n int, res *s1Result, o *outcome) {
 	}
 	r.rep.add(row{"3", fmt.Sprintf("replay (same request_ids), %d sessions", n),
 		fmt.Sprintf("the %d calls of scenario 1 at %d sessions again, in order, on the same sessions; %s window", len(c.done), n, 2*r.cfg.Measure),
-		perSec(o.throughput()), perSec(c.throughput()) + " first calls", fmt.Sprintf("%.2f×", rt), "≥ 1.0×", result})
+		perSec(o.throughput()), perSec(c.throughput()) + " first calls", times(rt), "≥ 1.0×", result})
 	r.rep.detail("%s", describe(fmt.Sprintf("3 replay @%d", n), o, "mcp-front"))
 }

@@ -109,7 +109,7 @@ func (r *runner) scenario4(ctx context.Context) error {
 		fmt.Sprintf("dispatcher defaults (batches of 512 as JetStream atomic batches, up to 8 in flight), embedded nats-server SyncAlways; rows addressed to a target without a consumer, "+
 			"so the forwarder is idle, as for raw; %d rounds alternating relay (%s rows each) and raw (%s messages each)",
 			rounds, count3(rows/rounds), count3(r.cfg.RawRows/rounds)),
-		perSec(relay), perSec(rawRate) + " raw async publish", fmt.Sprintf("%.2f×", rt), "≥ 0.8×", verdict(rt >= 0.8)})
+		perSec(relay), perSec(rawRate) + " raw async publish", times(rt), "≥ 0.8×", verdict(rt >= 0.8)})
 	r.rep.detail("4 relay: %d rows marked published in %s, not counting each round's first batch (%d rows, dispatcher start-up); backlog written in-process in %s; dispatcher CPU %d µs/row (start-ups included)",
 		relayRows, relaySpan.Round(time.Millisecond), firsts, took.Round(time.Millisecond), (relayCPU / time.Duration(rows)).Microseconds())
 	r.rep.detail("4 raw: %d × js.PublishMsgAsync with Nats-Msg-Id (4096 in flight) in %s, same stream (natsjs.EnsureStream) and payload size; publisher+server CPU %d µs/message",

@@ -78,7 +78,7 @@ func (r *runner) scenario6(ctx context.Context, n int) error {
 	}
 	r.rep.add(row{"6", fmt.Sprintf("create_ticket on a %s-row ledger, %d sessions", count3(rows), n),
 		fmt.Sprintf("as scenario 1; ledger prefilled in-process (%s, %.0f MB file); %s", took.Round(time.Second), float64(size)/(1<<20), r.rounds()),
-		perSec(full.throughput()), perSec(empty.throughput()) + " empty ledger", fmt.Sprintf("%.2f×", rt), "≥ 0.9×", result})
+		perSec(full.throughput()), perSec(empty.throughput()) + " empty ledger", times(rt), "≥ 0.9×", result})
 	r.rep.detail("%s", describe(fmt.Sprintf("6 create_ticket @%d, %d rows", n, rows), full, "mcp-front"))
 	r.rep.detail("%s", describe(fmt.Sprintf("6 create_ticket @%d, empty ledger", n), empty, "mcp-front"))
 	se.close()

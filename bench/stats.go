@@ -3,6 +3,7 @@ package bench
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -48,6 +49,17 @@ func ratio(figure, baseline float64) float64 {
 		return 0
 	}
 	return figure / baseline
+}
+
+// times formats a ratio with two decimals, or with three where two would
+// round it onto a one-decimal value such as a target's bound: 0.8987 is
+// "0.899×", not a "0.90×" printed beside a MISS of "≥ 0.9×".
+func times(x float64) string {
+	two := math.Round(x*100) / 100
+	if two != x && math.Abs(two*10-math.Round(two*10)) < 1e-9 {
+		return fmt.Sprintf("%.3f×", x)
+	}
+	return fmt.Sprintf("%.2f×", x)
 }
 
 // verdict is PASS when ok holds, else MISS.
