@@ -447,3 +447,31 @@ func TestHTTPRawInvalidUTF8(t *testing.T) {
 		t.Errorf("stored title %q", title)
 	}
 }
+
+// TestHTTPArgumentNamesAreExact: encoding/json alone would read "Title" as
+// title and keep the last of two request_ids, so the call would mean
+// something other than what a reader of it sees. Both are refused and write
+// nothing.
+func TestHTTPArgumentNamesAreExact(t *testing.T) {
+	e := newEnv(t)
+	ts := e.httpServer(t, mcpserver.HTTPConfig{})
+	c := newRawClient(t, ts.URL)
+	for _, tc := range []struct{ args, want string }{
+		{`{"request_id":"` + newID() + `","request_id":"` + newID() + `","title":"t"}`, `"request_id": is given more than once`},
+		{`{"request_id":"` + newID() + `","title":"a","title":"b"}`, `"title": is given more than once`},
+		{`{"request_id":"` + newID() + `","Title":"t"}`, `unknown argument "Title" (names are case-sensitive: "title")`},
+		{`{"REQUEST_ID":"` + newID() + `","title":"t"}`, `unknown argument "REQUEST_ID"`},
+	} {
+		res := c.callTool([]byte(tc.args))
+		if !res.IsError || len(res.Content) == 0 || !strings.Contains(res.Content[0].Text, tc.want) {
+			t.Errorf("%s: %+v, want a tool error saying %s", tc.args, res, tc.want)
+		}
+	}
+	if got := e.rows(t); got != (rows{}) {
+		t.Errorf("refused arguments wrote: %+v", got)
+	}
+	// Control: the same names, each once and exact, are accepted.
+	if res := c.callTool([]byte(`{"request_id":"` + newID() + `","title":"t"}`)); res.IsError {
+		t.Errorf("exact names refused: %+v", res)
+	}
+}

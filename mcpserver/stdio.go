@@ -3,12 +3,17 @@ package mcpserver
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
 
 // Limits of the stdio guard.
@@ -97,10 +102,17 @@ type rpcError struct {
 	reason string
 }
 
-// checkMessage returns nil for one JSON-RPC 2.0 object, and otherwise the
-// error to answer: not JSON (-32700), a batch, not an object, another
-// version tag, nesting deeper than MaxJSONDepth (-32600). Both transports
-// use it, so a client gets the same answer over HTTP and stdio.
+// checkMessage returns nil for one JSON-RPC 2.0 message go-sdk will read as
+// sent, and otherwise the error to answer: not JSON or not UTF-8 (-32700); a
+// batch, not an object, a member given twice, another version tag, nesting
+// deeper than MaxJSONDepth, an id other than a string or a safe integer, a
+// method that is not a string, a response with neither result nor error, or
+// anything else go-sdk's decoder refuses (-32600). Both transports use it, so a client gets the same answer over
+// HTTP and stdio; over stdio a message go-sdk cannot decode would end the
+// session, and with it the answers to every call still running.
+//
+// Invalid UTF-8 inside a tool's arguments passes: the argument decoder
+// answers it with a tool error that names the argument.
 func checkMessage(line []byte) *rpcError {
 	switch {
 	case len(line) == 0:
@@ -112,20 +124,98 @@ func checkMessage(line []byte) *rpcError {
 	case line[0] != '{':
 		return &rpcError{code: CodeInvalidRequest, reason: "a JSON-RPC message must be a JSON object"}
 	}
-	var m struct {
-		JSONRPC string          `json:"jsonrpc"`
-		ID      json.RawMessage `json:"id"`
+	var (
+		version, id, method, params []byte
+		hasID, hasMethod            bool
+		hasError, hasResult         bool
+	)
+	dup := duplicate(line, func(name string, v []byte) {
+		switch name {
+		case "jsonrpc":
+			version = v
+		case "id":
+			id, hasID = v, true
+		case "method":
+			method, hasMethod = v, true
+		case "params":
+			params = v
+		case "error":
+			hasError = true
+		case "result":
+			hasResult = true
+		}
+	})
+	if dup == "" && len(params) > 0 {
+		if dup = duplicate(params, nil); dup != "" {
+			dup = "params." + dup
+		}
 	}
-	if err := json.Unmarshal(line, &m); err != nil {
-		return &rpcError{code: CodeInvalidRequest, reason: "not a JSON-RPC message: " + err.Error()}
-	}
+	e := &rpcError{id: id, code: CodeInvalidRequest}
 	switch {
-	case m.JSONRPC != "2.0":
-		return &rpcError{id: m.ID, code: CodeInvalidRequest, reason: fmt.Sprintf(`"jsonrpc" must be "2.0", got %q`, m.JSONRPC)}
+	case dup != "":
+		e.reason = fmt.Sprintf("the member %q appears more than once", dup)
+	case !bytes.Equal(version, []byte(`"2.0"`)) && decodeString(version) != "2.0":
+		e.reason = fmt.Sprintf(`"jsonrpc" must be "2.0", got %s`, cmp.Or(string(version), "nothing"))
 	case tooDeep(line, MaxJSONDepth):
-		return &rpcError{id: m.ID, code: CodeInvalidRequest, reason: fmt.Sprintf("nested deeper than %d levels", MaxJSONDepth)}
+		e.reason = fmt.Sprintf("nested deeper than %d levels", MaxJSONDepth)
+	case hasID && !validID(id):
+		e.reason = fmt.Sprintf(`"id" must be a string or an integer within ±%d`, maxSafeID)
+	case hasMethod && method[0] != '"':
+		e.reason = `"method" must be a string`
+	case !utf8.Valid(line) && !validOutsideArguments(line):
+		e.code, e.reason = CodeParseError, "not valid UTF-8"
+	case !hasMethod && hasResult == hasError:
+		e.reason = `a message without "method" is a response and needs "result" or "error"`
+	case !hasMethod || hasError || hasResult:
+		// A response, or something that is neither: rare, so it pays for
+		// a second decode by go-sdk's own reader.
+		if _, err := jsonrpc.DecodeMessage(line); err != nil {
+			e.reason = "not a JSON-RPC message: " + err.Error()
+		}
 	}
-	return nil
+	if e.reason == "" {
+		return nil
+	}
+	return e
+}
+
+// duplicate returns the first name the JSON object b holds twice, or "";
+// each member before it is handed to fn, if fn is not nil.
+func duplicate(b []byte, fn func(name string, value []byte)) (dup string) {
+	seen := make([]string, 0, 8)
+	members(b, func(name string, v []byte) bool {
+		if slices.Contains(seen, name) {
+			dup = name
+			return false
+		}
+		seen = append(seen, name)
+		if fn != nil {
+			fn(name, v)
+		}
+		return true
+	})
+	return dup
+}
+
+// validOutsideArguments reports whether every name and value of the
+// message but the values inside params.arguments is valid UTF-8.
+func validOutsideArguments(line []byte) bool {
+	ok := true
+	members(line, func(name string, v []byte) bool {
+		ok = utf8.ValidString(name)
+		switch {
+		case !ok:
+		case name != "params" || v[0] != '{':
+			ok = utf8.Valid(v)
+		default:
+			members(v, func(name string, v []byte) bool {
+				ok = utf8.ValidString(name) && (name == "arguments" || utf8.Valid(v))
+				return ok
+			})
+		}
+		return ok
+	})
+	return ok
 }
 
 // tooDeep reports whether b (valid JSON) nests objects and arrays deeper
@@ -176,11 +266,11 @@ func (l *lockedWriter) writeError(e *rpcError) error {
 	return err
 }
 
-// encode is the JSON-RPC error response. Only a string or number id can be
-// echoed; anything else answers to null.
+// encode is the JSON-RPC error response. Only an id go-sdk would echo
+// unchanged is echoed; anything else answers to null.
 func (e *rpcError) encode() []byte {
 	id := e.id
-	if len(id) == 0 || (id[0] != '"' && (id[0] < '0' || id[0] > '9') && id[0] != '-') {
+	if !validID(id) {
 		id = json.RawMessage("null")
 	}
 	title := "Invalid Request"

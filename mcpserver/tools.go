@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -322,8 +324,10 @@ func jsonResult(v any) (*mcp.CallToolResult, error) {
 	}, nil
 }
 
-// decodeArgs decodes a tool's JSON arguments strictly: invalid UTF-8, unknown
-// arguments, wrong types and trailing data are errors that name the argument.
+// decodeArgs decodes a tool's JSON arguments strictly into the struct v
+// points to: invalid UTF-8, unknown arguments (names match exactly), an
+// argument given twice, wrong types and trailing data are errors that name
+// the argument.
 func decodeArgs(raw json.RawMessage, v any) error {
 	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		raw = json.RawMessage("{}")
@@ -339,7 +343,46 @@ func decodeArgs(raw json.RawMessage, v any) error {
 	if dec.More() {
 		return &ticket.InvalidError{Argument: "arguments", Reason: "have trailing data after the JSON object"}
 	}
-	return nil
+	return checkNames(raw, argNames(v))
+}
+
+// checkNames catches what encoding/json lets through: it matches names
+// regardless of case ("Title" sets title) and keeps the last of two equal
+// names, so a call could mean something other than what a reader of it sees.
+func checkNames(raw json.RawMessage, names []string) error {
+	var err error
+	seen := make([]string, 0, len(names))
+	members(raw, func(name string, _ []byte) bool {
+		switch {
+		case slices.Contains(seen, name):
+			err = &ticket.InvalidError{Argument: name, Reason: "is given more than once"}
+		case !slices.Contains(names, name):
+			reason := fmt.Sprintf("unknown argument %q", name)
+			if i := slices.IndexFunc(names, func(n string) bool { return strings.EqualFold(n, name) }); i >= 0 {
+				reason += fmt.Sprintf(" (names are case-sensitive: %q)", names[i])
+			}
+			err = &ticket.InvalidError{Argument: "arguments", Reason: reason}
+		}
+		seen = append(seen, name)
+		return err == nil
+	})
+	return err
+}
+
+var argNamesOf sync.Map // reflect.Type → []string
+
+// argNames lists the JSON names of the fields of the struct v points to.
+func argNames(v any) []string {
+	t := reflect.TypeOf(v).Elem()
+	if names, ok := argNamesOf.Load(t); ok {
+		return names.([]string)
+	}
+	names := make([]string, t.NumField())
+	for i := range names {
+		names[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
+	}
+	argNamesOf.Store(t, names)
+	return names
 }
 
 // invalidUTF8 names the argument whose value holds the bytes that are not

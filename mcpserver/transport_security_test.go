@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -241,6 +242,12 @@ func TestGarbageChangesNothing(t *testing.T) {
 		{"empty", "application/json", []byte(`   `), http.StatusBadRequest, CodeInvalidRequest},
 		{"text/plain", "text/plain", createBody(4, newRID(), "plain", ""), http.StatusUnsupportedMediaType, 0},
 		{"form", "application/x-www-form-urlencoded", []byte(`a=b`), http.StatusUnsupportedMediaType, 0},
+		// go-sdk would answer these under id 1 and -2^63, after the write.
+		{"fractional id", "application/json", bytes.Replace(createBody(7, newRID(), "t", ""), []byte(`"id":7`), []byte(`"id":1.5`), 1), http.StatusBadRequest, CodeInvalidRequest},
+		{"id beyond 2^53", "application/json", bytes.Replace(createBody(7, newRID(), "t", ""), []byte(`"id":7`), []byte(`"id":9223372036854775808`), 1), http.StatusBadRequest, CodeInvalidRequest},
+		// go-sdk would turn bytes that are not UTF-8 into U+FFFD, and the
+		// id into one the client never sent.
+		{"invalid UTF-8 in the id", "application/json", bytes.Replace(createBody(7, newRID(), "t", ""), []byte(`"id":7`), []byte("\"id\":\"a\xff\""), 1), http.StatusBadRequest, CodeInvalidRequest},
 	} {
 		r := c.req(http.MethodPost, tc.body)
 		r.Header.Set("Content-Type", tc.ctype)
@@ -257,6 +264,12 @@ func TestGarbageChangesNothing(t *testing.T) {
 				t.Errorf("%s: body %s, want JSON-RPC error %d with id null", tc.name, b, tc.code)
 			}
 		}
+	}
+	// Outside the arguments (where the tool error names the argument),
+	// bytes that are not UTF-8 are a parse error, under the request's id.
+	metaBody := bytes.Replace(createBody(8, newRID(), "t", ""), []byte(`"params":{`), []byte("\"params\":{\"_meta\":{\"x\":\"\xff\"},"), 1)
+	if m := readResponse(t, c.do(c.req(http.MethodPost, metaBody))); m.Error == nil || m.Error.Code != CodeParseError || string(m.ID) != "8" {
+		t.Errorf("invalid UTF-8 in _meta: %+v, want a parse error under id 8", m)
 	}
 	// Per-field limits hold below the body limit too.
 	resp := c.do(c.req(http.MethodPost, createBody(5, newRID(), strings.Repeat("t", 600), "")))
