@@ -2,6 +2,7 @@ package forwarder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -21,9 +22,18 @@ type attempt struct {
 	msg       jetstream.Msg
 	requestID string // the message names the request; its ledger row holds the ticket
 	log       *slog.Logger
+	release   func() // ends this process's handling of the request (Forwarder.busy)
+	settling  bool   // the outcome is committing: its callback releases
 }
 
+// callEndSlack covers a downstream call's cancellation taking effect after
+// its deadline.
+const callEndSlack = time.Second
+
 func (a *attempt) run(ctx context.Context) error {
+	// From the first step on: the claim's commit can wait on the write lock.
+	stop := a.keepAlive()
+	defer stop()
 	p, err := a.f.ledger.PriorDelivery(ctx, a.requestID)
 	if err != nil {
 		return err
@@ -49,10 +59,18 @@ func (a *attempt) run(ctx context.Context) error {
 		Attempt: prev.Attempts + 1,
 		Ticket:  p.Ticket,
 	}
-	rec := ledger.Delivery{RequestID: a.requestID, Target: a.t.Name(), Attempts: d.Attempt}
+	rec := ledger.Delivery{RequestID: a.requestID, Target: a.t.Name(), Attempts: d.Attempt, Version: prev.Version}
 
+	// The call ends DeliveryTimeout after this, whatever the claim's commit
+	// took: the claim's updated_at is later, so another copy that waits
+	// until updated_at+DeliveryTimeout never overlaps the call.
+	start := time.Now()
 	if !caps.DedupeKey {
 		if found && prev.State == ledger.DeliveryAttempting {
+			if wait := a.untilCallEnded(prev); wait > 0 {
+				a.log.Info("forwarder: an attempt's call may still be running; looking again once it has ended", "wait", wait)
+				return a.msg.NakWithDelay(wait)
+			}
 			// An earlier call may have created the item.
 			done, err := a.reconcile(ctx, caps, d, prev)
 			if done || err != nil {
@@ -60,19 +78,18 @@ func (a *attempt) run(ctx context.Context) error {
 			}
 		}
 		// Record the attempt before the call: a crash during the call leaves
-		// "attempting", which the next delivery reconciles instead of resending.
+		// "attempting", which the next delivery reconciles instead of
+		// resending. The write is conditional on the version read: of two
+		// copies of the message only one gets to call.
 		rec.State = ledger.DeliveryAttempting
-		if err := a.f.ledger.RecordDelivery(ctx, rec); err != nil {
+		if err := a.record(ctx, &rec); err != nil {
 			return err
 		}
 	}
 
 	a.f.metrics.DeliveryAttempts.WithLabelValues(a.t.Name()).Inc()
-	cctx, cancel := context.WithTimeout(ctx, a.f.cfg.DeliveryTimeout)
-	stop := a.keepAlive()
-	start := time.Now()
+	cctx, cancel := context.WithDeadline(ctx, start.Add(a.f.cfg.DeliveryTimeout))
 	receipt, err := a.t.Deliver(cctx, d)
-	stop()
 	cancel()
 	a.f.metrics.DeliveryDuration.WithLabelValues(a.t.Name()).Observe(time.Since(start).Seconds())
 	failpoint.Hit(failpoint.ForwarderAfterDeliver)
@@ -91,9 +108,7 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 		return true, a.uncertain(ctx, prev, fmt.Sprintf("attempt %d ended without an answer and %s has no consistent lookup", prev.Attempts, a.t.Name()))
 	}
 	lctx, cancel := context.WithTimeout(ctx, a.f.cfg.DeliveryTimeout)
-	stop := a.keepAlive()
 	receipt, found, err := finder.Find(lctx, d)
-	stop()
 	cancel()
 	if err != nil {
 		e := downstream.Classify(err)
@@ -108,12 +123,13 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 			return true, a.uncertain(ctx, prev, fmt.Sprintf("attempt %d ended without an answer and the lookup that would prove its outcome failed: %s",
 				prev.Attempts, e))
 		}
+		delay := a.f.cfg.Retry.Delay(prev.Attempts)
 		prev.LastError = "lookup failed: " + e.Error()
-		prev.NextAttemptAt = a.f.now().Add(a.f.cfg.Retry.Delay(prev.Attempts))
-		if err := a.f.ledger.RecordDelivery(ctx, prev); err != nil {
+		prev.NextAttemptAt = a.f.now().Add(delay)
+		if err := a.record(ctx, &prev); err != nil {
 			return true, err
 		}
-		return true, a.msg.NakWithDelay(time.Until(prev.NextAttemptAt))
+		return true, a.msg.NakWithDelay(delay)
 	}
 	if found {
 		prev.Attempts = max(prev.Attempts, 1)
@@ -139,18 +155,53 @@ func (a *attempt) delivered(ctx context.Context, rec ledger.Delivery, r downstre
 	a.f.settling.Add(1)
 	err := a.f.ledger.RecordDeliveryThen(ctx, rec, func(err error) {
 		defer a.f.settling.Done()
-		if err != nil {
+		defer a.release()
+		switch {
+		case errors.Is(err, ledger.ErrStale):
+			// Only a record that says delivered refuses a delivery: another
+			// copy recorded it first (with a dedupe key, the same item).
+			a.log.Info("delivered; another copy of the message had recorded it first", "external_id", r.ExternalID)
+			a.ack()
+		case err != nil:
 			a.bookkeepingFailed(err)
-			return
+		default:
+			a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeDelivered).Inc()
+			a.log.Info("delivered", "external_id", r.ExternalID, "attempt", rec.Attempts)
+			a.ack()
 		}
-		a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeDelivered).Inc()
-		a.log.Info("delivered", "external_id", r.ExternalID, "attempt", rec.Attempts)
-		a.ack()
 	})
 	if err != nil {
 		a.f.settling.Done()
+		return err
 	}
-	return err
+	a.settling = true
+	return nil
+}
+
+// record writes rec if the record is still at the version rec was read (or
+// last written) at, and moves rec.Version on; ledger.ErrStale if another
+// copy of the message, or an operator, changed it first.
+func (a *attempt) record(ctx context.Context, rec *ledger.Delivery) error {
+	if err := a.f.ledger.RecordDelivery(ctx, *rec); err != nil {
+		return err
+	}
+	rec.Version++
+	return nil
+}
+
+// untilCallEnded is how long an "attempting" record may still stand for a
+// call in progress. A claim (no retry time set) is followed by one call
+// that ends DeliveryTimeout after the claim at the latest; until then
+// another copy of the message (on another dispatcher, or a redelivery here
+// after a restart) must neither look the outcome up nor declare it
+// uncertain: the call may still create the item. A claim a crashed
+// dispatcher left is reconciled once that time has passed. An attempt that
+// ended and waits for its retry has a retry time.
+func (a *attempt) untilCallEnded(prev ledger.Delivery) time.Duration {
+	if !prev.NextAttemptAt.IsZero() {
+		return 0
+	}
+	return prev.UpdatedAt.Add(a.f.cfg.DeliveryTimeout + callEndSlack).Sub(a.f.now())
 }
 
 func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec ledger.Delivery, e *downstream.Error) error {
@@ -175,7 +226,7 @@ func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec 
 	}
 	delay := max(a.f.cfg.Retry.Delay(rec.Attempts), e.RetryAfter)
 	rec.NextAttemptAt = a.f.now().Add(delay)
-	if err := a.f.ledger.RecordDelivery(ctx, rec); err != nil {
+	if err := a.record(ctx, &rec); err != nil {
 		return err
 	}
 	a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeRetrying).Inc()
@@ -186,7 +237,7 @@ func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec 
 func (a *attempt) dead(ctx context.Context, rec ledger.Delivery, why string) error {
 	rec.State = string(ledger.StatusFailed)
 	rec.NextAttemptAt = time.Time{}
-	if err := a.f.ledger.RecordDelivery(ctx, rec); err != nil {
+	if err := a.record(ctx, &rec); err != nil {
 		return err
 	}
 	a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeFailed).Inc()
@@ -200,7 +251,7 @@ func (a *attempt) uncertain(ctx context.Context, rec ledger.Delivery, why string
 	rec.State = string(ledger.StatusUncertain)
 	rec.LastError = why
 	rec.NextAttemptAt = time.Time{}
-	if err := a.f.ledger.RecordDelivery(ctx, rec); err != nil {
+	if err := a.record(ctx, &rec); err != nil {
 		return err
 	}
 	a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeUncertain).Inc()
@@ -247,8 +298,12 @@ func (a *attempt) ack() error {
 }
 
 // bookkeepingFailed hands the message back: the ledger could not be read or
-// written, so retry it soon.
+// written, or its record changed under this copy, so look again soon.
 func (a *attempt) bookkeepingFailed(err error) {
-	a.log.Error("forwarder: delivery bookkeeping failed; message will be redelivered", "err", err)
+	if errors.Is(err, ledger.ErrStale) {
+		a.log.Info("forwarder: another copy of the message changed the delivery record first; looking again")
+	} else {
+		a.log.Error("forwarder: delivery bookkeeping failed; message will be redelivered", "err", err)
+	}
 	_ = a.msg.NakWithDelay(a.f.cfg.Retry.Delay(1))
 }

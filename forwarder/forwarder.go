@@ -75,6 +75,11 @@ type Forwarder struct {
 	// messages are acked (or handed back) when it is durable, and Run waits
 	// for them.
 	settling sync.WaitGroup
+	// busy holds the request ids this process is handling, from the first
+	// read to the outcome's commit. JetStream redelivers a message whose ack
+	// deadline passed while it waited in the client's buffer or while its
+	// record committed; that copy waits here for the first (see handle).
+	busy sync.Map
 }
 
 // New builds a forwarder for targets.
@@ -198,8 +203,24 @@ func (f *Forwarder) handle(ctx context.Context, t downstream.Target, msg jetstre
 		_ = msg.TermWithReason("undecodable ticket")
 		return
 	}
-	a := attempt{f: f, t: t, msg: msg, requestID: ref.RequestID, log: f.log.With("target", t.Name(), "request_id", ref.RequestID)}
-	if err := a.run(ctx); err != nil {
+	log := f.log.With("target", t.Name(), "request_id", ref.RequestID)
+	if _, dup := f.busy.LoadOrStore(ref.RequestID, struct{}{}); dup {
+		// A second copy of a message this process is still handling. Look
+		// again later: by then the first copy's outcome is recorded, and this
+		// one is skipped as settled (or goes on from what was recorded). The
+		// ledger's versioned writes keep copies on different dispatchers
+		// apart; this keeps them from costing a refused write here.
+		log.Info("forwarder: another copy of this message is being handled; looking again later")
+		_ = msg.NakWithDelay(f.cfg.Retry.Delay(1))
+		return
+	}
+	a := attempt{f: f, t: t, msg: msg, requestID: ref.RequestID, log: log,
+		release: func() { f.busy.Delete(ref.RequestID) }}
+	err := a.run(ctx)
+	if err != nil {
 		a.bookkeepingFailed(err)
+	}
+	if !a.settling {
+		a.release()
 	}
 }

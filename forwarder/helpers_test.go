@@ -50,6 +50,7 @@ func testConfig() forwarder.Config {
 // temporary directory and an embedded nats-server with JetStream.
 type env struct {
 	db  *ledger.DB
+	w   *ledger.Writer
 	l   *ledger.Ledger
 	m   *metrics.Dispatcher
 	nc  *nats.Conn
@@ -87,7 +88,7 @@ func newEnv(t *testing.T) *env {
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
 	w := ledger.NewWriter(db, log, m.Writer)
 	t.Cleanup(w.Close)
-	e := &env{db: db, l: ledger.New(db, w, time.Now), m: m, nc: nc, js: js, log: log}
+	e := &env{db: db, w: w, l: ledger.New(db, w, time.Now), m: m, nc: nc, js: js, log: log}
 
 	// The real relay publishes committed outbox rows (Nats-Msg-Id = request_id).
 	relay, err := outbox.NewRelay(outbox.RelayConfig{Holder: "test-" + t.Name(), PollInterval: 5 * time.Millisecond},
@@ -135,11 +136,21 @@ func (e *env) startForwarder(t *testing.T, cfg forwarder.Config, targets ...down
 }
 
 // createAttempted accepts a ticket for target whose first attempt ended
-// without an answer, as a dispatcher that died mid-call leaves it.
+// without an answer, as a dispatcher that died mid-call an hour ago leaves
+// it (a claim younger than DeliveryTimeout may stand for a call still
+// running: see TestClaimOfARunningCallIsLeftAlone).
 func (e *env) createAttempted(t *testing.T, target string) string {
 	t.Helper()
+	return e.createClaimed(t, target, time.Now().Add(-time.Hour))
+}
+
+// createClaimed accepts a ticket for target and records its first attempt
+// as claimed at the time at.
+func (e *env) createClaimed(t *testing.T, target string, at time.Time) string {
+	t.Helper()
 	id := e.create(t, target)
-	if err := e.l.RecordDelivery(context.Background(), ledger.Delivery{RequestID: id, Target: target, State: ledger.DeliveryAttempting, Attempts: 1}); err != nil {
+	then := ledger.New(e.db, e.w, func() time.Time { return at })
+	if err := then.RecordDelivery(context.Background(), ledger.Delivery{RequestID: id, Target: target, State: ledger.DeliveryAttempting, Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 	return id

@@ -195,6 +195,12 @@ var migrations = []string{
 	DROP TABLE deliveries;
 	ALTER TABLE deliveries_v5 RENAME TO deliveries;
 	CREATE INDEX deliveries_state ON deliveries(state, target);`,
+	// 6: a version per delivery record. Two copies of one message can be
+	// handled at once (a redelivery after AckWait while the first copy is
+	// still calling the downstream, or a copy on another dispatcher); each
+	// write is conditional on the version its writer read, so only one
+	// copy's attempt goes ahead. Existing records start at 1: 0 means none.
+	`ALTER TABLE deliveries ADD COLUMN version INTEGER NOT NULL DEFAULT 1;`,
 }
 
 // migrateRetrying runs migrate, retrying SQLITE_BUSY for about 10 s. When

@@ -255,6 +255,10 @@ func TestMigrationKeepsDeliveriesOfSchema4(t *testing.T) {
 			t.Fatalf("Find(%s) after migration: external id %q, want line-7", id, st.ExternalID)
 		}
 	}
+	// Records written before migration 6 start at version 1 (0 means none).
+	if d, found, err := e.l.Delivery(ctx, "req-delivered"); err != nil || !found || d.Version != 1 {
+		t.Fatalf("Delivery(req-delivered) after migration = %+v, %v, %v; want version 1", d, found, err)
+	}
 	if err := e.l.Redrive(ctx, "req-failed"); err != nil {
 		t.Fatalf("Redrive after migration: %v", err)
 	}

@@ -1,9 +1,9 @@
 package ledger
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -19,6 +19,9 @@ type Delivery struct {
 	ExternalID    string
 	ExternalURL   string
 	UpdatedAt     time.Time
+	// Version is the record's version as read; 0: there is no record yet.
+	// Each write makes it one higher (see RecordDelivery).
+	Version int64
 }
 
 // Settled reports whether the delivery needs no further call downstream.
@@ -36,7 +39,16 @@ func (l *Ledger) Delivery(ctx context.Context, requestID string) (Delivery, bool
 	return p.Delivery, p.Found, err
 }
 
-// RecordDelivery writes d durably (insert or replace). UpdatedAt is set to now.
+// ErrStale: the delivery record is no longer at the version the writer read;
+// another copy of the message (or an operator) changed it first, and the
+// write was not made.
+var ErrStale = errors.New("ledger: the delivery record changed since it was read")
+
+// RecordDelivery writes d durably if the record is still at d.Version (0:
+// none yet), making it d.Version+1; UpdatedAt is set to now. Otherwise it
+// writes nothing and returns ErrStale. One exception: a delivery is a fact,
+// so a delivered record replaces any record that is not delivered already,
+// whatever its version.
 func (l *Ledger) RecordDelivery(ctx context.Context, d Delivery) error {
 	return recordErr(d, l.w.InTx(ctx, l.recordTx(d)))
 }
@@ -58,21 +70,29 @@ func (l *Ledger) recordTx(d Delivery) func(ctx context.Context, tx *sql.Tx) erro
 		// The record takes the ledger row's id (see migration 5); a request
 		// the ledger does not hold gets none.
 		res, err := l.w.prepared(tx).ExecContext(ctx, `
-			INSERT INTO deliveries (id, target, state, attempts, next_attempt_at, last_error, external_id, external_url, updated_at)
-			SELECT id, ?, ?, ?, ?, ?, ?, ?, ? FROM requests WHERE request_id = ?
+			INSERT INTO deliveries (id, target, state, attempts, next_attempt_at, last_error, external_id, external_url, updated_at, version)
+			SELECT id, ?, ?, ?, ?, ?, ?, ?, ?, 1 FROM requests WHERE request_id = ?
 			ON CONFLICT(id) DO UPDATE SET
 				target = excluded.target, state = excluded.state, attempts = excluded.attempts,
 				next_attempt_at = excluded.next_attempt_at, last_error = excluded.last_error,
 				external_id = excluded.external_id, external_url = excluded.external_url,
-				updated_at = excluded.updated_at`,
-			d.Target, d.State, d.Attempts, next, d.LastError, d.ExternalID, d.ExternalURL, l.now().UnixNano(), d.RequestID)
+				updated_at = excluded.updated_at, version = deliveries.version + 1
+			WHERE deliveries.version = ? OR (excluded.state = 'delivered' AND deliveries.state != 'delivered')`,
+			d.Target, d.State, d.Attempts, next, d.LastError, d.ExternalID, d.ExternalURL, l.now().UnixNano(), d.RequestID, d.Version)
 		if err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return cmp.Or(err, ErrNotFound)
+		if n, err := res.RowsAffected(); err != nil || n > 0 {
+			return err
 		}
-		return nil
+		var accepted bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM requests WHERE request_id = ?)`, d.RequestID).Scan(&accepted); err != nil {
+			return err
+		}
+		if !accepted {
+			return ErrNotFound
+		}
+		return ErrStale
 	}
 }
 

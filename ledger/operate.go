@@ -37,7 +37,7 @@ func (l *Ledger) redriveTx(ctx context.Context, tx *sql.Tx, requestID string) er
 		return fmt.Errorf("%w: %s is %s; only failed requests can be redriven", ErrState, requestID, state)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, attempts = 0, next_attempt_at = NULL,
-		last_error = ?, updated_at = ? WHERE id = ?`,
+		last_error = ?, updated_at = ?, version = version + 1 WHERE id = ?`,
 		string(StatusRetrying), "redriven by an operator after: "+state, l.now().UnixNano(), id); err != nil {
 		return fmt.Errorf("ledger: redrive %s: %w", requestID, err)
 	}
@@ -108,7 +108,7 @@ func (l *Ledger) Resolve(ctx context.Context, requestID string, delivered bool, 
 			newState, msg = string(StatusDelivered), ""
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, external_id = ?, last_error = ?, next_attempt_at = NULL,
-			updated_at = ? WHERE id = ?`, newState, externalID, msg, l.now().UnixNano(), id)
+			updated_at = ?, version = version + 1 WHERE id = ?`, newState, externalID, msg, l.now().UnixNano(), id)
 		return err
 	})
 }
@@ -142,7 +142,11 @@ func (l *Ledger) Summarize(ctx context.Context) (Summary, error) {
 	if !oldest.IsZero() {
 		s.OldestAge = l.now().Sub(oldest)
 	}
-	rows, err := l.db.read.QueryContext(ctx, `SELECT target, state, count(*) FROM deliveries GROUP BY target, state ORDER BY target`)
+	// An attempt that ended without a known outcome and waits for its
+	// lookup is retrying, as find_request reports it.
+	rows, err := l.db.read.QueryContext(ctx, `SELECT target,
+		CASE WHEN state = ? AND next_attempt_at IS NOT NULL THEN ? ELSE state END AS shown, count(*)
+		FROM deliveries GROUP BY target, shown ORDER BY target`, DeliveryAttempting, string(StatusRetrying))
 	if err != nil {
 		return s, fmt.Errorf("ledger: summarize: %w", err)
 	}

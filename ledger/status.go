@@ -84,10 +84,15 @@ func (l *Ledger) Find(ctx context.Context, requestID string) (RequestStatus, err
 		if !d.NextAttemptAt.IsZero() {
 			st.NextAttemptAt = &d.NextAttemptAt
 		}
-		if d.State == DeliveryAttempting {
+		switch {
+		case d.State == DeliveryAttempting && d.NextAttemptAt.IsZero():
 			st.Status = StatusPublished
 			st.InProgress = true
-		} else {
+		case d.State == DeliveryAttempting:
+			// The attempt ended without a known outcome; the next one looks
+			// it up before any resend.
+			st.Status = StatusRetrying
+		default:
 			st.Status = Status(d.State)
 		}
 	case !pub.IsZero():

@@ -71,13 +71,15 @@ func TestFindFollowsTheRequest(t *testing.T) {
 		t.Errorf("published Detail = %q", st.Detail)
 	}
 
+	var version int64 // of the record, as the forwarder would track it
 	record := func(d ledger.Delivery) time.Time {
 		t.Helper()
 		e.clock.Add(time.Second)
-		d.RequestID, d.Target = "req-life", "local"
+		d.RequestID, d.Target, d.Version = "req-life", "local", version
 		if err := e.l.RecordDelivery(ctx, d); err != nil {
 			t.Fatal(err)
 		}
+		version++
 		return e.clock.Now()
 	}
 
@@ -91,6 +93,18 @@ func TestFindFollowsTheRequest(t *testing.T) {
 	}
 	if !strings.Contains(st.Detail, "attempt 1 to local is in progress") {
 		t.Errorf("attempting Detail = %q", st.Detail)
+	}
+
+	// An attempt that ended without a known outcome and waits to look it up
+	// before any resend is not in progress: it is retrying.
+	lookupAt := e.clock.Now().Add(10 * time.Second)
+	record(ledger.Delivery{State: ledger.DeliveryAttempting, Attempts: 1, NextAttemptAt: lookupAt, LastError: "lookup failed: HTTP 502"})
+	st = find()
+	if st.Status != ledger.StatusRetrying || st.InProgress || st.NextAttemptAt == nil || !st.NextAttemptAt.Equal(lookupAt) {
+		t.Fatalf("attempting, waiting for its lookup: %+v, want retrying, not in progress", st)
+	}
+	if !strings.Contains(st.Detail, "lookup failed: HTTP 502") || !strings.Contains(st.Detail, "retried automatically") {
+		t.Errorf("attempting, waiting for its lookup: Detail = %q", st.Detail)
 	}
 
 	next := e.clock.Now().Add(30 * time.Second)
@@ -223,6 +237,63 @@ func TestPriorDelivery(t *testing.T) {
 	check("never-seen", false, false)
 	if n := count(t, raw(t, e.path), `SELECT count(*) FROM deliveries`); n != 1 {
 		t.Fatalf("%d delivery records, want 1", n)
+	}
+}
+
+// TestRecordDeliveryIsConditional: a write goes ahead only from the version
+// its writer read, so of two copies of one message that read the same
+// record only one acts; a delivery, a fact, replaces any other state.
+func TestRecordDeliveryIsConditional(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	ctx := context.Background()
+	if _, err := e.l.Create(ctx, request("req-cas")); err != nil {
+		t.Fatal(err)
+	}
+	rec := func(state string, version int64) error {
+		return e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: "req-cas", Target: "local", State: state, Attempts: 1, Version: version})
+	}
+	version := func() int64 {
+		t.Helper()
+		d, found, err := e.l.Delivery(ctx, "req-cas")
+		if err != nil || !found {
+			t.Fatalf("Delivery: %+v, %v, %v", d, found, err)
+		}
+		return d.Version
+	}
+	steps := []struct {
+		state       string
+		from        int64
+		stale       bool
+		wantVersion int64
+	}{
+		{ledger.DeliveryAttempting, 0, false, 1},      // the first copy's claim
+		{ledger.DeliveryAttempting, 0, true, 1},       // the second copy read "none" too: refused
+		{string(ledger.StatusRetrying), 1, false, 2},  // the first copy's outcome
+		{string(ledger.StatusUncertain), 1, true, 2},  // a copy that read version 1: refused
+		{string(ledger.StatusDelivered), 1, false, 3}, // a delivery from a stale read still counts
+		{string(ledger.StatusDelivered), 3, false, 4}, // (from the current version, it is an ordinary write)
+		{string(ledger.StatusDelivered), 1, true, 4},  // but does not replace a delivery from a stale read
+		{string(ledger.StatusUncertain), 2, true, 4},  // nor does anything else
+	}
+	for i, s := range steps {
+		err := rec(s.state, s.from)
+		if s.stale != errors.Is(err, ledger.ErrStale) || (!s.stale && err != nil) {
+			t.Fatalf("step %d: %s from version %d: %v, want stale %v", i, s.state, s.from, err, s.stale)
+		}
+		if v := version(); v != s.wantVersion {
+			t.Fatalf("step %d: version %d, want %d", i, v, s.wantVersion)
+		}
+	}
+	// An operator's action moves the version too, so a copy that read the
+	// record before it cannot undo it.
+	if err := rec(string(ledger.StatusUncertain), 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.l.Resolve(ctx, "req-cas", false, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec(string(ledger.StatusRetrying), 5); !errors.Is(err, ledger.ErrStale) {
+		t.Fatalf("write from before the operator's resolve: %v, want ErrStale", err)
 	}
 }
 
