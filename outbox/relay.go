@@ -189,7 +189,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		msgs, err := r.pending(ctx, after)
 		if err == nil && len(msgs) > 0 {
-			fl.start(ctx, func() error { return r.publish(ctx, msgs) })
+			// A batch once sent runs to its marks even if the relay is told
+			// to stop (the publisher's ack timeout bounds it): abandoning its
+			// acks would leave rows the stream stores unmarked, to be
+			// published again at the next start, and after a stop longer
+			// than the duplicate window stored twice.
+			fl.start(ctx, func() error { return r.publish(context.WithoutCancel(ctx), msgs) })
 		}
 		if err == nil && len(msgs) == r.cfg.BatchSize {
 			err = fl.err() // a full batch: there is more, go on at once
@@ -347,7 +352,11 @@ func (r *Relay) markPublished(ctx context.Context, acked []stored) error {
 	}
 	now := r.now()
 	err := r.tx.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, `UPDATE outbox SET published_at = ?, stream_seq = ? WHERE id = ? AND published_at IS NULL`)
+		// Only the generation that was published: an operator's redrive
+		// between the ack and this mark queued a new one, which must still
+		// go out.
+		stmt, err := tx.PrepareContext(ctx, `UPDATE outbox SET published_at = ?, stream_seq = ?
+			WHERE id = ? AND generation = ? AND published_at IS NULL`)
 		if err != nil {
 			return err
 		}
@@ -357,7 +366,7 @@ func (r *Relay) markPublished(ctx context.Context, acked []stored) error {
 			if m.seq > 0 {
 				seq = sql.NullInt64{Int64: int64(m.seq), Valid: true}
 			}
-			if _, err := stmt.ExecContext(ctx, now.UnixNano(), seq, m.ID); err != nil {
+			if _, err := stmt.ExecContext(ctx, now.UnixNano(), seq, m.ID, m.Generation); err != nil {
 				return err
 			}
 		}
