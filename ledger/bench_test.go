@@ -109,8 +109,8 @@ func BenchmarkCreate(b *testing.B) {
 	}
 }
 
-// BenchmarkCreateReplay is a repeat of committed requests: answered from the
-// read pool without the writer.
+// BenchmarkCreateReplay is a repeat of committed requests: the writer finds
+// the row inside its transaction and writes nothing.
 func BenchmarkCreateReplay(b *testing.B) {
 	for _, n := range []int{1, 8} {
 		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {

@@ -37,8 +37,9 @@ func (j job) finish(err error) {
 }
 
 // Writer is the single writer of a process. Operations submitted from many
-// goroutines are batched into one IMMEDIATE transaction; each runs inside its
-// own SAVEPOINT, so one operation's error rolls back only its own writes.
+// goroutines are batched into one IMMEDIATE transaction. If one of them
+// fails, the batch is rolled back and run again with each operation in its
+// own SAVEPOINT, so one operation's error undoes only its own writes.
 // Every caller is answered after the COMMIT is durable.
 type Writer struct {
 	db      *sql.DB

@@ -55,7 +55,7 @@ type HTTPConfig struct {
 	SessionTimeout time.Duration
 	// EventStoreBytes bounds the memory that keeps SSE events so that a
 	// client whose stream dropped resumes it with Last-Event-ID (sessions,
-	// protocol 2025-11-25). Default 16 MiB; negative turns resumption off.
+	// protocol 2025-11-25). Default DefaultEventStoreBytes; negative turns resumption off.
 	EventStoreBytes int
 	// KeepAlive is the interval of pings on sessions that hold a GET stream
 	// open; 0 sends none. A session is closed after KeepAliveFailures
