@@ -33,6 +33,7 @@ import (
 // Store is the ledger's side of the audit.
 type Store interface {
 	PublishedAfter(ctx context.Context, after int64, limit int) ([]ledger.Published, error)
+	LastID(ctx context.Context) (int64, error)
 	RepublishLost(ctx context.Context, p ledger.Published) (bool, error)
 }
 
@@ -127,6 +128,20 @@ func (a *Auditor) Round(ctx context.Context) (more bool, err error) {
 	rows, err := a.store.PublishedAfter(ctx, a.cursor, a.cfg.Batch)
 	if err != nil {
 		return false, err
+	}
+	if len(rows) == 0 && a.cursor > 0 {
+		// Ids are max(id)+1: once retention removed the newest rows, new
+		// ones take ids at or below the cursor. Start the pass again
+		// rather than skip them until the next one.
+		last, err := a.store.LastID(ctx)
+		if err != nil {
+			return false, err
+		}
+		if last < a.cursor {
+			a.log.Info("stream audit: ledger ids restarted below the audit's position; starting a new pass", "position", a.cursor, "last_id", last)
+			a.cursor, a.passFrom = 0, now
+		}
+		return false, nil
 	}
 	for _, p := range rows {
 		if p.PublishedAt.IsZero() || now.Sub(p.PublishedAt) < a.cfg.After {

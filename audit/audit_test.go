@@ -225,6 +225,49 @@ func TestAuditRepublishesWhatTheStreamLost(t *testing.T) {
 	}
 }
 
+// Ledger ids are max(id)+1: once retention removed the newest rows, new
+// rows take ids at or below the audit's position. The audit notices and
+// starts its pass again instead of skipping them until the next one.
+func TestAuditFollowsIdsThatRestart(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	first := []string{"a", "b", "c"}
+	w.create(t, first...)
+	w.allPublished(t, first)
+	clock := time.Now().Add(10 * time.Minute)
+	a, err := audit.New(audit.Config{After: 5 * time.Minute}, w.l, w.check, func() bool { return true }, w.log, w.m, func() time.Time { return clock })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Round(ctx); err != nil { // the pass is now past c
+		t.Fatal(err)
+	}
+	checked := testutil.ToFloat64(w.m.AuditChecked)
+	// All three are delivered and retention removes them (a day later).
+	for _, id := range first {
+		if err := w.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: string(ledger.StatusDelivered), Attempts: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := w.l.Prune(ctx, time.Now().Add(time.Hour), 100); err != nil || n != 3 {
+		t.Fatalf("Prune = %d, %v; want 3", n, err)
+	}
+	// New requests take the ids the pruned ones had; the stream loses one.
+	w.create(t, "d", "e")
+	w.allPublished(t, []string{"d", "e"})
+	w.lose(t, "e")
+	clock = clock.Add(10 * time.Minute)
+	for range 3 {
+		if _, err := a.Round(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := testutil.ToFloat64(w.m.AuditChecked) - checked; got != 2 {
+		t.Errorf("%v of the 2 new rows looked up", got)
+	}
+	w.wantRepublished(t, []string{"d", "e"}, "e")
+}
+
 // A row is audited only once it was published After ago: until then a pass
 // waits at it, and then takes it up.
 func TestAuditWaitsForRowsToAge(t *testing.T) {

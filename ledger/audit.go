@@ -31,6 +31,15 @@ func (p Published) MsgID() string {
 	return outbox.Message{RequestID: p.RequestID, Generation: p.Generation}.MsgID()
 }
 
+// LastID is the highest outbox (and ledger row) id, 0 if there is none.
+func (l *Ledger) LastID(ctx context.Context) (int64, error) {
+	var id int64
+	if err := l.db.read.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM outbox`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("ledger: last id: %w", err)
+	}
+	return id, nil
+}
+
 // PublishedAfter returns up to limit outbox rows with ids above after, in id
 // order, each with its request's delivery record state.
 func (l *Ledger) PublishedAfter(ctx context.Context, after int64, limit int) ([]Published, error) {
