@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,122 +177,5 @@ func TestStdoutTapCatchesStrayOutput(t *testing.T) {
 			t.Errorf("tap over %q: exit %d, forwarded %q; want exit %d and the bytes unchanged (stderr %q)",
 				c.out, code, stdout.String(), c.code, stderr.String())
 		}
-	}
-}
-
-// TestStdioSurvivesMalformedMessages: a line that is valid JSON but not a
-// message go-sdk can decode (an object id, a numeric method, no method and
-// no id, a name in the wrong case) used to end the stdio session, and with
-// it the answers to calls still running. Each must be answered with an
-// error while the calls sent before and after it are answered too.
-func TestStdioSurvivesMalformedMessages(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "tickets.db")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, frontBin, "-stdio", "-db", db)
-	cmd.Env = e2eproc.Environ("TICKETRELAY_METRICS_LISTEN=")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-
-	create := func(id int, rid string) string {
-		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":{"request_id":%q,"title":"t"}}}`, id, createTool, rid)
-	}
-	lines := []string{
-		`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
-		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
-	}
-	for i := range 5 {
-		lines = append(lines, create(10+i, fmt.Sprintf("stdio-bad-%d", i)))
-	}
-	bad := []string{
-		`{"jsonrpc":"2.0","id":{},"method":"ping"}`,
-		`{"jsonrpc":"2.0","id":true,"method":"ping"}`,
-		`{"jsonrpc":"2.0","id":-1e400,"method":"ping"}`,
-		`{"jsonrpc":"2.0","id":1.5,"method":"ping"}`,
-		`{"jsonrpc":"2.0","id":9007199254740992,"method":"ping"}`,
-		`{"jsonrpc":"2.0","id":null,"method":"ping"}`,
-		`{"jsonrpc":"2.0","id":"a` + "\xff" + `","method":"ping"}`,
-		`{"jsonrpc":"2.0","id":20,"method":5}`,
-		`{"jsonrpc":"2.0","id":21,"error":"x"}`,
-		`{"jsonrpc":"2.0","id":25}`,
-		`{"jsonrpc":"2.0"}`,
-		`{"JSONRPC":"2.0","id":22,"method":"ping"}`,
-		`{"jsonrpc":"2.0","id":23,"method":"ping","method":"tools/call","params":{"name":"` + createTool + `","arguments":{"request_id":"stdio-dup-method","title":"t"}}}`,
-		`{"jsonrpc":"2.0","id":24,"method":"tools/call","params":{"name":"` + createTool + `","arguments":{"request_id":"stdio-x"},"name":"find_request"}}`,
-	}
-	lines = append(lines, bad...)
-	// A well-formed response to a request the server never sent is no
-	// error, and gets no answer.
-	lines = append(lines, `{"jsonrpc":"2.0","id":99,"result":{}}`)
-	lines = append(lines, create(30, "stdio-bad-after"), `{"jsonrpc":"2.0","id":31,"method":"ping"}`)
-	if _, err := io.WriteString(stdin, strings.Join(lines, "\n")+"\n"); err != nil {
-		t.Fatal(err)
-	}
-
-	// Answers by id; errors to an id that could not be echoed come as null.
-	answers := map[string]string{}
-	nulls := 0
-	sc := bufio.NewScanner(stdout)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	want := 1 + 5 + len(bad) + 2 // initialize, creates, bad lines, create, ping
-	for len(answers)+nulls < want && sc.Scan() {
-		var m struct {
-			ID    json.RawMessage `json:"id"`
-			Error *struct {
-				Code int `json:"code"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("stdout line is not JSON: %q", sc.Text())
-		}
-		if string(m.ID) == "null" {
-			if m.Error == nil || m.Error.Code != -32600 {
-				t.Errorf("answer to null id is not an Invalid Request error: %s", sc.Text())
-			}
-			nulls++
-			continue
-		}
-		answers[string(m.ID)] = sc.Text()
-	}
-	if len(answers)+nulls < want {
-		t.Fatalf("%d answers before stdout ended (%v), want %d; stderr:\n%s", len(answers)+nulls, sc.Err(), want, stderr.String())
-	}
-	for _, id := range []string{"10", "11", "12", "13", "14", "30"} {
-		if a := answers[id]; !strings.Contains(a, `"result"`) || strings.Contains(a, `"isError":true`) {
-			t.Errorf("create id %s: %q", id, a)
-		}
-	}
-	if !strings.Contains(answers["31"], `"result"`) {
-		t.Errorf("ping after the bad lines: %q", answers["31"])
-	}
-	// Lines with an id that can be echoed get their error under it.
-	for _, id := range []string{"20", "21", "22", "23", "24", "25"} {
-		if a := answers[id]; !strings.Contains(a, `"code":-32600`) {
-			t.Errorf("bad line with id %s: %q, want an Invalid Request error", id, a)
-		}
-	}
-	if nulls != 8 {
-		t.Errorf("%d errors to a null id, want 8 (one per line whose id cannot be echoed)", nulls)
-	}
-	stdin.Close()
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("mcp-front exited with %v after stdin closed; stderr:\n%s", err, stderr.String())
-	}
-	// The five creates before the bad lines and the one after; nothing of
-	// the duplicated method or the duplicated tool name.
-	if c := countRows(t, openDB(t, db)); c != (rowCounts{6, 6, 6}) {
-		t.Errorf("rows (requests, tickets, outbox) = %+v, want 6 of each", c)
 	}
 }

@@ -8,8 +8,15 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
+	"unicode/utf8"
+)
+
+const (
+	msgBadID    = `Invalid Request: "id" must be a string or an integer within ±9007199254740991`
+	msgNoResult = `Invalid Request: a message without "method" is a response and needs "result" or "error"`
 )
 
 type stdioRow struct {
@@ -49,6 +56,28 @@ func TestHostileStdio(t *testing.T) {
 		{name: "invalid UTF-8", line: badUTF8, want: toolError(38, msgBadUTF8)},
 		{name: "huge field", line: bigField, want: toolError(40, msgBigField)},
 		{name: "valid create (control)", line: toolCall(41, "create_ticket", `{"request_id":"stdio-ok","title":"fine"}`), ledger: 1},
+		// Valid JSON that go-sdk cannot decode used to end the session (and
+		// with it the answers to calls in flight); an id it would change,
+		// or a member it would read differently from how it was sent, used
+		// to be answered under another id or to run another call.
+		{name: "object id", line: []byte(`{"jsonrpc":"2.0","id":{},"method":"ping"}`), want: rpcError(nil, -32600, msgBadID)},
+		{name: "boolean id", line: []byte(`{"jsonrpc":"2.0","id":true,"method":"ping"}`), want: rpcError(nil, -32600, msgBadID)},
+		{name: "id out of float range", line: []byte(`{"jsonrpc":"2.0","id":-1e400,"method":"ping"}`), want: rpcError(nil, -32600, msgBadID)},
+		{name: "null id", line: []byte(`{"jsonrpc":"2.0","id":null,"method":"ping"}`), want: rpcError(nil, -32600, msgBadID)},
+		{name: "invalid UTF-8 in the id", line: []byte(`{"jsonrpc":"2.0","id":"a` + "\xff" + `","method":"ping"}`), want: rpcError(nil, -32600, msgBadID)},
+		{name: "fractional id on a create", line: bytes.Replace(toolCall(42, "create_ticket", `{"request_id":"stdio-frac","title":"t"}`), []byte(`"id":42`), []byte(`"id":1.5`), 1), want: rpcError(nil, -32600, msgBadID)},
+		{name: "id beyond 2^53 on a create", line: bytes.Replace(toolCall(43, "create_ticket", `{"request_id":"stdio-big","title":"t"}`), []byte(`"id":43`), []byte(`"id":9223372036854775808`), 1), want: rpcError(nil, -32600, msgBadID)},
+		{name: "numeric method", line: []byte(`{"jsonrpc":"2.0","id":44,"method":5}`), want: rpcError(44, -32600, `Invalid Request: "method" must be a string`)},
+		{name: "version tag in capitals", line: []byte(`{"JSONRPC":"2.0","id":45,"method":"ping"}`), want: rpcError(45, -32600, `Invalid Request: "jsonrpc" must be "2.0", got nothing`)},
+		{name: "neither request nor response", line: []byte(`{"jsonrpc":"2.0"}`), want: rpcError(nil, -32600, msgNoResult)},
+		{name: "response without result", line: []byte(`{"jsonrpc":"2.0","id":46}`), want: rpcError(46, -32600, msgNoResult)},
+		{name: "error that is not an object", line: []byte(`{"jsonrpc":"2.0","id":47,"error":"x"}`)}, // go-sdk's own reason
+		{name: "method twice", line: []byte(`{"jsonrpc":"2.0","id":48,"method":"ping","method":"tools/call","params":{"name":"create_ticket","arguments":{"request_id":"stdio-dup","title":"t"}}}`),
+			want: rpcError(48, -32600, `Invalid Request: the member "method" appears more than once`)},
+		{name: "tool name twice", line: []byte(`{"jsonrpc":"2.0","id":49,"method":"tools/call","params":{"name":"create_ticket","arguments":{"request_id":"stdio-dup2","title":"t"},"name":"find_request"}}`),
+			want: rpcError(49, -32600, `Invalid Request: the member "params.name" appears more than once`)},
+		{name: "argument twice", line: toolCall(50, "create_ticket", `{"request_id":"stdio-a","request_id":"stdio-b","title":"t"}`),
+			want: toolError(50, `invalid argument "request_id": is given more than once; nothing was written`)},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
@@ -78,9 +107,14 @@ func idOf(line []byte) string {
 }
 
 // answerID is the id the answer to line carries: the line's own, or null
-// when it has none that can be read.
+// when it has none that go-sdk would echo unchanged (a string of valid
+// UTF-8, or an integer within ±2^53-1).
 func answerID(line []byte) string {
-	if id := idOf(line); id != "" {
+	id := idOf(line)
+	if id != "" && id[0] == '"' && utf8.ValidString(id) {
+		return id
+	}
+	if n, err := strconv.ParseInt(id, 10, 64); err == nil && n >= -(1<<53-1) && n <= 1<<53-1 {
 		return id
 	}
 	return "null"
