@@ -4,14 +4,16 @@
 // per account (a replay answers the first ticket with
 // "x-idempotency-lookup: hit"; the same key with another body is a 400
 // IdempotentRequestError). The key is also stored as the ticket's
-// external_id, so that a resend after the 2 hours first lists tickets by
-// external_id and finds the one an earlier attempt created.
+// external_id, so that a call that may come after the 2 hours, or that
+// Zendesk refuses as a key reused with another body, lists tickets by
+// external_id and finds the one an earlier call created.
 package zendesk
 
 import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -97,11 +99,14 @@ type ticketJSON struct {
 	ExternalID string `json:"external_id"`
 }
 
-// Deliver creates the ticket. A resend that may come after Zendesk forgot
-// the key (the ticket was accepted more than Window-LookupMargin ago; the
-// first attempt cannot be older) lists tickets by external_id first.
+// Deliver creates the ticket. A call that may come after Zendesk forgot the
+// key (the ticket was accepted more than Window-LookupMargin ago, and no call
+// with the key can be older than that) lists tickets by external_id first.
+// Whatever the attempt number says: a redrive starts counting again, and a
+// dispatcher killed after a call to a keyed target has recorded nothing, so
+// an earlier call may have created the ticket on any attempt.
 func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream.Receipt, error) {
-	if d.Attempt > 1 && t.c.Now().Sub(d.Ticket.CreatedAt) >= Window-LookupMargin {
+	if t.c.Now().Sub(d.Ticket.CreatedAt) >= Window-LookupMargin {
 		r, found, err := t.Find(ctx, d)
 		if err != nil {
 			return downstream.Receipt{}, err
@@ -129,7 +134,17 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 		Ticket ticketJSON `json:"ticket"`
 	}
 	if err := t.call(req, &ans); err != nil {
-		return downstream.Receipt{}, err
+		if !isIdempotentRequestError(err) {
+			return downstream.Receipt{}, err
+		}
+		// The key was used with another body (this build renders the
+		// ticket differently from the one that sent it first): the first
+		// call created the ticket, which carries the key as external_id.
+		r, found, ferr := t.Find(ctx, d)
+		if ferr != nil || !found {
+			return downstream.Receipt{}, err
+		}
+		return r, nil
 	}
 	if ans.Ticket.ID == 0 {
 		return downstream.Receipt{}, &downstream.Error{Class: downstream.Transient, MayHaveActed: true, Err: fmt.Errorf("zendesk answered without a ticket id")}
@@ -184,6 +199,12 @@ func (t *Target) call(req *http.Request, out any) error {
 		return &downstream.Error{Class: downstream.Transient, MayHaveActed: true, StatusCode: resp.Status, Err: err}
 	}
 	return nil
+}
+
+// isIdempotentRequestError: Zendesk's 400 for a key reused with another body.
+func isIdempotentRequestError(err error) bool {
+	var e *downstream.Error
+	return errors.As(err, &e) && e.StatusCode == http.StatusBadRequest && strings.Contains(e.Error(), "IdempotentRequestError")
 }
 
 // message renders Zendesk's error body: {"error": "RecordInvalid",

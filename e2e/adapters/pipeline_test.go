@@ -17,7 +17,6 @@ import (
 	"ticketrelay/downstream/slack/slacktest"
 	"ticketrelay/downstream/webhook"
 	"ticketrelay/downstream/webhook/webhooktest"
-	"ticketrelay/downstream/zendesk"
 	"ticketrelay/downstream/zendesk/zendesktest"
 )
 
@@ -114,6 +113,9 @@ var kinds = []kind{
 	},
 	{
 		name: "zendesk", retrySafe: true, resendsAfterLoss: true, hasExternalID: true, hasURL: true,
+		noInvalid: "every ticket that passes ticket.Normalize is a valid Zendesk ticket (a blank body sends the title as the " +
+			"first comment; priorities are Zendesk's), and a key Zendesk saw with another body is looked up and delivered, not " +
+			"failed; the 422 path is covered by the adapter's conformance test",
 		setup: func(t *testing.T, sc scenario, id string) fake {
 			const token = "zd-token-1"
 			f := zendesktest.New(t, email, token, nil)
@@ -134,13 +136,6 @@ var kinds = []kind{
 						t.Errorf("the resend after the lost answer should be an idempotency hit; hits %d", f.Lookups("hit"))
 					}
 				},
-			}
-			if sc == invalid {
-				// The account already saw this Idempotency-Key with another
-				// body: 400 IdempotentRequestError.
-				seed(t, zendeskTarget(f.URL(), token), id)
-				fk.preexisting = 1
-				fk.invalidMsg = "Request parameters don't match the given idempotency key"
 			}
 			return fk
 		},
@@ -295,14 +290,6 @@ func targetName(item string) string {
 
 func webhookTarget(url, token string) downstream.Target {
 	tg, err := webhook.New(webhook.Config{Name: "seed", URL: url, SigningSecret: downstream.NewSecret(whsec), Token: downstream.NewSecret(token)})
-	if err != nil {
-		panic(err)
-	}
-	return tg
-}
-
-func zendeskTarget(url, token string) downstream.Target {
-	tg, err := zendesk.New(zendesk.Config{Name: "seed", BaseURL: url, Email: email, Token: downstream.NewSecret(token)})
 	if err != nil {
 		panic(err)
 	}
