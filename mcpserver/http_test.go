@@ -206,7 +206,7 @@ func TestHTTPToolsListOnTheWire(t *testing.T) {
 	want := map[string]map[string]string{
 		keyedTool:                 {"destructiveHint": "false", "idempotentHint": "true", "readOnlyHint": "false", "openWorldHint": "true"},
 		unkeyedTool:               {"destructiveHint": "false", "idempotentHint": "false", "readOnlyHint": "false", "openWorldHint": "true"},
-		mcpserver.FindRequestTool: {"readOnlyHint": "true"},
+		mcpserver.FindRequestTool: {"readOnlyHint": "true", "idempotentHint": "true"},
 	}
 	seen := 0
 	for _, tl := range list.Tools {

@@ -171,9 +171,13 @@ func findTool() *mcp.Tool {
 			"retrying, failed, or uncertain (check the target before creating it again). Call it after any error, " +
 			"timeout or dropped connection of a create tool, before retrying.",
 		Annotations: &mcp.ToolAnnotations{
-			Title:         "Find a ticket request",
-			ReadOnlyHint:  true,
-			OpenWorldHint: boolPtr(false),
+			Title:        "Find a ticket request",
+			ReadOnlyHint: true,
+			// Meaningless beside readOnlyHint by the specification, but go-sdk
+			// sends false explicitly, and a client that reads only this hint
+			// would not repeat a status read after a reconnect.
+			IdempotentHint: true,
+			OpenWorldHint:  boolPtr(false),
 		},
 		InputSchema: map[string]any{
 			"type":                 "object",
