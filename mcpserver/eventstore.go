@@ -20,79 +20,127 @@ const (
 
 // EventStore keeps the SSE events of streamable HTTP sessions so that a client
 // whose stream dropped can resume it with Last-Event-ID (protocol 2025-11-25).
-// Its memory is bounded: everything it holds, events and per-stream
-// bookkeeping, is charged against MaxBytes, and the oldest events of the
-// whole store go first. A stream whose events are all gone is forgotten; a
-// resumption that needs purged events fails (the SDK answers 400) instead of
-// silently skipping them.
+//
+// A resumption gets exactly the events after the index it names, or
+// mcp.ErrEventsPurged (the SDK answers 400) when any of them is gone: never a
+// gap, never events at the wrong index. The SDK numbers the events of a stream
+// itself (0, 1, 2, ... in the order of Append), so the store must know each
+// stream's next index for as long as it stores events of that stream; an
+// event for a stream it no longer knows is not stored at all (its index is
+// unknown), and resuming that stream reports the purge.
+//
+// Its memory is bounded. Every stream that has had an event is charged
+// streamOverhead, and each event its bytes plus eventOverhead, against
+// MaxBytes; the charges sit in one queue, oldest first, and the oldest go
+// first. The bookkeeping of a stream is one entry of that queue: when it comes
+// up while the stream still holds events it goes back to the end of the queue
+// (those events are newer and go first); when it comes up after all the
+// stream's events were purged, the stream is forgotten. So a stream whose
+// events were purged still knows its next index (an answer that comes later
+// is stored at its true index) until everything stored when its events began
+// to go has gone too, and empty streams are evicted like everything else:
+// they can never hold the store over its bound.
+//
+// Streams opened but never appended to (every session's standalone stream
+// until the server sends on it, and the calls of protocols before 2025-11-25
+// until their first message) are not charged against MaxBytes but capped
+// separately, at MaxBytes/streamOverhead of them, the oldest evicted first.
+// Why: there is one per live stream of the SDK, which already holds far more
+// for it, so with many idle sessions their charge would crowd all events out
+// of the store; and evicting one early costs more than its few bytes: the SDK
+// replays the standalone stream with After(-1) on every GET, which must then
+// fail. The separate cap still bounds them against a flood of sessions.
+//
+// SessionClosed frees everything of a session at once.
 //
 // The SDK's MemoryEventStore bounds only the event bytes: its per-stream
 // entries (one per call) live until the session ends, so a long session grows
 // without bound. This store does not.
 type EventStore struct {
-	mu       sync.Mutex
-	maxBytes int
-	nBytes   int
-	sessions map[string]map[string]*eventLog // session ID → stream ID → log
-	queue    []queued                        // every stored event, oldest first
-	head     int                             // queue[head:] are the entries not yet purged
-	stale    int                             // entries in queue[head:] of dropped streams
+	mu        sync.Mutex
+	maxBytes  int
+	maxUnused int
+	nBytes    int                             // charged: every live entry of queue[head:]
+	sessions  map[string]map[string]*eventLog // session ID → stream ID → log
+	queue     []queued                        // every charge (events, stream bookkeeping), oldest first
+	head      int                             // queue[head:] are the entries not yet purged
+	stale     int                             // entries in queue[head:] of dropped logs
+
+	unused     []*eventLog // logs never appended to, oldest first; may hold entries no longer unused
+	unusedHead int         // unused[unusedHead:] are the entries not yet evicted
+	nUnused    int         // logs that are live and never appended to
 }
 
 var _ mcp.EventStore = (*EventStore)(nil)
 
 type eventLog struct {
 	session, stream string
-	first           int      // stream index of data[0]
+	first           int      // stream index of data[0]; the next index when data is empty
 	data            [][]byte // events not yet purged
+	charged         bool     // has had an event: streamOverhead charged, one stream entry queued
 	dead            bool     // removed from the store; its queue entries are stale
 }
 
 type queued struct {
-	log  *eventLog
-	size int
+	log    *eventLog
+	size   int
+	stream bool // the log's bookkeeping rather than one of its events
 }
 
-// NewEventStore returns a store that holds at most maxBytes (at least 64 KiB).
+// NewEventStore returns a store that holds at most maxBytes (at least 64 KiB)
+// of events and bookkeeping of streams that had events, plus at most
+// maxBytes/streamOverhead streams that never had any.
 func NewEventStore(maxBytes int) *EventStore {
-	return &EventStore{maxBytes: max(maxBytes, 64<<10), sessions: map[string]map[string]*eventLog{}}
+	maxBytes = max(maxBytes, 64<<10)
+	return &EventStore{maxBytes: maxBytes, maxUnused: maxBytes / streamOverhead, sessions: map[string]map[string]*eventLog{}}
 }
 
-// Open implements mcp.EventStore.
+// Open implements mcp.EventStore: the stream's next index is 0.
 func (s *EventStore) Open(_ context.Context, sessionID, streamID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.logFor(sessionID, streamID)
-	return nil
-}
-
-// logFor returns the log of a stream, creating it. Requires s.mu.
-func (s *EventStore) logFor(sessionID, streamID string) *eventLog {
 	streams, ok := s.sessions[sessionID]
 	if !ok {
 		streams = map[string]*eventLog{}
 		s.sessions[sessionID] = streams
 	}
-	l, ok := streams[streamID]
-	if !ok {
-		l = &eventLog{session: sessionID, stream: streamID}
-		streams[streamID] = l
-		s.nBytes += streamOverhead
+	if _, ok := streams[streamID]; ok {
+		return nil
 	}
-	return l
+	l := &eventLog{session: sessionID, stream: streamID}
+	streams[streamID] = l
+	s.unused = append(s.unused, l)
+	s.nUnused++
+	s.evictUnused()
+	return nil
 }
 
-// Append implements mcp.EventStore.
+// Append implements mcp.EventStore. An event for a stream the store does not
+// know (never opened, its session closed, or forgotten after all its events
+// were purged) is dropped: its index is unknown, so it cannot be replayed
+// correctly, and After reports ErrEventsPurged for that stream.
 func (s *EventStore) Append(_ context.Context, sessionID, streamID string, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := s.logFor(sessionID, streamID)
-	size := len(data) + eventOverhead
+	l, ok := s.sessions[sessionID][streamID]
+	if !ok {
+		return nil
+	}
+	if !l.charged {
+		l.charged = true
+		s.nUnused--
+		s.push(queued{log: l, size: streamOverhead, stream: true})
+	}
 	l.data = append(l.data, data)
-	s.queue = append(s.queue, queued{log: l, size: size})
-	s.nBytes += size
+	s.push(queued{log: l, size: len(data) + eventOverhead})
 	s.purge(l)
 	return nil
+}
+
+// push charges q and queues it. Requires s.mu.
+func (s *EventStore) push(q queued) {
+	s.queue = append(s.queue, q)
+	s.nBytes += q.size
 }
 
 // After implements mcp.EventStore.
@@ -141,50 +189,82 @@ func (s *EventStore) SessionClosed(_ context.Context, sessionID string) error {
 	}
 	delete(s.sessions, sessionID)
 	s.compact()
+	s.compactUnused()
 	return nil
 }
 
-// drop removes l's remaining events and bookkeeping from the byte count and
-// marks its queue entries stale. Requires s.mu; the caller unlinks l.
+// drop removes l's remaining events and bookkeeping from the counts and marks
+// its queue entries stale. Requires s.mu; the caller unlinks l.
 func (s *EventStore) drop(l *eventLog) {
-	for _, d := range l.data {
-		s.nBytes -= len(d) + eventOverhead
+	if l.charged {
+		for _, d := range l.data {
+			s.nBytes -= len(d) + eventOverhead
+		}
+		s.nBytes -= streamOverhead
+		s.stale += len(l.data) + 1 // its events and its stream entry
+	} else {
+		s.nUnused--
 	}
-	s.stale += len(l.data)
-	s.nBytes -= streamOverhead
 	l.data, l.dead = nil, true
 }
 
-// purge removes the oldest events until the store fits, never the event just
+// forget removes a log that holds nothing from the store. Requires s.mu.
+func (s *EventStore) forget(l *eventLog) {
+	l.dead = true
+	delete(s.sessions[l.session], l.stream)
+	if len(s.sessions[l.session]) == 0 {
+		delete(s.sessions, l.session)
+	}
+}
+
+// purge removes the oldest charges until the store fits, never the event just
 // appended to keep (so an event larger than the bound is still delivered).
 // Requires s.mu.
 func (s *EventStore) purge(keep *eventLog) {
 	for s.nBytes > s.maxBytes && s.head < len(s.queue) {
 		q := s.queue[s.head]
-		if q.log == keep && len(keep.data) == 1 {
+		l := q.log
+		if l == keep && !q.stream && len(keep.data) == 1 {
 			break
 		}
 		s.queue[s.head] = queued{}
 		s.head++
-		l := q.log
-		if l.dead {
+		switch {
+		case l.dead:
 			s.stale--
-			continue
-		}
-		l.data[0] = nil
-		l.data = l.data[1:]
-		l.first++
-		s.nBytes -= q.size
-		if len(l.data) == 0 && l != keep {
-			// Nothing left to replay: forget the stream.
-			s.drop(l)
-			delete(s.sessions[l.session], l.stream)
-			if len(s.sessions[l.session]) == 0 {
-				delete(s.sessions, l.session)
-			}
+		case q.stream && len(l.data) > 0:
+			// Its events are newer than this entry and go first; the
+			// stream's next index must stay known while it holds any.
+			s.queue = append(s.queue, q)
+		case q.stream:
+			// All its events were purged and it has waited a full turn
+			// since: forget it. A resumption of it now fails.
+			s.nBytes -= q.size
+			s.forget(l)
+		default: // the oldest event of l
+			l.data[0] = nil
+			l.data = l.data[1:]
+			l.first++
+			s.nBytes -= q.size
 		}
 	}
 	s.compact()
+}
+
+// evictUnused forgets the oldest never-appended-to logs beyond the cap.
+// Requires s.mu.
+func (s *EventStore) evictUnused() {
+	for s.nUnused > s.maxUnused && s.unusedHead < len(s.unused) {
+		l := s.unused[s.unusedHead]
+		s.unused[s.unusedHead] = nil
+		s.unusedHead++
+		if l.dead || l.charged {
+			continue
+		}
+		s.nUnused--
+		s.forget(l)
+	}
+	s.compactUnused()
 }
 
 // compact reclaims the consumed part of the queue and the entries of
@@ -210,7 +290,25 @@ func (s *EventStore) compact() {
 	}
 }
 
-// Stats reports the bytes charged and the number of streams and events held.
+// compactUnused keeps the list of unused logs proportional to their number:
+// most logs leave it at once (a 2025-11-25 call appends its priming event
+// right after Open). Requires s.mu.
+func (s *EventStore) compactUnused() {
+	if len(s.unused)-s.unusedHead <= 2*s.nUnused+1024 {
+		return
+	}
+	kept := s.unused[:0]
+	for _, l := range s.unused[s.unusedHead:] {
+		if !l.dead && !l.charged {
+			kept = append(kept, l)
+		}
+	}
+	clear(s.unused[len(kept):])
+	s.unused, s.unusedHead = kept, 0
+}
+
+// Stats reports the bytes charged against the bound and the number of
+// streams (charged or not) and events held.
 func (s *EventStore) Stats() (bytes, streams, events int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
