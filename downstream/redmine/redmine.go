@@ -14,10 +14,16 @@
 //     tracker, or not visible to the API user is dropped from a create
 //     without an error. Deliver checks that the created issue holds the key
 //     and fails loudly otherwise: every later lookup would miss the issue;
-//   - a filter on an unknown field is ignored (the list is then unfiltered),
-//     and a short filter (cf_1=value) reads a leading "!", "~", "*", …
-//     as an operator and splits the value at "|". Find sends explicit
-//     filters and keeps only issues that carry the key exactly;
+//   - a filter Redmine does not offer is ignored without an error, and the
+//     list comes back unfiltered: a filter on a custom field that is not
+//     "Used as a filter" (is_filter), not enabled for the project, not
+//     visible to the API user, or unknown. Find then fails (an issue in the
+//     answer that the filter would not have matched shows it was ignored)
+//     instead of concluding "not found" from the first page of an
+//     unfiltered list: that would let the forwarder create a second issue;
+//   - a short filter (cf_1=value) reads a leading "!", "~", "*", … as an
+//     operator and splits the value at "|". Find sends explicit filters and
+//     keeps only issues that carry the key exactly;
 //   - a tracker_id the project does not enable is replaced by the project's
 //     first tracker, without an error.
 package redmine
@@ -249,14 +255,53 @@ func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Re
 	if err := t.call(req, &ans); err != nil {
 		return downstream.Receipt{}, false, err
 	}
-	// Redmine ignores a filter it does not know (a wrong custom field id):
-	// keep only what really carries the key. Oldest first.
-	for _, is := range ans.Issues {
+	// Keep only what really carries the key, oldest first. Anything else
+	// in the answer shows that Redmine ignored the filter (see the package
+	// comment): the list is then the project's first issues, and the key's
+	// issue may well exist beyond them. Not found would be a false proof.
+	var stray *issue
+	for i, is := range ans.Issues {
 		if is.ID != 0 && t.holds(is, d.Key) {
 			return t.receipt(is.ID), true, nil
 		}
+		if stray == nil && !t.filtered(is, d.Key) {
+			stray = &ans.Issues[i]
+		}
+	}
+	if stray != nil {
+		return downstream.Receipt{}, false, &downstream.Error{Class: downstream.Transient, Err: t.ignoredFilter(stray.ID)}
 	}
 	return downstream.Receipt{}, false, nil
+}
+
+// filtered reports whether a lookup filter that Redmine applied could have
+// listed is for key. It is looser than holds: depending on the database,
+// Redmine compares a custom field's value without regard to case (and
+// MySQL to trailing spaces), and "~" (contains) ignores case.
+func (t *Target) filtered(is issue, key string) bool {
+	if t.cfg.CustomFieldID == 0 {
+		return strings.Contains(strings.ToLower(is.Subject), strings.ToLower(SubjectMarker(key)))
+	}
+	for _, cv := range is.CustomFields {
+		var v string
+		if cv.ID == t.cfg.CustomFieldID && json.Unmarshal(cv.Value, &v) == nil &&
+			strings.EqualFold(strings.TrimRight(v, " "), strings.TrimRight(key, " ")) {
+			return true
+		}
+	}
+	return false
+}
+
+// ignoredFilter explains a lookup whose filter Redmine ignored.
+func (t *Target) ignoredFilter(stray int64) error {
+	if t.cfg.CustomFieldID == 0 {
+		return fmt.Errorf("redmine ignored the lookup's subject filter: it listed issue #%d, whose subject lacks the key's marker; "+
+			"the lookup cannot prove that an earlier attempt created nothing, so no new issue is created", stray)
+	}
+	return fmt.Errorf("redmine ignored the lookup's filter on custom field %d: it listed issue #%d, which does not carry the key; "+
+		"tick \"Used as a filter\" on the custom field (Administration » Custom fields), and check that it is enabled for project %q "+
+		"and its tracker and visible to the API user; until then the lookup cannot prove that an earlier attempt created nothing, "+
+		"so no new issue is created", t.cfg.CustomFieldID, stray, t.cfg.Project)
 }
 
 func (t *Target) receipt(id int64) downstream.Receipt {

@@ -138,8 +138,9 @@ func TestFindExactKey(t *testing.T) {
 
 // A custom field the project does not enable is dropped by Redmine without
 // an error: the issue exists, but no lookup could find it. Deliver says so
-// (permanent), and Find never takes an unrelated issue for the key even
-// though Redmine then ignores the filter.
+// (permanent). Redmine then ignores the filter on the field too: Find never
+// takes an unrelated issue for the key, and never reports "not found" from
+// the unfiltered list either.
 func TestDroppedCustomField(t *testing.T) {
 	f := redminetest.New(t, apiKey, "support", field)
 	other := downstreamtest.NewDelivery("req-other")
@@ -156,8 +157,72 @@ func TestDroppedCustomField(t *testing.T) {
 	if f.Count() != 2 {
 		t.Fatalf("%d issues, want 2", f.Count())
 	}
-	if r, ok := find(t, wrong, other); ok {
-		t.Fatalf("Find through an unknown field found %+v", r)
+	r, found, err := wrong.Find(context.Background(), other)
+	if e := downstream.Classify(err); err == nil || found || e.Class != downstream.Transient || !strings.Contains(err.Error(), "custom field 42") {
+		t.Fatalf("Find through a field the project does not enable = %+v, %v, %v; want a transient error naming field 42", r, found, err)
+	}
+}
+
+// A custom field that is not "Used as a filter" is no filter to Redmine: it
+// ignores the lookup's filter and lists the project's first issues, oldest
+// first. The issue of a lost answer is beyond them; concluding "not found"
+// would let the forwarder create it a second time. Find must fail instead,
+// and say what to fix.
+func TestFindFilterIgnored(t *testing.T) {
+	f := redminetest.New(t, apiKey, "support", field)
+	f.SetFilter(field, false)
+	tg := newTarget(t, f.URL(), apiKey)
+	ctx := context.Background()
+
+	// A project with no issue: the list is empty, filtered or not, and
+	// proves nothing was created.
+	if _, found, err := tg.Find(ctx, downstreamtest.NewDelivery("req-none")); err != nil || found {
+		t.Fatalf("Find in an empty project = %v, %v; want not found", found, err)
+	}
+	for i := range 25 {
+		deliver(t, tg, downstreamtest.NewDelivery(fmt.Sprintf("req-earlier-%d", i)))
+	}
+	d := downstreamtest.NewDelivery("req-lost")
+	f.Faults.Next(downstreamtest.LoseResponse)
+	if _, err := tg.Deliver(ctx, d); err == nil {
+		t.Fatal("a lost answer succeeded")
+	}
+	if f.Count() != 26 {
+		t.Fatalf("%d issues, want 26", f.Count())
+	}
+	r, found, err := tg.Find(ctx, d)
+	e := downstream.Classify(err)
+	if err == nil || found || e.Class != downstream.Transient || !strings.Contains(err.Error(), `tick "Used as a filter"`) ||
+		!strings.Contains(err.Error(), "custom field 7") {
+		t.Fatalf("Find through a field that is no filter = %+v, %v, %v; want a transient error telling to tick \"Used as a filter\" on field 7", r, found, err)
+	}
+	// An issue that carries the key is proof even in an unfiltered list.
+	first := downstreamtest.NewDelivery("req-earlier-0")
+	if r, ok := find(t, tg, first); !ok || r.ExternalID != "1" {
+		t.Fatalf("Find(%q) = %+v, %v; want issue 1", first.Key, r, ok)
+	}
+	// Ticked: the lookup finds the issue of the lost answer.
+	f.SetFilter(field, true)
+	if r, ok := find(t, tg, d); !ok || r.ExternalID != "26" {
+		t.Fatalf("Find with the filter honoured = %+v, %v; want issue 26", r, ok)
+	}
+}
+
+// On MySQL Redmine's filter on a custom field ignores case: the lookup of
+// one key lists the issue of a key that differs only in case. That issue is
+// no proof the filter was ignored, and not the key's issue either.
+func TestFindFoldedCase(t *testing.T) {
+	f := redminetest.New(t, apiKey, "support", field)
+	f.SetFoldCase(true)
+	tg := newTarget(t, f.URL(), apiKey)
+	upper := downstreamtest.NewDelivery("REQ-CASE")
+	deliver(t, tg, upper)
+	lower := downstreamtest.NewDelivery("req-case")
+	if r, ok := find(t, tg, lower); ok {
+		t.Fatalf("Find(%q) found %+v, the issue of %q", lower.Key, r, upper.Key)
+	}
+	if _, ok := find(t, tg, upper); !ok {
+		t.Fatalf("Find(%q) misses its issue", upper.Key)
 	}
 }
 

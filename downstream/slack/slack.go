@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -39,9 +40,16 @@ var _ downstream.Target = (*Target)(nil)
 
 // New validates cfg and builds the target.
 func New(cfg Config) (*Target, error) {
+	// The URL is the credential: no error shows any of it. A URL that does
+	// not parse is refused here, not at each delivery (where the parse
+	// error would quote it into the ledger).
 	u := cfg.WebhookURL.Reveal()
 	if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 		return nil, fmt.Errorf("slack %q: the webhook URL is not an http(s) URL", cfg.Name)
+	}
+	if pu, err := url.Parse(u); err != nil || pu.Host == "" {
+		return nil, fmt.Errorf("slack %q: the webhook URL is malformed (not shown: it is the credential); "+
+			"copy it again from the app's Incoming Webhooks page", cfg.Name)
 	}
 	c := rest.NewClient(cfg.HTTP, cfg.Now)
 	c.HideURL = true
@@ -75,7 +83,7 @@ func Text(d downstream.Delivery) string {
 
 // Deliver posts the message. The receipt has no id: Slack returns none.
 func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream.Receipt, error) {
-	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.cfg.WebhookURL.Reveal(), map[string]string{"text": Text(d)})
+	req, err := t.c.NewJSONRequest(ctx, http.MethodPost, t.cfg.WebhookURL.Reveal(), map[string]string{"text": Text(d)})
 	if err != nil {
 		return downstream.Receipt{}, err
 	}

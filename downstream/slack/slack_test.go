@@ -3,7 +3,10 @@ package slack_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"ticketrelay/downstream"
@@ -75,5 +78,47 @@ func TestHookURLNeverPrinted(t *testing.T) {
 	}
 	if _, err := slack.New(slack.Config{Name: "x", WebhookURL: downstream.NewSecret("hooks.example/x")}); err == nil {
 		t.Fatal("New accepted a URL without a scheme")
+	}
+}
+
+// A hook URL that does not parse is refused by New, in words that do not
+// quote it: at delivery time the parse error would carry the whole secret
+// URL into the ledger's last_error and find_request.
+func TestMalformedHookURLNeverPrinted(t *testing.T) {
+	for _, u := range []string{
+		"https://hooks.slack.com/services/T0000TEAM/B0000HOOK/s3cr3t%zzValue",
+		"https://hooks.slack.com:s3cr3tValue/services/T0000TEAM/B0000HOOK",
+		"https://hooks.sl ack.com/services/T0000TEAM/B0000HOOK/s3cr3tValue",
+	} {
+		_, err := slack.New(slack.Config{Name: "alerts", WebhookURL: downstream.NewSecret(u)})
+		if err == nil {
+			t.Errorf("New accepted the malformed hook URL %q", u)
+			continue
+		}
+		if s := err.Error(); strings.Contains(s, "s3cr3t") || strings.Contains(s, "services") || !strings.Contains(s, "malformed") {
+			t.Errorf("New(%q): %q; want a malformed-URL error that shows none of it", u, s)
+		}
+	}
+}
+
+// A hook that redirects (a moved or mistyped URL) is not followed: Go would
+// repost nothing but a GET. The error names neither URL.
+func TestRedirectedHook(t *testing.T) {
+	mux := http.NewServeMux()
+	var moved atomic.Int32
+	mux.HandleFunc("POST /services/T0000TEAM/B0000HOOK/s3cr3tOld", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/services/T0000TEAM/B0000HOOK/s3cr3tNew", http.StatusFound)
+	})
+	mux.HandleFunc("/services/T0000TEAM/B0000HOOK/s3cr3tNew", func(w http.ResponseWriter, r *http.Request) {
+		moved.Add(1)
+		io.WriteString(w, "ok")
+	})
+	srv := downstreamtest.StartServer(t, mux)
+	_, err := newTarget(t, srv.URL+"/services/T0000TEAM/B0000HOOK/s3cr3tOld").Deliver(context.Background(), downstreamtest.NewDelivery("req-moved"))
+	if e := downstream.Classify(err); err == nil || e.Class != downstream.Permanent || e.StatusCode != 302 || e.MayHaveActed {
+		t.Fatalf("redirected hook: %v; want permanent 302, not acted", err)
+	}
+	if strings.Contains(err.Error(), "s3cr3t") || moved.Load() != 0 {
+		t.Fatalf("redirected hook: %v (the new location saw %d requests); want no URL in the error and no request", err, moved.Load())
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -57,8 +58,15 @@ var _ downstream.Target = (*Target)(nil)
 
 // New validates cfg and builds the target.
 func New(cfg Config) (*Target, error) {
+	// A token may ride in the URL (?token=…): no error shows its userinfo,
+	// query or fragment.
 	if !strings.HasPrefix(cfg.URL, "http://") && !strings.HasPrefix(cfg.URL, "https://") {
-		return nil, fmt.Errorf("webhook %q: endpoint %q is not an http(s) URL", cfg.Name, cfg.URL)
+		return nil, fmt.Errorf("webhook %q: endpoint %q is not an http(s) URL", cfg.Name, rest.SafeRawURL(cfg.URL, false))
+	}
+	if u, err := url.Parse(cfg.URL); err != nil {
+		return nil, fmt.Errorf("webhook %q: endpoint: %w", cfg.Name, rest.RedactURLError(err, false))
+	} else if u.Host == "" {
+		return nil, fmt.Errorf("webhook %q: endpoint %q has no host", cfg.Name, rest.SafeURL(u, false))
 	}
 	t := &Target{cfg: cfg, c: rest.NewClient(cfg.HTTP, cfg.Now)}
 	if !cfg.SigningSecret.IsZero() {
@@ -117,12 +125,11 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 	if err != nil {
 		return downstream.Receipt{}, &downstream.Error{Class: downstream.Permanent, Err: err}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.cfg.URL, bytes.NewReader(body))
+	req, err := t.c.NewRequest(ctx, http.MethodPost, t.cfg.URL, bytes.NewReader(body))
 	if err != nil {
-		return downstream.Receipt{}, &downstream.Error{Class: downstream.Permanent, Err: err}
+		return downstream.Receipt{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", rest.UserAgent)
 	req.Header.Set("Idempotency-Key", d.Key)
 	if !t.cfg.Token.IsZero() {
 		req.Header.Set("Authorization", "Bearer "+t.cfg.Token.Reveal())
@@ -138,7 +145,7 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 		return downstream.Receipt{}, err
 	}
 	if !resp.OK() {
-		return downstream.Receipt{}, t.c.Fail(resp, message(resp))
+		return downstream.Receipt{}, t.fail(resp)
 	}
 	// The receiver's answer is its own: use an id and URL if it gives them.
 	var ans struct {
@@ -156,6 +163,25 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 		r.ExternalID = strconv.FormatFloat(id, 'f', -1, 64)
 	}
 	return r, nil
+}
+
+// fail translates a non-2xx answer as rest.Fail does, with the
+// Idempotency-Key draft's meaning of 409: "a request with this key is still
+// being processed". The draft exempts it from the rule that a client must
+// correct a failed request before retrying it: resending the same payload
+// with the same key is safe, so it is Transient (after the receiver's
+// Retry-After, if any). MayHaveActed stays clear: this request was not
+// processed, and whatever the request in progress does is bound to the key
+// that every resend carries, so a resend either gets the same 409 or that
+// request's stored answer, never a second delivery. 422 (the key reused with
+// another payload) stays Permanent: a resend of the same body cannot fix it.
+func (t *Target) fail(r *rest.Response) *downstream.Error {
+	e := t.c.Fail(r, message(r))
+	if r.Status == http.StatusConflict {
+		e.Class, e.MayHaveActed = downstream.Transient, false
+		e.Err = fmt.Errorf("%w (a request with the same Idempotency-Key is still being processed: resending later with that key is safe)", e.Err)
+	}
+	return e
 }
 
 // message reads an RFC 9457 problem (title/detail), a {"error"|"message"}

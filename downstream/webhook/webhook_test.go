@@ -13,6 +13,7 @@ import (
 	"ticketrelay/downstream/downstreamtest"
 	"ticketrelay/downstream/webhook"
 	"ticketrelay/downstream/webhook/webhooktest"
+	"ticketrelay/internal/testwait"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -151,5 +152,82 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		if strings.Contains(out, "MfKQ9r8G") || strings.Contains(out, "tok-visible?") {
 			t.Fatalf("%s of the target prints a secret: %s", verb, out)
 		}
+	}
+}
+
+// A token in the query string is a credential: no error of a failed call
+// shows it (Go's own errors quote the whole URL: Post "…?token=…").
+func TestErrorsNeverShowTheQuery(t *testing.T) {
+	const secretURL = "http://127.0.0.1:1/hook?token=SECRETVALUE"
+	for _, u := range []string{secretURL, "http://user:SECRETVALUE@127.0.0.1:1/hook?token=SECRETVALUE"} {
+		tg := newTarget(t, nil, u, "", "")
+		_, err := tg.Deliver(context.Background(), downstreamtest.NewDelivery("req-refused"))
+		if e := downstream.Classify(err); err == nil || e.Class != downstream.Transient || e.MayHaveActed {
+			t.Fatalf("POST %s: %v; want transient, not acted", u, err)
+		}
+		if s := err.Error(); strings.Contains(s, "SECRETVALUE") || !strings.Contains(s, "127.0.0.1:1/hook") {
+			t.Fatalf("the error of a refused connection shows the token, or not the endpoint: %s", s)
+		}
+	}
+	for _, u := range []string{"http://127.0.0.1:1/ho%zzok?token=SECRETVALUE", "ftp://127.0.0.1:1/hook?token=SECRETVALUE", "http:///hook?token=SECRETVALUE"} {
+		_, err := webhook.New(webhook.Config{Name: "h", URL: u})
+		if err == nil || strings.Contains(err.Error(), "SECRETVALUE") {
+			t.Errorf("New(%q) = %v; want an error that does not show the token", u, err)
+		}
+	}
+}
+
+// A receiver honouring Idempotency-Key answers 409 to a request whose key
+// belongs to a request it is still processing (IETF draft: the one error a
+// client may retry unchanged). Transient, not acted, after Retry-After; the
+// resend with the same key gets the first request's answer, and nothing is
+// delivered twice. The same key with another payload stays a permanent 422.
+func TestConflictWhileProcessing(t *testing.T) {
+	f := webhooktest.New(t, webhooktest.Options{ConflictRetryAfter: 3 * time.Second})
+	tg := newTarget(t, f, f.URL(), "", "")
+	release := f.Hold()
+	d := downstreamtest.NewDelivery("req-inflight")
+	type result struct {
+		r   downstream.Receipt
+		err error
+	}
+	first := make(chan result, 1)
+	go func() {
+		r, err := tg.Deliver(context.Background(), d)
+		first <- result{r, err}
+	}()
+	testwait.For(t, 5*time.Second, "the first request to be in flight at the receiver", func() bool { return f.InFlight() == 1 })
+
+	d2 := d
+	d2.Attempt = 2
+	_, err := tg.Deliver(context.Background(), d2)
+	var e *downstream.Error
+	if !errors.As(err, &e) || e.Class != downstream.Transient || e.MayHaveActed || e.StatusCode != 409 ||
+		e.RetryAfter != 3*time.Second || !strings.Contains(e.Error(), "still being processed") {
+		t.Fatalf("resend while the first is processed: %v; want transient 409, not acted, retry after 3s", err)
+	}
+	other := d
+	other.Ticket.Title = "something else"
+	_, err = tg.Deliver(context.Background(), other)
+	if !errors.As(err, &e) || e.Class != downstream.Permanent || e.StatusCode != 422 {
+		t.Fatalf("same key, other payload, while the first is processed: %v; want permanent 422", err)
+	}
+
+	release()
+	var r1 result
+	select {
+	case r1 = <-first:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request did not end after release")
+	}
+	if r1.err != nil || r1.r.ExternalID != "dlv_1" {
+		t.Fatalf("first request: %+v, %v; want dlv_1", r1.r, r1.err)
+	}
+	r2, err := tg.Deliver(context.Background(), d2)
+	if err != nil || r2.ExternalID != "dlv_1" {
+		t.Fatalf("resend after the first ended: %+v, %v; want the first answer (dlv_1)", r2, err)
+	}
+	if f.Count() != 1 {
+		t.Fatalf("%d deliveries, want 1", f.Count())
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -31,11 +32,19 @@ const maxBody = 1 << 20
 const UserAgent = "ticketrelay"
 
 // Client sends requests for one adapter.
+//
+// It never follows a redirect of a request other than GET or HEAD: Go's
+// client would turn a POST answered 301, 302 or 303 into a GET of the new
+// location, and the adapter would read whatever that GET answers as the
+// answer to its create. Do turns such an answer into a Permanent error
+// instead (see Do).
 type Client struct {
 	HTTP *http.Client     // nil: a client with DefaultTimeout
 	Now  func() time.Time // nil: time.Now; used for Retry-After dates
 	// HideURL keeps the request URL out of errors (it is a credential, as
-	// a Slack hook URL is): errors go to logs and the ledger.
+	// a Slack hook URL is): errors go to logs and the ledger. Without it,
+	// errors still never show a URL's userinfo, query or fragment (see
+	// SafeURL).
 	HideURL bool
 }
 
@@ -68,8 +77,41 @@ func (r *Response) JSON(v any) error {
 	return nil
 }
 
-// NewJSONRequest builds a request with a JSON body (nil: no body).
+// NewRequest is http.NewRequestWithContext whose error never shows the
+// URL's userinfo, query or fragment (see SafeURL): a malformed URL is
+// reported without the credentials it may hold.
+func NewRequest(ctx context.Context, method, rawURL string, body io.Reader) (*http.Request, error) {
+	return newRequest(ctx, method, rawURL, body, false)
+}
+
+// NewRequest is the package's NewRequest; with HideURL its error shows
+// nothing of the URL but its scheme and host.
+func (c *Client) NewRequest(ctx context.Context, method, rawURL string, body io.Reader) (*http.Request, error) {
+	return newRequest(ctx, method, rawURL, body, c.HideURL)
+}
+
+func newRequest(ctx context.Context, method, rawURL string, body io.Reader, hide bool) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, rawURL, body)
+	if err != nil {
+		return nil, &downstream.Error{Class: downstream.Permanent, Err: RedactURLError(err, hide)}
+	}
+	req.Header.Set("User-Agent", UserAgent)
+	return req, nil
+}
+
+// NewJSONRequest builds a request with a JSON body (nil: no body). Its
+// error never shows the URL's userinfo, query or fragment.
 func NewJSONRequest(ctx context.Context, method, url string, body any) (*http.Request, error) {
+	return newJSONRequest(ctx, method, url, body, false)
+}
+
+// NewJSONRequest is the package's NewJSONRequest; with HideURL its error
+// shows nothing of the URL but its scheme and host.
+func (c *Client) NewJSONRequest(ctx context.Context, method, url string, body any) (*http.Request, error) {
+	return newJSONRequest(ctx, method, url, body, c.HideURL)
+}
+
+func newJSONRequest(ctx context.Context, method, url string, body any, hide bool) (*http.Request, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -78,23 +120,25 @@ func NewJSONRequest(ctx context.Context, method, url string, body any) (*http.Re
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	req, err := newRequest(ctx, method, url, rd, hide)
 	if err != nil {
-		return nil, &downstream.Error{Class: downstream.Permanent, Err: err}
+		return nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", UserAgent)
 	return req, nil
 }
 
-// Do sends req and reads the answer. Any HTTP status is a Response; only a
-// failure to get one is an error, already a *downstream.Error: Transient,
-// with MayHaveActed set when the request had been written in full (the API
-// may have processed it: a timeout or reset while waiting for the answer),
-// and clear when it never left (connection refused, DNS).
+// Do sends req and reads the answer. Any HTTP status is a Response but one:
+// a 3xx answer to a request other than GET or HEAD, which is not followed
+// and is a Permanent error (see redirected). A failure to get an answer is
+// an error, already a *downstream.Error: Transient, with MayHaveActed set
+// when the request had been written in full (the API may have processed it:
+// a timeout or reset while waiting for the answer), and clear when it never
+// left (connection refused, DNS). No error shows the URL's userinfo, query
+// or fragment, nor, with HideURL, anything of it but its scheme and host.
 func (c *Client) Do(req *http.Request) (*Response, error) {
 	var wrote atomic.Bool
 	trace := &httptrace.ClientTrace{
@@ -105,22 +149,129 @@ func (c *Client) Do(req *http.Request) (*Response, error) {
 		},
 	}
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
-	resp, err := c.HTTP.Do(req)
+	// A shallow copy, so that the redirect policy holds whatever client the
+	// adapter was given (the copy shares its Transport and Jar).
+	hc := *c.HTTP
+	hc.CheckRedirect = followOnlySafe(c.HTTP.CheckRedirect)
+	resp, err := hc.Do(req)
 	if err != nil {
-		var ue *url.Error
-		if c.HideURL && errors.As(err, &ue) {
-			ue.URL = req.URL.Scheme + "://" + req.URL.Host + "/" + downstream.Redacted
-		}
-		return nil, &downstream.Error{Class: downstream.Transient, MayHaveActed: wrote.Load(), Err: err}
+		return nil, &downstream.Error{Class: downstream.Transient, MayHaveActed: wrote.Load(), Err: RedactURLError(err, c.HideURL)}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
 		// The status line arrived: the API has seen the request.
 		return nil, &downstream.Error{Class: downstream.Transient, MayHaveActed: true, StatusCode: resp.StatusCode,
-			Err: fmt.Errorf("reading the answer: %w", err)}
+			Err: fmt.Errorf("reading the answer: %w", RedactURLError(err, c.HideURL))}
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		// Only a redirect followOnlySafe refused comes back as a 3xx.
+		return nil, c.redirected(req, resp)
 	}
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: body}, nil
+}
+
+func safeMethod(m string) bool { return m == http.MethodGet || m == http.MethodHead }
+
+// followOnlySafe is a CheckRedirect that follows redirects of GET and HEAD
+// on the same host and scheme (through next, or Go's default of at most 10)
+// and no other: the 3xx answer itself comes back (http.ErrUseLastResponse).
+// Go drops only Authorization and Cookie on a redirect to another host; the
+// adapters' own credential headers (X-Redmine-API-Key) would go along.
+func followOnlySafe(next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		first := via[0].URL
+		if !safeMethod(via[0].Method) || req.URL.Host != first.Host || req.URL.Scheme != first.Scheme {
+			return http.ErrUseLastResponse
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+}
+
+// redirected is the error of a 3xx answer to a POST (or any method but GET
+// and HEAD). 301, 302, 307 and 308 say the endpoint moved: the server did
+// not act on the request, and the configured URL must be the final one.
+// A 303 ("See Other") may point at the result of a request the server did
+// process, so it may have acted.
+func (c *Client) redirected(req *http.Request, resp *http.Response) *downstream.Error {
+	to := "nowhere (no Location header)"
+	if loc, err := resp.Location(); err == nil {
+		to = SafeURL(loc, c.HideURL)
+	}
+	e := &downstream.Error{Class: downstream.Permanent, StatusCode: resp.StatusCode}
+	why := fmt.Sprintf("it would turn the %s into a GET", req.Method)
+	if safeMethod(req.Method) {
+		why = "it leaves the configured host or scheme, and the credentials would go along"
+	}
+	what := fmt.Sprintf("%s %s was answered %s: the endpoint redirects to %s; configure the final URL instead "+
+		"(a redirect is not followed: %s)", req.Method, SafeURL(req.URL, c.HideURL), resp.Status, to, why)
+	switch {
+	case safeMethod(req.Method):
+		e.Err = errors.New(what)
+	case resp.StatusCode == http.StatusSeeOther:
+		e.MayHaveActed = true
+		e.Err = errors.New(what + "; a 303 may point at the result of a request the server processed: check for the item before redriving")
+	default:
+		e.Err = errors.New(what + "; nothing was created")
+	}
+	return e
+}
+
+// SafeURL renders u for an error or a log: without userinfo, query and
+// fragment (they carry credentials: user:password@, ?token=…), and, with
+// hide, without its path either (a hook URL whose path is the credential).
+func SafeURL(u *url.URL, hide bool) string {
+	if u == nil {
+		return ""
+	}
+	if hide {
+		return u.Scheme + "://" + u.Host + "/" + downstream.Redacted
+	}
+	s := *u
+	s.User = nil
+	s.RawQuery, s.ForceQuery, s.Fragment, s.RawFragment = "", false, "", ""
+	return s.String()
+}
+
+// SafeRawURL is SafeURL for a string that may not parse. One that does not
+// is shown as Redacted: where its userinfo or query would be cannot be told
+// ("http://user:password/x" reads as a host with a bad port).
+func SafeRawURL(raw string, hide bool) string {
+	if u, err := url.Parse(raw); err == nil {
+		return SafeURL(u, hide)
+	}
+	return downstream.Redacted
+}
+
+// quoted matches what url.Parse's errors quote of a URL (a port, an
+// escape, a character of the host).
+var quoted = regexp.MustCompile(`"[^"]*"`)
+
+// RedactURLError makes every *url.Error in err's chain show its URL as
+// SafeRawURL does, and what a parse error quotes of the URL elided. It
+// changes err in place and returns it.
+func RedactURLError(err error, hide bool) error {
+	for e := err; e != nil; {
+		if ue, ok := e.(*url.Error); ok {
+			ue.URL = SafeRawURL(ue.URL, hide)
+			if ue.Op == "parse" && ue.Err != nil {
+				ue.Err = errors.New(quoted.ReplaceAllString(ue.Err.Error(), `"…"`))
+			}
+		}
+		switch x := e.(type) {
+		case interface{ Unwrap() error }:
+			e = x.Unwrap()
+		default:
+			e = nil
+		}
+	}
+	return err
 }
 
 // Fail translates a non-2xx answer. msg is the API's own error message
@@ -191,5 +342,5 @@ func BaseURL(kind, name, endpoint, example string) (string, error) {
 	if example != "" {
 		example = " (e.g. " + example + ")"
 	}
-	return "", fmt.Errorf("%s %q: endpoint %q is not an http(s) URL%s", kind, name, endpoint, example)
+	return "", fmt.Errorf("%s %q: endpoint %q is not an http(s) URL%s", kind, name, SafeRawURL(endpoint, false), example)
 }

@@ -17,8 +17,11 @@
 //     explicit filters f[]=…&op[…]=…&v[…][]=… or short ones (status_id=*,
 //     cf_N=value, subject=~text): status_id (* any, o open, default o),
 //     cf_N (=, exact), subject (~, contains, case-insensitive); a filter
-//     on an unknown field is ignored; sort=id or id:desc (default id:desc),
-//     limit (default 25, at most 100), offset
+//     Redmine does not offer is ignored without an error: on an unknown
+//     field, or on a custom field that is not enabled for the project (for
+//     a list without project_id: for any project) or is not "Used as a
+//     filter" (is_filter false, see SetFilter); sort=id or id:desc
+//     (default id:desc), limit (default 25, at most 100), offset
 //   - read-after-write: a created issue is in every later list
 package redminetest
 
@@ -66,6 +69,8 @@ type Fake struct {
 	mu       sync.Mutex
 	projects []Project
 	issues   []Issue
+	noFilter map[int]bool // custom fields with is_filter false
+	foldCase bool         // cf_N = compares without regard to case
 }
 
 // Trackers, priorities and the default priority of the fake (Redmine's
@@ -79,7 +84,7 @@ var (
 // New starts a Redmine that accepts apiKey, with project (identifier, id
 // 1, every tracker, custom field fieldID enabled; fieldID 0: none).
 func New(t testing.TB, apiKey, project string, fieldID int) *Fake {
-	f := &Fake{key: apiKey}
+	f := &Fake{key: apiKey, noFilter: map[int]bool{}}
 	var fields []int
 	if fieldID != 0 {
 		fields = []int{fieldID}
@@ -102,6 +107,24 @@ func (f *Fake) AddProject(p Project) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.projects = append(f.projects, p)
+}
+
+// SetFilter sets a custom field's "Used as a filter" (is_filter; true for
+// every field until set). Redmine offers no filter on a field that is not
+// one: a list filtered on it comes back as if unfiltered on it.
+func (f *Fake) SetFilter(fieldID int, isFilter bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.noFilter[fieldID] = !isFilter
+}
+
+// SetFoldCase makes the custom field filter (=) compare without regard to
+// case, as Redmine does on MySQL with its default (_ci) collation: Redmine
+// filters with SQL "IN (…)" and leaves the comparison to the database.
+func (f *Fake) SetFoldCase(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.foldCase = on
 }
 
 // Count is the number of issues.
@@ -301,7 +324,7 @@ func (f *Fake) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	fs := filters(q)
+	fs := slices.DeleteFunc(filters(q), func(x filter) bool { return !f.offered(p, x.field) })
 	hasStatus := slices.ContainsFunc(fs, func(x filter) bool { return x.field == "status_id" })
 	if !hasStatus {
 		fs = append(fs, filter{field: "status_id", op: "o"})
@@ -313,7 +336,7 @@ func (f *Fake) list(w http.ResponseWriter, r *http.Request) {
 		}
 		ok := true
 		for _, x := range fs {
-			ok = ok && x.matches(is)
+			ok = ok && x.matches(is, f.foldCase)
 		}
 		if ok {
 			match = append(match, is)
@@ -338,9 +361,26 @@ func (f *Fake) list(w http.ResponseWriter, r *http.Request) {
 	downstreamtest.WriteJSON(w, http.StatusOK, map[string]any{"issues": out, "total_count": total, "offset": offset, "limit": limit})
 }
 
-// matches applies a filter; an unknown field or operator matches all, as
-// Redmine ignores filters it does not know.
-func (x filter) matches(is Issue) bool {
+// offered reports whether Redmine offers a filter on field in a list of
+// project p (nil: of every project), as IssueQuery#available_filters does:
+// a custom field must be enabled for the project and be a filter.
+func (f *Fake) offered(p *Project, field string) bool {
+	n, err := strconv.Atoi(strings.TrimPrefix(field, "cf_"))
+	if !strings.HasPrefix(field, "cf_") {
+		return field == "status_id" || field == "subject"
+	}
+	if err != nil || f.noFilter[n] {
+		return false
+	}
+	if p != nil {
+		return slices.Contains(p.Fields, n)
+	}
+	return slices.ContainsFunc(f.projects, func(p Project) bool { return slices.Contains(p.Fields, n) })
+}
+
+// matches applies an offered filter; an operator it does not know matches
+// all.
+func (x filter) matches(is Issue, foldCase bool) bool {
 	switch {
 	case x.field == "status_id":
 		switch x.op {
@@ -364,7 +404,7 @@ func (x filter) matches(is Issue) bool {
 			return true
 		}
 		v, ok := is.Custom[n]
-		return ok && slices.Contains(x.values, v)
+		return ok && slices.ContainsFunc(x.values, func(w string) bool { return w == v || foldCase && strings.EqualFold(w, v) })
 	}
 	return true
 }

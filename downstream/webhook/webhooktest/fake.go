@@ -1,7 +1,8 @@
 // Package webhooktest is an httptest receiver of ticket webhooks that keeps
 // the contracts a careful receiver keeps: the IETF Idempotency-Key draft
 // (a key is remembered for a window; a replay answers the first response; the
-// same key with another payload is 422) and Standard Webhooks signature
+// same key with another payload is 422; the same key while its first request
+// is still being processed is 409, see Hold) and Standard Webhooks signature
 // verification (webhook-id, webhook-timestamp within 5 minutes,
 // webhook-signature "v1,<base64 HMAC-SHA256 of id.timestamp.body>").
 package webhooktest
@@ -40,6 +41,8 @@ type Options struct {
 	Window time.Duration
 	// Now is the receiver's clock (nil: time.Now).
 	Now func() time.Time
+	// ConflictRetryAfter is the Retry-After of a 409 (0: 1s).
+	ConflictRetryAfter time.Duration
 }
 
 // Delivery is one accepted webhook.
@@ -67,6 +70,8 @@ type Fake struct {
 	mu         sync.Mutex
 	deliveries []Delivery
 	keys       map[string]remembered
+	hold       chan struct{}       // non-nil: requests with a new key wait for it to close
+	inflight   map[string][32]byte // keys being processed → their payload's fingerprint
 }
 
 // New starts a receiver that stops when the test ends.
@@ -74,7 +79,10 @@ func New(t testing.TB, o Options) *Fake {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	f := &Fake{opts: o, keys: map[string]remembered{}}
+	if o.ConflictRetryAfter <= 0 {
+		o.ConflictRetryAfter = time.Second
+	}
+	f := &Fake{opts: o, keys: map[string]remembered{}, inflight: map[string][32]byte{}}
 	if o.SigningSecret != "" {
 		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(o.SigningSecret, "whsec_"))
 		if err != nil {
@@ -85,7 +93,43 @@ func New(t testing.TB, o Options) *Fake {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+Path, func(w http.ResponseWriter, r *http.Request) { f.Faults.Serve(w, r, f.receive) })
 	f.srv = downstreamtest.StartServer(t, mux).URL
+	// Runs before the server closes (cleanups run last-in first-out): a
+	// held request must not keep Close waiting.
+	t.Cleanup(f.release)
 	return f
+}
+
+// Hold makes the receiver slow, as one that processes a request at length:
+// from now on a request with a new key is marked in flight and waits,
+// before it is processed, until release is called (or
+// downstreamtest.SlowLimit passes). Meanwhile a request with the same key
+// and payload is answered 409 Conflict with Retry-After
+// (Options.ConflictRetryAfter), and one with the same key and another
+// payload 422, as the Idempotency-Key draft says. release lets the held
+// requests through and ends the hold; it may be called more than once.
+func (f *Fake) Hold() (release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hold == nil {
+		f.hold = make(chan struct{})
+	}
+	return f.release
+}
+
+func (f *Fake) release() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hold != nil {
+		close(f.hold)
+		f.hold = nil
+	}
+}
+
+// InFlight is the number of requests being processed (held by Hold).
+func (f *Fake) InFlight() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.inflight)
 }
 
 // URL is the address to post to.
@@ -146,6 +190,16 @@ func (f *Fake) receive(w http.ResponseWriter, r *http.Request) {
 		w.Write(prev.body)
 		return
 	}
+	if first, ok := f.inflight[key]; ok {
+		if first != fp {
+			problem(w, http.StatusUnprocessableEntity, "Unprocessable Content", "Idempotency-Key "+key+" was already used with another payload")
+			return
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(int(f.opts.ConflictRetryAfter/time.Second)))
+		problem(w, http.StatusConflict, "A request is outstanding for this Idempotency-Key",
+			"a request with Idempotency-Key "+key+" is being processed")
+		return
+	}
 	var p struct {
 		Type string `json:"type"`
 		Data struct {
@@ -160,6 +214,17 @@ func (f *Fake) receive(w http.ResponseWriter, r *http.Request) {
 		// Validation failures are not remembered: a corrected retry may use the key.
 		problem(w, http.StatusUnprocessableEntity, "Unprocessable Content", "type and data.title are required")
 		return
+	}
+	if hold := f.hold; hold != nil {
+		f.inflight[key] = fp
+		f.mu.Unlock()
+		select {
+		case <-hold:
+		case <-time.After(downstreamtest.SlowLimit):
+		}
+		f.mu.Lock()
+		delete(f.inflight, key)
+		now = f.opts.Now()
 	}
 	id := fmt.Sprintf("dlv_%d", len(f.deliveries)+1)
 	f.deliveries = append(f.deliveries, Delivery{ID: id, Key: key, WebhookID: r.Header.Get("webhook-id"), Body: body})
