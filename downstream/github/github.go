@@ -3,9 +3,21 @@
 // GitHub takes no dedupe key. Each issue carries a label derived from the
 // key, and Find lists the repository's issues filtered by that label — the
 // issues list is read-after-write, unlike the search API, which lags — so
-// an attempt of unknown outcome is reconciled before any resend. Labels on
-// a new issue need push (triage) access: without it GitHub drops them
-// silently, and Find could not see the issue.
+// an attempt of unknown outcome is reconciled before any resend.
+//
+// Labels on a new issue are kept only for a token with push access ("Labels
+// are silently dropped otherwise", create-an-issue documentation); without
+// the key label Find could never see the issue, and a lost answer would
+// become a second issue. So before its first create a Target checks the
+// token's permissions on the repository (GET /repos/{owner}/{repo}) and
+// refuses to create anything without push access; a GitHub App installation
+// token, for which that answer says nothing, is recognised by
+// GET /installation/repositories. A created issue that lacks the key label
+// all the same stops the target: later deliveries fail permanently.
+//
+// GitHub's limits are kept: titles of at most 256 characters (a longer title
+// is cut and the full one opens the body), label names of at most 50
+// (a longer label is shortened to a unique name), bodies of at most 65536.
 package github
 
 import (
@@ -16,9 +28,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"ticketrelay/downstream"
 	"ticketrelay/downstream/internal/rest"
@@ -30,6 +45,17 @@ const DefaultBaseURL = "https://api.github.com"
 // APIVersion is sent as X-GitHub-Api-Version.
 const APIVersion = "2022-11-28"
 
+// GitHub's limits, in characters.
+const (
+	MaxTitle = 256
+	MaxLabel = 50
+	MaxBody  = 65536
+)
+
+// SecondaryWait is how long to wait after a secondary rate limit that names
+// no time ("wait for at least one minute before retrying").
+const SecondaryWait = time.Minute
+
 // Capabilities: no key; a consistent lookup through the label filter.
 var Capabilities = downstream.Capabilities{Lookup: downstream.LookupConsistent}
 
@@ -39,8 +65,9 @@ type Config struct {
 	// BaseURL of the REST API (default DefaultBaseURL; GHES: https://HOST/api/v3).
 	BaseURL     string
 	Owner, Repo string
-	// Token is a token with issues:write (and push or triage access, so
-	// that labels are kept).
+	// Token is a token with issues:write whose user has push (write)
+	// access to the repository, or a GitHub App installation token with
+	// issues write: labels are kept only for those.
 	Token downstream.Secret
 	// HTTP is the client (nil: a client with a 20s timeout).
 	HTTP *http.Client
@@ -51,8 +78,15 @@ type Config struct {
 // Target opens issues in one repository.
 type Target struct {
 	cfg  Config
+	base string // the API base URL, without a trailing slash
 	repo string // base + /repos/{owner}/{repo}
 	c    *rest.Client
+
+	check chan struct{} // held while the token's permissions are checked
+
+	mu       sync.Mutex
+	verified bool  // the token may set labels on a new issue
+	dropped  error // GitHub dropped the labels of an issue: no more creates
 }
 
 var (
@@ -75,8 +109,8 @@ func New(cfg Config) (*Target, error) {
 	if cfg.Token.IsZero() {
 		return nil, fmt.Errorf("github %q: a token is required", cfg.Name)
 	}
-	return &Target{cfg: cfg, repo: base + "/repos/" + url.PathEscape(cfg.Owner) + "/" + url.PathEscape(cfg.Repo),
-		c: rest.NewClient(cfg.HTTP, cfg.Now)}, nil
+	return &Target{cfg: cfg, base: base, repo: base + "/repos/" + url.PathEscape(cfg.Owner) + "/" + url.PathEscape(cfg.Repo),
+		c: rest.NewClient(cfg.HTTP, cfg.Now), check: make(chan struct{}, 1)}, nil
 }
 
 // Name implements downstream.Target.
@@ -92,21 +126,60 @@ func KeyLabel(key string) string {
 	return "ticketrelay-" + hex.EncodeToString(sum[:12])
 }
 
+// Label fits a ticket label into GitHub's 50 characters: a longer one
+// becomes its first 41 characters, "-" and 8 hex digits of the SHA-256 of
+// the whole label, so that two long labels never share a name.
+func Label(l string) string {
+	r := []rune(l)
+	if len(r) <= MaxLabel {
+		return l
+	}
+	sum := sha256.Sum256([]byte(l))
+	return string(r[:MaxLabel-9]) + "-" + hex.EncodeToString(sum[:4])
+}
+
 type issue struct {
-	Number      int64           `json:"number"`
-	HTMLURL     string          `json:"html_url"`
-	PullRequest json.RawMessage `json:"pull_request"`
+	Number      int64             `json:"number"`
+	HTMLURL     string            `json:"html_url"`
+	PullRequest json.RawMessage   `json:"pull_request"`
+	Labels      []json.RawMessage `json:"labels"` // {"name": ...} objects (or names)
+}
+
+// hasLabel reports whether the issue carries the label (names compare
+// without case, as GitHub's do).
+func (is issue) hasLabel(name string) bool {
+	for _, raw := range is.Labels {
+		var l struct {
+			Name string `json:"name"`
+		}
+		if json.Unmarshal(raw, &l) != nil {
+			json.Unmarshal(raw, &l.Name)
+		}
+		if strings.EqualFold(l.Name, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // Deliver opens the issue.
 func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream.Receipt, error) {
-	labels := append([]string{KeyLabel(d.Key)}, d.Ticket.Labels...)
-	body := d.Ticket.Body
-	if d.Ticket.Priority != "" {
-		body = strings.TrimRight(body, "\n") + "\n\n---\npriority: " + d.Ticket.Priority + " · ticket " + d.Ticket.ID
+	if err := t.ensureLabels(ctx); err != nil {
+		return downstream.Receipt{}, err
 	}
+	key := KeyLabel(d.Key)
+	labels := []string{key}
+	shortened := false
+	for _, l := range d.Ticket.Labels {
+		gl := Label(l)
+		shortened = shortened || gl != l
+		if !slices.Contains(labels, gl) {
+			labels = append(labels, gl)
+		}
+	}
+	title, body := texts(d, shortened)
 	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.repo+"/issues", map[string]any{
-		"title": d.Ticket.Title, "body": body, "labels": labels,
+		"title": title, "body": body, "labels": labels,
 	})
 	if err != nil {
 		return downstream.Receipt{}, err
@@ -115,18 +188,150 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 	if err := t.call(req, &is); err != nil {
 		return downstream.Receipt{}, err
 	}
-	return receipt(is), nil
+	r := receipt(is)
+	if !is.hasLabel(key) {
+		// The issue exists and we know it: it is delivered. But no lookup
+		// will ever find an issue of this token again, and a lost answer
+		// would become a duplicate: create nothing more.
+		t.mu.Lock()
+		if t.dropped == nil {
+			t.dropped = &downstream.Error{Class: downstream.Permanent, Err: fmt.Errorf(
+				"github %q: the token cannot set labels on %s/%s: GitHub dropped the labels of issue #%d (%s), and without its key label "+
+					"an issue cannot be found again after a lost answer; nothing more is created through this target: give the token "+
+					"push (write) access to the repository (or issues write to the GitHub App), then restart the dispatcher",
+				t.cfg.Name, t.cfg.Owner, t.cfg.Repo, is.Number, r.URL)}
+		}
+		t.mu.Unlock()
+	}
+	return r, nil
+}
+
+// texts renders the title (cut to MaxTitle characters; the full title then
+// opens the body) and the body (the ticket's, cut if the whole would pass
+// MaxBody, and a footer with the priority, the ticket id and, when some
+// were shortened, the full labels).
+func texts(d downstream.Delivery, shortened bool) (title, body string) {
+	title = d.Ticket.Title
+	var head string
+	if r := []rune(title); len(r) > MaxTitle {
+		title, head = string(r[:MaxTitle-1])+"…", d.Ticket.Title+"\n\n"
+	}
+	foot := "\n\n---\n"
+	if d.Ticket.Priority != "" {
+		foot += "priority: " + d.Ticket.Priority + " · "
+	}
+	foot += "ticket " + d.Ticket.ID
+	if shortened {
+		foot += " · labels: " + strings.Join(d.Ticket.Labels, ", ")
+	}
+	text := strings.TrimRight(d.Ticket.Body, "\n")
+	room := MaxBody - utf8.RuneCountInString(head) - utf8.RuneCountInString(foot)
+	if utf8.RuneCountInString(text) > room {
+		const cut = "\n\n… (the rest of the ticket's text is cut: GitHub takes 65536 characters)"
+		text = string([]rune(text)[:room-utf8.RuneCountInString(cut)]) + cut
+	}
+	return title, head + text + foot
+}
+
+// ensureLabels makes sure the token's issues keep their labels: checked
+// once (one check at a time) before the first create; a check that failed
+// for a passing reason is made again by the next delivery.
+func (t *Target) ensureLabels(ctx context.Context) error {
+	if done, err := t.state(); done || err != nil {
+		return err
+	}
+	select {
+	case t.check <- struct{}{}:
+	case <-ctx.Done():
+		return &downstream.Error{Class: downstream.Transient, Err: fmt.Errorf("waiting for the check of the token's access: %w", ctx.Err())}
+	}
+	defer func() { <-t.check }()
+	if done, err := t.state(); done || err != nil {
+		return err
+	}
+	verified, err := t.checkLabels(ctx)
+	if err != nil {
+		return err
+	}
+	if verified {
+		t.mu.Lock()
+		t.verified = true
+		t.mu.Unlock()
+	}
+	return nil
+}
+
+// state reports whether creates may go ahead without a check, or why no
+// create may go ahead at all.
+func (t *Target) state() (bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.dropped != nil {
+		return true, t.dropped
+	}
+	return t.verified, nil
+}
+
+// checkLabels asks GitHub whether the token may set labels on a new issue.
+// It reports true when it may; false without an error when the answer
+// proves nothing either way (a rejected token, an unknown repository: the
+// create will be refused with the API's own message); a transient error
+// when the check should be made again; a permanent error when the token
+// lacks the access.
+func (t *Target) checkLabels(ctx context.Context) (bool, error) {
+	var repo struct {
+		Permissions *struct {
+			Push, Triage bool
+		} `json:"permissions"`
+	}
+	if err := t.get(ctx, t.repo, &repo); err != nil {
+		return false, checkFailed(err)
+	}
+	if repo.Permissions != nil && repo.Permissions.Push {
+		return true, nil
+	}
+	// A GitHub App installation token: the repository's permissions say
+	// nothing of it (missing, or push false). Only an installation may list
+	// its repositories.
+	var inst json.RawMessage
+	err := t.get(ctx, t.base+"/installation/repositories?per_page=1", &inst)
+	if err == nil {
+		return true, nil
+	}
+	if e := downstream.Classify(err); e.Class == downstream.Transient {
+		return false, checkFailed(err)
+	}
+	has := "no push access to it"
+	switch {
+	case repo.Permissions == nil:
+		has = "GitHub reports no permissions for it"
+	case repo.Permissions.Triage:
+		has = "only triage access to it (GitHub keeps the labels of a new issue only for push access)"
+	}
+	return false, &downstream.Error{Class: downstream.Permanent, Err: fmt.Errorf(
+		"github %q: the token cannot set labels on %s/%s: it has %s; GitHub drops the labels of a new issue silently without "+
+			"push access, and an issue without its key label cannot be found again after a lost answer, so nothing was created: "+
+			"give the token's user write (push) access to the repository, or use a GitHub App installation token with issues write",
+		t.cfg.Name, t.cfg.Owner, t.cfg.Repo, has)}
+}
+
+// checkFailed translates a failed check: a transient failure is returned
+// (nothing was created: a GET creates nothing); any other proves nothing.
+func checkFailed(err error) error {
+	e := downstream.Classify(err)
+	if e.Class != downstream.Transient {
+		return nil
+	}
+	e.MayHaveActed = false
+	e.Err = fmt.Errorf("checking the token's access to the repository: %w", e.Err)
+	return e
 }
 
 // Find lists issues (any state) carrying the key's label.
 func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Receipt, bool, error) {
 	q := url.Values{"labels": {KeyLabel(d.Key)}, "state": {"all"}, "per_page": {"10"}, "sort": {"created"}, "direction": {"asc"}}
-	req, err := rest.NewJSONRequest(ctx, http.MethodGet, t.repo+"/issues?"+q.Encode(), nil)
-	if err != nil {
-		return downstream.Receipt{}, false, err
-	}
 	var list []issue
-	if err := t.call(req, &list); err != nil {
+	if err := t.get(ctx, t.repo+"/issues?"+q.Encode(), &list); err != nil {
 		return downstream.Receipt{}, false, err
 	}
 	for _, is := range list {
@@ -139,6 +344,14 @@ func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Re
 
 func receipt(is issue) downstream.Receipt {
 	return downstream.Receipt{ExternalID: strconv.FormatInt(is.Number, 10), URL: is.HTMLURL}
+}
+
+func (t *Target) get(ctx context.Context, u string, out any) error {
+	req, err := rest.NewJSONRequest(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	return t.call(req, out)
 }
 
 func (t *Target) call(req *http.Request, out any) error {
@@ -159,9 +372,18 @@ func (t *Target) call(req *http.Request, out any) error {
 }
 
 // fail translates an error answer. GitHub answers a rate limit with 403 or
-// 429: primary (x-ratelimit-remaining: 0; wait until x-ratelimit-reset, epoch
-// seconds) or secondary (the message says so; wait retry-after seconds, else
-// at least a minute). Those are transient, not auth errors.
+// 429 ("Rate limits for the REST API"):
+//   - primary: x-ratelimit-remaining is 0; wait until x-ratelimit-reset
+//     (UTC epoch seconds);
+//   - secondary: the message says so ("You have exceeded a secondary rate
+//     limit", formerly "You have triggered an abuse detection mechanism");
+//     wait retry-after seconds if given, else until x-ratelimit-reset if
+//     x-ratelimit-remaining is 0, else at least a minute.
+//
+// Content created too quickly is also refused with 422 "was submitted too
+// quickly", a secondary limit in all but status. None of these processed
+// the request: transient, and not acted. A 403 that is none of them is a
+// permission problem (Auth).
 func (t *Target) fail(r *rest.Response) *downstream.Error {
 	var ans struct {
 		Message string `json:"message"`
@@ -182,13 +404,13 @@ func (t *Target) fail(r *rest.Response) *downstream.Error {
 		}
 	}
 	e := t.c.Fail(r, msg)
-	if r.Status != http.StatusForbidden && r.Status != http.StatusTooManyRequests {
-		return e
-	}
-	primary := r.Header.Get("x-ratelimit-remaining") == "0"
-	secondary := strings.Contains(strings.ToLower(ans.Message), "secondary rate limit")
-	if !primary && !secondary && r.Header.Get("Retry-After") == "" && r.Status == http.StatusForbidden {
-		return e // a real permission problem
+	low := strings.ToLower(msg)
+	limited := r.Status == http.StatusForbidden || r.Status == http.StatusTooManyRequests
+	primary := limited && r.Header.Get("x-ratelimit-remaining") == "0"
+	secondary := limited && (strings.Contains(low, "secondary rate limit") || strings.Contains(low, "abuse detection")) ||
+		r.Status == http.StatusUnprocessableEntity && strings.Contains(low, "submitted too quickly")
+	if !primary && !secondary && (!limited || r.Status == http.StatusForbidden && r.Header.Get("Retry-After") == "") {
+		return e // 429 is already transient; a bare 403 is a real permission problem
 	}
 	e.Class, e.MayHaveActed = downstream.Transient, false
 	if e.RetryAfter == 0 && primary {
@@ -197,7 +419,7 @@ func (t *Target) fail(r *rest.Response) *downstream.Error {
 		}
 	}
 	if e.RetryAfter == 0 && secondary {
-		e.RetryAfter = time.Minute
+		e.RetryAfter = SecondaryWait
 	}
 	return e
 }

@@ -179,6 +179,9 @@ var kinds = []kind{
 			if sc == badAuth {
 				env["GITHUB_TOKEN"] = "ghp_revoked" // 401 Bad credentials
 			}
+			// Titles and labels past GitHub's limits are cut to fit, so no
+			// ticket is refused; a repository with issues turned off is (410).
+			f.IssuesDisabled = sc == invalid
 			return fake{
 				target: "  - name: bugs\n    kind: github\n    endpoint: " + yamlQuote(f.URL()) +
 					"\n    options: {owner: acme, repo: support, token_env: GITHUB_TOKEN}\n",
@@ -189,11 +192,7 @@ var kinds = []kind{
 						t.Errorf("github issue %+v; want the key label %s and ticket %s", is, github.KeyLabel(key), ticketID)
 					}
 				},
-				// GitHub labels hold at most 50 characters; ours may hold 64.
-				invalidArgs: func(args map[string]any) {
-					args["labels"] = []string{"e2e", strings.Repeat("x", 51)}
-				},
-				invalidMsg: "Validation Failed; Label.name: invalid",
+				invalidMsg: "Issues are disabled for this repo",
 			}
 		},
 	},

@@ -2,15 +2,28 @@
 // endpoints, keeping its documented contract:
 //   - Authorization: "Bearer <token>" (or "token <token>"), else 401
 //     {"message":"Bad credentials"}
-//   - POST /repos/{owner}/{repo}/issues → 201 issue; a blank title → 422
-//     "Validation Failed" (missing_field title); labels are kept only for a
-//     token with push access, silently dropped otherwise; unknown labels
-//     are created
+//   - GET /repos/{owner}/{repo} → 200 repository; for a user's token it
+//     carries "permissions" {admin, maintain, push, triage, pull} (push
+//     follows PushAccess, triage follows PushAccess or Triage); for a
+//     GitHub App installation token (Installation) it carries none
+//   - GET /installation/repositories → 200 for an installation token, else
+//     403 "You must authenticate with an installation access token in order
+//     to list repositories for an installation."
+//   - POST /repos/{owner}/{repo}/issues → 201 issue; 410 "Issues are
+//     disabled for this repo" (IssuesDisabled); 422 "Validation Failed" for
+//     a blank title (missing_field title), a title of more than 256
+//     characters ("title is too long (maximum is 256 characters)"), a body
+//     of more than 65536 characters and a label name of more than 50
+//     characters; labels are kept only when PushAccess is set (a user with
+//     push access, an installation with issues write), silently dropped
+//     otherwise; unknown labels are created
 //   - GET /repos/{owner}/{repo}/issues?labels=a,b&state=open|closed|all is
 //     read-after-write and includes pull requests (they carry "pull_request")
-//   - rate limits: 403 with x-ratelimit-remaining 0 and x-ratelimit-reset
-//     (primary) or 403 "You have exceeded a secondary rate limit" with
-//     retry-after (secondary)
+//   - rate limits on create (LimitNext), with status LimitStatus (403, or
+//     429; both are documented): primary (x-ratelimit-remaining 0 and
+//     x-ratelimit-reset), secondary ("You have exceeded a secondary rate
+//     limit", retry-after when RetryAfter > 0), the older abuse-detection
+//     message, and 422 "was submitted too quickly"
 package githubtest
 
 import (
@@ -24,6 +37,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"ticketrelay/downstream/downstreamtest"
 )
@@ -42,35 +56,57 @@ type Issue struct {
 type Limit int
 
 const (
-	Primary   Limit = iota + 1 // 403, x-ratelimit-remaining: 0, reset in ResetIn
-	Secondary                  // 403, secondary rate limit message, retry-after RetryAfter
+	Primary    Limit = iota + 1 // x-ratelimit-remaining: 0, reset in ResetIn
+	Secondary                   // secondary rate limit message, retry-after RetryAfter (none if 0)
+	Abuse                       // the older abuse-detection message, retry-after RetryAfter (none if 0)
+	TooQuickly                  // 422 Validation Failed: "was submitted too quickly"
 )
 
 // Fake is one repository.
 type Fake struct {
+	// Faults applies to create requests; RepoFaults to GET /repos/{owner}/{repo}.
 	Faults      downstreamtest.Faults
+	RepoFaults  downstreamtest.Faults
 	owner, repo string
 	token       string
 	srv         string
-	// PushAccess: the token may set labels (default true).
+	// PushAccess: the token may set labels on a new issue (default true).
 	PushAccess bool
-	// ResetIn and RetryAfter shape rate-limit answers.
-	ResetIn    time.Duration
-	RetryAfter time.Duration
+	// Triage: the token's user has the triage role (labels on existing
+	// issues) without push access.
+	Triage bool
+	// Installation: the token is a GitHub App installation token.
+	Installation bool
+	// IssuesDisabled: the repository has issues turned off (410 on create).
+	IssuesDisabled bool
+	// ResetIn and RetryAfter shape rate-limit answers; LimitStatus is their
+	// status (default 403).
+	ResetIn     time.Duration
+	RetryAfter  time.Duration
+	LimitStatus int
 
-	mu     sync.Mutex
-	issues []Issue
-	limits []Limit
+	mu        sync.Mutex
+	issues    []Issue
+	limits    []Limit
+	repoCalls int
 }
 
 // New starts a repository owner/repo that accepts token.
 func New(t testing.TB, owner, repo, token string) *Fake {
-	f := &Fake{owner: owner, repo: repo, token: token, PushAccess: true, ResetIn: 42 * time.Second, RetryAfter: 61 * time.Second}
+	f := &Fake{owner: owner, repo: repo, token: token, PushAccess: true, ResetIn: 42 * time.Second, RetryAfter: 61 * time.Second,
+		LimitStatus: http.StatusForbidden}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /repos/{owner}/{repo}/issues", func(w http.ResponseWriter, r *http.Request) {
 		f.Faults.Serve(w, r, f.check(f.create))
 	})
 	mux.HandleFunc("GET /repos/{owner}/{repo}/issues", f.check(f.list))
+	mux.HandleFunc("GET /repos/{owner}/{repo}", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.repoCalls++
+		f.mu.Unlock()
+		f.RepoFaults.Serve(w, r, f.check(f.getRepo))
+	})
+	mux.HandleFunc("GET /installation/repositories", f.auth(f.installationRepos))
 	f.srv = downstreamtest.StartServer(t, mux).URL
 	return f
 }
@@ -89,6 +125,13 @@ func (f *Fake) Count() int {
 		}
 	}
 	return n
+}
+
+// RepoCalls is the number of GET /repos/{owner}/{repo} requests received.
+func (f *Fake) RepoCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.repoCalls
 }
 
 // Issues returns a copy of the issues and pull requests.
@@ -116,7 +159,15 @@ func msg(w http.ResponseWriter, status int, m string) {
 	downstreamtest.WriteJSON(w, status, map[string]string{"message": m, "documentation_url": "https://docs.github.com/rest", "status": strconv.Itoa(status)})
 }
 
-func (f *Fake) check(h http.HandlerFunc) http.HandlerFunc {
+// invalid answers 422 Validation Failed with one error.
+func invalid(w http.ResponseWriter, e map[string]string) {
+	downstreamtest.WriteJSON(w, http.StatusUnprocessableEntity, map[string]any{
+		"message": "Validation Failed", "documentation_url": "https://docs.github.com/rest/issues/issues#create-an-issue", "status": "422",
+		"errors": []map[string]string{e},
+	})
+}
+
+func (f *Fake) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		a := r.Header.Get("Authorization")
 		if a != "Bearer "+f.token && a != "token "+f.token {
@@ -127,11 +178,74 @@ func (f *Fake) check(h http.HandlerFunc) http.HandlerFunc {
 			msg(w, http.StatusForbidden, "Request forbidden by administrative rules. Please make sure your request has a User-Agent header")
 			return
 		}
+		h(w, r)
+	}
+}
+
+func (f *Fake) check(h http.HandlerFunc) http.HandlerFunc {
+	return f.auth(func(w http.ResponseWriter, r *http.Request) {
 		if r.PathValue("owner") != f.owner || r.PathValue("repo") != f.repo {
 			msg(w, http.StatusNotFound, "Not Found")
 			return
 		}
 		h(w, r)
+	})
+}
+
+func (f *Fake) repository() map[string]any {
+	return map[string]any{
+		"id": 4242, "name": f.repo, "full_name": f.owner + "/" + f.repo, "private": true, "has_issues": !f.IssuesDisabled,
+		"owner":    map[string]any{"login": f.owner},
+		"html_url": fmt.Sprintf("https://github.example/%s/%s", f.owner, f.repo),
+		"url":      fmt.Sprintf("%s/repos/%s/%s", f.srv, f.owner, f.repo),
+	}
+}
+
+func (f *Fake) getRepo(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := f.repository()
+	if !f.Installation {
+		m["permissions"] = map[string]bool{"admin": false, "maintain": false, "push": f.PushAccess, "triage": f.PushAccess || f.Triage, "pull": true}
+	}
+	downstreamtest.WriteJSON(w, http.StatusOK, m)
+}
+
+func (f *Fake) installationRepos(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.Installation {
+		msg(w, http.StatusForbidden, "You must authenticate with an installation access token in order to list repositories for an installation.")
+		return
+	}
+	downstreamtest.WriteJSON(w, http.StatusOK, map[string]any{
+		"total_count": 1, "repository_selection": "selected", "repositories": []map[string]any{f.repository()},
+	})
+}
+
+func (f *Fake) limit(w http.ResponseWriter, l Limit) {
+	status := f.LimitStatus
+	if status == 0 {
+		status = http.StatusForbidden
+	}
+	retryAfter := func() {
+		if f.RetryAfter > 0 {
+			w.Header().Set("retry-after", strconv.Itoa(int(f.RetryAfter/time.Second)))
+		}
+	}
+	switch l {
+	case Primary:
+		w.Header().Set("x-ratelimit-remaining", "0")
+		w.Header().Set("x-ratelimit-reset", strconv.FormatInt(time.Now().Add(f.ResetIn).Unix(), 10))
+		msg(w, status, "API rate limit exceeded for user ID 1.")
+	case Secondary:
+		retryAfter()
+		msg(w, status, "You have exceeded a secondary rate limit and have been temporarily blocked from content creation. Please retry your request again later.")
+	case Abuse:
+		retryAfter()
+		msg(w, status, "You have triggered an abuse detection mechanism and have been temporarily blocked from content creation. Please retry your request again later.")
+	case TooQuickly:
+		invalid(w, map[string]string{"resource": "Issue", "code": "custom", "field": "base", "message": "was submitted too quickly"})
 	}
 }
 
@@ -145,14 +259,11 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	if len(f.limits) > 0 {
 		l := f.limits[0]
 		f.limits = f.limits[1:]
-		if l == Primary {
-			w.Header().Set("x-ratelimit-remaining", "0")
-			w.Header().Set("x-ratelimit-reset", strconv.FormatInt(time.Now().Add(f.ResetIn).Unix(), 10))
-			msg(w, http.StatusForbidden, "API rate limit exceeded for user ID 1.")
-		} else {
-			w.Header().Set("retry-after", strconv.Itoa(int(f.RetryAfter/time.Second)))
-			msg(w, http.StatusForbidden, "You have exceeded a secondary rate limit and have been temporarily blocked from content creation. Please retry your request again later.")
-		}
+		f.limit(w, l)
+		return
+	}
+	if f.IssuesDisabled {
+		msg(w, http.StatusGone, "Issues are disabled for this repo")
 		return
 	}
 	var in struct {
@@ -164,19 +275,20 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		msg(w, http.StatusBadRequest, "Problems parsing JSON")
 		return
 	}
-	if in.Title == nil || strings.TrimSpace(*in.Title) == "" {
-		downstreamtest.WriteJSON(w, http.StatusUnprocessableEntity, map[string]any{
-			"message": "Validation Failed", "documentation_url": "https://docs.github.com/rest/issues/issues#create-an-issue", "status": "422",
-			"errors": []map[string]string{{"resource": "Issue", "code": "missing_field", "field": "title"}},
-		})
+	switch {
+	case in.Title == nil || strings.TrimSpace(*in.Title) == "":
+		invalid(w, map[string]string{"resource": "Issue", "code": "missing_field", "field": "title"})
+		return
+	case utf8.RuneCountInString(*in.Title) > 256:
+		invalid(w, map[string]string{"resource": "Issue", "code": "custom", "field": "title", "message": "title is too long (maximum is 256 characters)"})
+		return
+	case utf8.RuneCountInString(in.Body) > 65536:
+		invalid(w, map[string]string{"resource": "Issue", "code": "custom", "field": "body", "message": "body is too long (maximum is 65536 characters)"})
 		return
 	}
 	for _, l := range in.Labels {
-		if len([]rune(l)) > 50 {
-			downstreamtest.WriteJSON(w, http.StatusUnprocessableEntity, map[string]any{
-				"message": "Validation Failed", "status": "422",
-				"errors": []map[string]string{{"resource": "Label", "code": "invalid", "field": "name"}},
-			})
+		if utf8.RuneCountInString(l) > 50 {
+			invalid(w, map[string]string{"resource": "Label", "code": "invalid", "field": "name"})
 			return
 		}
 	}
