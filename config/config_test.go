@@ -172,6 +172,12 @@ targets:
 			env("K", "x"), `priority "low" is mapped twice`},
 		{"redmine bad priority id", "targets:\n  - {name: r, kind: redmine, endpoint: 'https://r', options: {api_key_env: K, project: p, priority_ids: 'high=x'}}\n",
 			env("K", "x"), `priority high: "x" is not a positive integer`},
+		{"pagerduty api endpoint without a key", "targets:\n  - {name: p, kind: pagerduty, options: {routing_key_env: K, api_endpoint: 'https://api.pd.example'}}\n",
+			env("K", "x"), `a REST API endpoint without a REST API key`},
+		{"pagerduty api key not set", "targets:\n  - {name: p, kind: pagerduty, options: {routing_key_env: K, api_token_env: PD_API}}\n",
+			env("K", "x"), `environment variable PD_API (options.api_token_env) is not set`},
+		{"pagerduty bad api endpoint", "targets:\n  - {name: p, kind: pagerduty, options: {routing_key_env: K, api_token_env: A, api_endpoint: api.pd.example}}\n",
+			env("K", "x", "A", "y"), `is not an http(s) URL`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -206,5 +212,51 @@ func TestLoadNamesTheFile(t *testing.T) {
 	}
 	if _, err := config.Load(filepath.Join(t.TempDir(), "missing.yaml"), nil); err == nil {
 		t.Fatal("Load of a missing file succeeded")
+	}
+}
+
+// PagerDuty's optional REST API key: read from the environment, defaulting
+// to the public REST host, never printed; absent, the target has none.
+func TestPagerDutyAPIOptions(t *testing.T) {
+	const y = `
+targets:
+  - name: oncall
+    kind: pagerduty
+    options: {routing_key_env: PD_KEY, api_token_env: PD_API_TOKEN%s}
+tools:
+  - {name: page, target: oncall}
+`
+	e := env("PD_KEY", "0123456789abcdef0123456789abcdef", "PD_API_TOKEN", "pd-rest-SECRETAPI")
+	f, err := config.Parse(fmt.Appendf(nil, y, ""), e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := f.Defs()[0]
+	if d.APIToken.Reveal() != "pd-rest-SECRETAPI" || d.APIEndpoint != "" {
+		t.Fatalf("api_token_env: %+v", d)
+	}
+	f, err = config.Parse(fmt.Appendf(nil, y, ", api_endpoint: 'https://api.eu.pagerduty.com'"), e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := f.Defs()[0]; d.APIEndpoint != "https://api.eu.pagerduty.com" || d.APIToken.IsZero() {
+		t.Fatalf("api_endpoint: %+v", d)
+	}
+	// mcp-front reads the shape only: the key's variable need not be set.
+	if _, err := config.Parse(fmt.Appendf(nil, y, ""), nil); err != nil {
+		t.Fatalf("shape only: %v", err)
+	}
+	var logs bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("config", "file", f, "defs", f.Defs())
+	if out := logs.String() + fmt.Sprintf("%v %+v %#v %+v", f, f, f, f.Defs()); strings.Contains(out, "SECRETAPI") {
+		t.Fatalf("the REST API key shows in printed config: %s", out)
+	}
+	// Without the option: no key, no lookups (the documented limit).
+	f, err = config.Parse([]byte(strings.Replace(fmt.Sprintf(y, ""), ", api_token_env: PD_API_TOKEN", "", 1)), e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := f.Defs()[0]; !d.APIToken.IsZero() {
+		t.Fatalf("no api_token_env, yet a key: %+v", d)
 	}
 }

@@ -41,6 +41,10 @@ var kindOptions = map[string][]option{
 	"pagerduty": {
 		{name: "routing_key_env", required: true, secret: func(d *targets.Def, s downstream.Secret) { d.RoutingKey = s }},
 		{name: "source", set: func(d *targets.Def, v string) { d.Source = v }},
+		// Optional: a REST API key, so that a late resend looks the incident
+		// up instead of paging again after the alert was resolved.
+		{name: "api_token_env", secret: func(d *targets.Def, s downstream.Secret) { d.APIToken = s }},
+		{name: "api_endpoint", set: func(d *targets.Def, v string) { d.APIEndpoint = v }},
 	},
 	"github": {
 		{name: "owner", required: true, set: func(d *targets.Def, v string) { d.Owner = v }},

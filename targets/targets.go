@@ -52,6 +52,8 @@ type Def struct {
 	Token         downstream.Secret // zendesk, jira, github: API token; redmine: API key; webhook: optional bearer token
 	SigningSecret downstream.Secret // webhook: optional Standard Webhooks secret (whsec_…)
 	RoutingKey    downstream.Secret // pagerduty: Events API v2 integration key
+	APIToken      downstream.Secret // pagerduty: optional REST API key (incident lookups before a late resend)
+	APIEndpoint   string            // pagerduty: REST API base URL (empty: the public REST host; only with APIToken)
 	WebhookURL    downstream.Secret // slack: the incoming webhook URL
 	TrackerID     int               // redmine: tracker of new issues (0: the project's first)
 	CustomFieldID int               // redmine: issue custom field holding the dedupe key (0: a subject marker)
@@ -81,7 +83,8 @@ var kinds = map[string]kind{
 		}},
 	"pagerduty": {Capabilities: pagerduty.Capabilities, HTTP: true, DefaultEndpoint: pagerduty.DefaultBaseURL,
 		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
-			return pagerduty.New(pagerduty.Config{Name: d.Name, BaseURL: d.Endpoint, RoutingKey: d.RoutingKey, Source: d.Source, HTTP: hc, Now: now})
+			return pagerduty.New(pagerduty.Config{Name: d.Name, BaseURL: d.Endpoint, RoutingKey: d.RoutingKey, Source: d.Source,
+				APIToken: d.APIToken, APIBaseURL: d.APIEndpoint, HTTP: hc, Now: now})
 		}},
 	"github": {Capabilities: github.Capabilities, HTTP: true, DefaultEndpoint: github.DefaultBaseURL,
 		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {

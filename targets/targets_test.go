@@ -95,7 +95,7 @@ func TestOpenEveryKind(t *testing.T) {
 	const rk = "0123456789abcdef0123456789abcdef"
 	wh := webhooktest.New(t, webhooktest.Options{Token: "wt", SigningSecret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
 	zd := zendesktest.New(t, "a@b.c", "zt", nil)
-	pd := pagerdutytest.New(t, rk)
+	pd := pagerdutytest.New(t, rk, pagerdutytest.Options{APIToken: "pd-rest-s3cr3t"})
 	gh := githubtest.New(t, "acme", "support", "gt")
 	ji := jiratest.New(t, "a@b.c", "jt", "OPS", 0, nil)
 	sl := slacktest.New(t)
@@ -105,7 +105,7 @@ func TestOpenEveryKind(t *testing.T) {
 		{Name: "local", Kind: "local", Path: filepath.Join(t.TempDir(), "t.jsonl")},
 		{Name: "hook", Kind: "webhook", Endpoint: wh.URL(), Token: s("wt"), SigningSecret: s("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")},
 		{Name: "support", Kind: "zendesk", Endpoint: zd.URL(), Email: "a@b.c", Token: s("zt")},
-		{Name: "oncall", Kind: "pagerduty", Endpoint: pd.URL(), RoutingKey: s(rk)},
+		{Name: "oncall", Kind: "pagerduty", Endpoint: pd.URL(), RoutingKey: s(rk), APIToken: s("pd-rest-s3cr3t"), APIEndpoint: pd.APIURL()},
 		{Name: "bugs", Kind: "github", Endpoint: gh.URL(), Owner: "acme", Repo: "support", Token: s("gt")},
 		{Name: "ops", Kind: "jira", Endpoint: ji.URL(), Email: "a@b.c", Token: s("jt"), Project: "OPS", Timeout: 5 * time.Second},
 		{Name: "alerts", Kind: "slack", WebhookURL: s(sl.URL())},
@@ -135,6 +135,11 @@ func TestOpenEveryKind(t *testing.T) {
 			t.Errorf("%s fake holds %d items, want 1", name, n)
 		}
 	}
+	// The ticket was accepted long before now: the pagerduty target looked
+	// its incident up first, with the REST key at the REST endpoint.
+	if n := len(pd.Lookups()); n != 1 {
+		t.Errorf("pagerduty: %d authorized incident lookups, want 1 (api_token and api_endpoint reach the adapter)", n)
+	}
 	if is := rm.Issues()[0]; is.TrackerID != 2 || is.PriorityID != 4 || is.Custom[5] != "test:req-open" {
 		t.Errorf("redmine issue %+v; want tracker 2, priority 4 (high), the key in custom field 5", is)
 	}
@@ -152,6 +157,9 @@ func TestValidate(t *testing.T) {
 		{targets.Def{Name: "x", Kind: "trello"}, `unknown kind "trello"`},
 		{targets.Def{Name: "x", Kind: "github", Owner: "a", Repo: "b"}, "token is required"},
 		{targets.Def{Name: "x", Kind: "pagerduty"}, "routing key is required"},
+		{targets.Def{Name: "x", Kind: "pagerduty", RoutingKey: downstream.NewSecret("k"), APIEndpoint: "https://api.example"}, "without a REST API key"},
+		{targets.Def{Name: "x", Kind: "pagerduty", RoutingKey: downstream.NewSecret("k"), APIToken: downstream.NewSecret("t"), APIEndpoint: "api.example"},
+			"not an http(s) URL"},
 		{targets.Def{Name: "x", Kind: "slack", WebhookURL: downstream.NewSecret("hooks.slack.com/x")}, "not an http(s) URL"},
 		{targets.Def{Name: "x", Kind: "jira", Endpoint: "https://a.atlassian.net", Email: "e", Token: downstream.NewSecret("t")}, "project key is required"},
 		{targets.Def{Name: "x", Kind: "webhook", Endpoint: "https://x", Timeout: -time.Second}, "negative"},
@@ -171,6 +179,7 @@ func TestValidate(t *testing.T) {
 	ok := []targets.Def{
 		{Name: "gh", Kind: "github", Owner: "a", Repo: "b", Token: downstream.NewSecret("t")},
 		{Name: "pd", Kind: "pagerduty", RoutingKey: downstream.NewSecret("k")},
+		{Name: "pd-lookup", Kind: "pagerduty", RoutingKey: downstream.NewSecret("k"), APIToken: downstream.NewSecret("t")},
 	}
 	for _, d := range ok {
 		if err := d.Validate(); err != nil {

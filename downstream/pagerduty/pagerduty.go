@@ -2,12 +2,28 @@
 // (POST /v2/enqueue → 202). The dedupe key is the event's dedup_key: while
 // the alert it opened is open, a resend with the same key applies to that
 // alert instead of opening another.
+//
+// Only while it is open. PagerDuty's developer documentation (Events API
+// v2, trigger events: developer.pagerduty.com/docs/events-api-v2/trigger-events):
+// "Submitting subsequent events for the same dedup_key will result in
+// those events being applied to an open alert matching that dedup_key.
+// Once the alert is resolved, any further events with the same dedup_key
+// will create a new alert (for trigger events) or be dropped (for
+// acknowledge and resolve events)." A resend
+// that comes after someone resolved the alert (a lost answer retried
+// later, a dispatcher that crashed after the call, a redrive hours later)
+// would page again. With a REST API key (Config.APIToken) such a late
+// call first looks the incident up by its incident_key (the dedup_key) and
+// answers the incident it finds, whatever its status, instead of
+// triggering; see Deliver. Without one, that case pages twice.
 package pagerduty
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -18,9 +34,35 @@ import (
 // DefaultBaseURL is the Events API host.
 const DefaultBaseURL = "https://events.pagerduty.com"
 
+// DefaultAPIURL is the REST API host, where incidents are looked up.
+const DefaultAPIURL = "https://api.pagerduty.com"
+
+// LookupAfter: a delivery of a ticket accepted at least this long ago looks
+// its incident up before triggering (with a REST API key). Before that, a
+// lookup proves nothing and the dedup_key covers the resend:
+//   - the Events API is asynchronous: the 202 says the event was queued, and
+//     the incident appears in the REST API some seconds later. A lookup right
+//     after an answer was lost can miss an incident that is being created;
+//     the resend's trigger then applies to the alert the first one opens.
+//   - while the alert is open (and one that was triggered a minute ago is
+//     still open unless someone resolved it within that minute), the
+//     dedup_key alone keeps the resend from opening a second one.
+//
+// Two minutes is far beyond the seconds the incident takes to appear, and
+// short enough that a retry after a lost answer, a dispatcher restart and
+// every redrive come after it. A ticket accepted this long ago may have
+// been sent before on any attempt (a redrive starts counting again; a
+// dispatcher killed after the call recorded nothing), so the attempt
+// number is not consulted.
+const LookupAfter = 2 * time.Minute
+
 // Capabilities: keyed by dedup_key for as long as the alert stays open
-// (Window 0: PagerDuty sets no time limit). No lookup with the routing key
-// alone (the REST API needs another credential).
+// (Window 0: PagerDuty sets no time limit). Lookup is LookupNone: it is
+// declared per kind, with no secret read, and the routing key alone finds
+// nothing. With a REST API key the target also has a lookup (Find), which
+// is eventual (an incident appears seconds after the 202), so it could
+// never prove an item absent; the forwarder consults Lookup only for
+// targets without a dedupe key, and resends this one with its key.
 var Capabilities = downstream.Capabilities{DedupeKey: true}
 
 // Config configures one PagerDuty target.
@@ -31,6 +73,13 @@ type Config struct {
 	// RoutingKey is the 32-character integration key of an Events API v2
 	// integration on a service.
 	RoutingKey downstream.Secret
+	// APIToken is an optional REST API key (a read-only account key, or a
+	// user key that sees the service's incidents). With it, a late delivery
+	// looks the incident up before triggering (see Deliver). Without it, a
+	// resend after the alert was resolved opens a new alert.
+	APIToken downstream.Secret
+	// APIBaseURL of the REST API (default DefaultAPIURL). Only with APIToken.
+	APIBaseURL string
 	// Source is the event's payload.source (default "ticketrelay").
 	Source string
 	// HTTP is the client (nil: a client with a 20s timeout).
@@ -41,12 +90,16 @@ type Config struct {
 
 // Target triggers alerts.
 type Target struct {
-	cfg  Config
-	base string
-	c    *rest.Client
+	cfg     Config
+	base    string
+	apiBase string // "" without an API token
+	c       *rest.Client
 }
 
-var _ downstream.Target = (*Target)(nil)
+var (
+	_ downstream.Target = (*Target)(nil)
+	_ downstream.Finder = (*Target)(nil)
+)
 
 // New validates cfg and builds the target.
 func New(cfg Config) (*Target, error) {
@@ -60,10 +113,22 @@ func New(cfg Config) (*Target, error) {
 	if cfg.RoutingKey.IsZero() {
 		return nil, fmt.Errorf("pagerduty %q: a routing key is required", cfg.Name)
 	}
+	var apiBase string
+	switch {
+	case !cfg.APIToken.IsZero():
+		if cfg.APIBaseURL == "" {
+			cfg.APIBaseURL = DefaultAPIURL
+		}
+		if apiBase, err = rest.BaseURL("pagerduty", cfg.Name, cfg.APIBaseURL, DefaultAPIURL); err != nil {
+			return nil, fmt.Errorf("%w (the REST API endpoint)", err)
+		}
+	case cfg.APIBaseURL != "":
+		return nil, fmt.Errorf("pagerduty %q: a REST API endpoint without a REST API key: lookups need both", cfg.Name)
+	}
 	if cfg.Source == "" {
 		cfg.Source = "ticketrelay"
 	}
-	return &Target{cfg: cfg, base: base, c: rest.NewClient(cfg.HTTP, cfg.Now)}, nil
+	return &Target{cfg: cfg, base: base, apiBase: apiBase, c: rest.NewClient(cfg.HTTP, cfg.Now)}, nil
 }
 
 // Name implements downstream.Target.
@@ -103,8 +168,26 @@ type Payload struct {
 	CustomDetails map[string]any `json:"custom_details,omitempty"`
 }
 
-// Deliver triggers the alert.
+// Deliver triggers the alert. With a REST API key, a delivery of a ticket
+// accepted LookupAfter ago or more first looks the incident up by its
+// incident_key: found (open or resolved), its receipt is the answer and
+// nothing is triggered; not found, the alert is triggered. A failed lookup
+// is the delivery's error (transient for a 5xx, a 429 or a network error;
+// it never acted): triggering blind could page twice.
 func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream.Receipt, error) {
+	if t.apiBase != "" && t.c.Now().Sub(d.Ticket.CreatedAt) >= LookupAfter {
+		r, found, err := t.Find(ctx, d)
+		if err != nil {
+			return downstream.Receipt{}, err
+		}
+		if found {
+			return r, nil
+		}
+	}
+	return t.trigger(ctx, d)
+}
+
+func (t *Target) trigger(ctx context.Context, d downstream.Delivery) (downstream.Receipt, error) {
 	ev := Event{
 		RoutingKey: t.cfg.RoutingKey.Reveal(), EventAction: "trigger", DedupKey: d.Key, Client: "ticketrelay",
 		Payload: Payload{
@@ -148,5 +231,107 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 	if ans.DedupKey == "" {
 		ans.DedupKey = d.Key
 	}
+	// The Events API answers no incident: the receipt names the alert by
+	// its dedup_key (a lookup that finds the incident names the incident).
 	return downstream.Receipt{ExternalID: ans.DedupKey}, nil
+}
+
+// incidentJSON is the part of a REST API incident the lookup reads.
+type incidentJSON struct {
+	ID          string `json:"id"`
+	HTMLURL     string `json:"html_url"`
+	Status      string `json:"status"`
+	IncidentKey string `json:"incident_key"`
+	CreatedAt   string `json:"created_at"`
+}
+
+// Find lists the incidents whose incident_key is the delivery's key
+// (GET /incidents?incident_key=…) and answers the oldest: the one the first
+// trigger with the key opened. Every status is asked for (a resolved
+// incident is exactly the case the lookup is for) and date_range=all drops
+// the list's default window of the last month (a redrive may come later).
+// It needs the REST API key; the lookup is eventual: an incident appears
+// seconds after the Events API's 202, so "not found" proves nothing about
+// a trigger sent moments ago.
+func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Receipt, bool, error) {
+	if t.apiBase == "" {
+		return downstream.Receipt{}, false, &downstream.Error{Class: downstream.Permanent,
+			Err: fmt.Errorf("pagerduty %q: no REST API key is configured: incidents cannot be looked up", t.cfg.Name)}
+	}
+	q := url.Values{}
+	q.Set("incident_key", d.Key)
+	q.Set("date_range", "all")
+	for _, s := range []string{"triggered", "acknowledged", "resolved"} {
+		q.Add("statuses[]", s)
+	}
+	q.Set("limit", "100")
+	req, err := rest.NewRequest(ctx, http.MethodGet, t.apiBase+"/incidents?"+q.Encode(), nil)
+	if err != nil {
+		return downstream.Receipt{}, false, err
+	}
+	req.Header.Set("Accept", "application/vnd.pagerduty+json;version=2")
+	req.Header.Set("Authorization", "Token token="+t.cfg.APIToken.Reveal())
+	resp, err := t.c.Do(req)
+	if err != nil {
+		return downstream.Receipt{}, false, lookupError(err)
+	}
+	if !resp.OK() {
+		return downstream.Receipt{}, false, lookupError(t.c.Fail(resp, restMessage(resp)))
+	}
+	var ans struct {
+		Incidents []incidentJSON `json:"incidents"`
+	}
+	if err := resp.JSON(&ans); err != nil {
+		return downstream.Receipt{}, false, lookupError(&downstream.Error{Class: downstream.Transient, StatusCode: resp.Status, Err: err})
+	}
+	var first *incidentJSON
+	var firstAt time.Time
+	for i := range ans.Incidents {
+		in := &ans.Incidents[i]
+		// An incident that took our alert in by grouping has no incident_key
+		// of its own; the API lists it because its alert carries the key.
+		if in.ID == "" || (in.IncidentKey != "" && in.IncidentKey != d.Key) {
+			continue
+		}
+		at, _ := time.Parse(time.RFC3339, in.CreatedAt)
+		if first == nil || (!at.IsZero() && (firstAt.IsZero() || at.Before(firstAt))) {
+			first, firstAt = in, at
+		}
+	}
+	if first == nil {
+		return downstream.Receipt{}, false, nil
+	}
+	return downstream.Receipt{ExternalID: first.ID, URL: first.HTMLURL}, true, nil
+}
+
+// lookupError marks a failed lookup: a GET never acted, whatever the
+// status (a 5xx included), and the error says it was the lookup.
+func lookupError(err error) *downstream.Error {
+	e := *downstream.Classify(err)
+	e.MayHaveActed = false
+	e.Err = fmt.Errorf("looking up the incident: %w", e.Err)
+	return &e
+}
+
+// restMessage renders the REST API's error body: {"error": {"message":
+// "...", "code": 2006, "errors": ["..."]}}.
+func restMessage(r *rest.Response) string {
+	var b struct {
+		Error struct {
+			Message string   `json:"message"`
+			Code    int      `json:"code"`
+			Errors  []string `json:"errors"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(r.Body, &b) != nil || b.Error.Message == "" {
+		return rest.Message(r)
+	}
+	msg := b.Error.Message
+	if b.Error.Code != 0 {
+		msg = fmt.Sprintf("%s (code %d)", msg, b.Error.Code)
+	}
+	if len(b.Error.Errors) > 0 {
+		msg += ": " + strings.Join(b.Error.Errors, "; ")
+	}
+	return msg
 }

@@ -1,5 +1,7 @@
-// Package pagerdutytest is an httptest fake of the PagerDuty Events API v2,
-// keeping its documented contract:
+// Package pagerdutytest is an httptest fake of the PagerDuty Events API v2
+// and of the REST API's incident list, keeping their documented contracts.
+//
+// Events API (URL):
 //   - POST /v2/enqueue with routing_key (32 characters), event_action
 //     trigger|acknowledge|resolve, payload{summary, source, severity} for a
 //     trigger → 202 {"status":"success","message":"Event processed","dedup_key"}
@@ -7,7 +9,21 @@
 //     is invalid","errors":[...]}; a routing key of the right length that
 //     belongs to no integration → 400 "Invalid routing key"
 //   - dedup_key: a trigger whose key names an open alert applies to it (no
-//     new alert); after a resolve, the same key opens a new alert
+//     new alert); "Once the alert is resolved, any further events with the
+//     same dedup_key will create a new alert (for trigger events) or be
+//     dropped (for acknowledge and resolve events)"
+//   - every new alert opens an incident whose incident_key is the dedup_key;
+//     it appears in the REST API Options.IncidentLag after the 202 (the
+//     Events API is asynchronous)
+//
+// REST API (APIURL), another host:
+//   - GET /incidents with Authorization: Token token=<API key> (anything
+//     else → 401 {"error":{"message":"Authentication failed","code":2006}}),
+//     query incident_key, statuses[] (triggered, acknowledged, resolved; none:
+//     all), date_range=all or since/until (default: the last month; at most 6
+//     months), limit (default 25, at most 100), offset → 200 {"incidents":
+//     [{id, type, html_url, status, incident_key, created_at, …}], "limit",
+//     "offset", "more", "total": null}
 package pagerdutytest
 
 import (
@@ -15,14 +31,39 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"ticketrelay/downstream/downstreamtest"
 )
 
-// Alert is one alert.
+// DefaultIncidentLag is how long after the 202 an incident appears in the
+// REST API when Options leaves it 0.
+const DefaultIncidentLag = time.Second
+
+// WebURL is the web app address incidents' html_url point at.
+const WebURL = "https://acme.pagerduty.example"
+
+// Options are the fake's optional settings.
+type Options struct {
+	// APIToken is the REST API key GET /incidents accepts ("": none, every
+	// REST call is 401).
+	APIToken string
+	// Now is the clock of alert creation and incident visibility (nil:
+	// time.Now). Share it with the adapter to move time in a test.
+	Now func() time.Time
+	// IncidentLag: an incident appears in the REST API this long after the
+	// trigger that opened it was accepted (0: DefaultIncidentLag; negative:
+	// at once).
+	IncidentLag time.Duration
+}
+
+// Alert is one alert and the incident it opened.
 type Alert struct {
 	DedupKey string
 	Summary  string
@@ -30,32 +71,64 @@ type Alert struct {
 	Severity string
 	Open     bool
 	Events   int // trigger events applied to it
+
+	IncidentID string
+	Status     string // triggered, acknowledged or resolved
+	CreatedAt  time.Time
+}
+
+// Lookup is one authorized GET /incidents.
+type Lookup struct {
+	Query  url.Values
+	Accept string
 }
 
 // Fake is one PagerDuty service with one Events API v2 integration.
 type Fake struct {
-	Faults     downstreamtest.Faults
-	routingKey string
-	srv        string
+	// Faults applies to POST /v2/enqueue.
+	Faults downstreamtest.Faults
+	// LookupFaults applies to GET /incidents.
+	LookupFaults downstreamtest.Faults
 
-	mu     sync.Mutex
-	alerts []*Alert
+	routingKey string
+	opts       Options
+	srv, api   string
+
+	mu      sync.Mutex
+	alerts  []*Alert
+	lookups []Lookup
 }
 
-// New starts a service whose integration key is routingKey (32 characters).
-func New(t testing.TB, routingKey string) *Fake {
+// New starts a service whose integration key is routingKey (32 characters),
+// with the REST API on another server (opts: at most one).
+func New(t testing.TB, routingKey string, opts ...Options) *Fake {
 	if len(routingKey) != 32 {
 		t.Fatalf("pagerdutytest: a routing key has 32 characters, not %d", len(routingKey))
 	}
 	f := &Fake{routingKey: routingKey}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v2/enqueue", func(w http.ResponseWriter, r *http.Request) { f.Faults.Serve(w, r, f.enqueue) })
-	f.srv = downstreamtest.StartServer(t, mux).URL
+	if len(opts) > 0 {
+		f.opts = opts[0]
+	}
+	if f.opts.Now == nil {
+		f.opts.Now = time.Now
+	}
+	if f.opts.IncidentLag == 0 {
+		f.opts.IncidentLag = DefaultIncidentLag
+	}
+	events := http.NewServeMux()
+	events.HandleFunc("POST /v2/enqueue", func(w http.ResponseWriter, r *http.Request) { f.Faults.Serve(w, r, f.enqueue) })
+	f.srv = downstreamtest.StartServer(t, events).URL
+	api := http.NewServeMux()
+	api.HandleFunc("GET /incidents", func(w http.ResponseWriter, r *http.Request) { f.LookupFaults.Serve(w, r, f.listIncidents) })
+	f.api = downstreamtest.StartServer(t, api).URL
 	return f
 }
 
 // URL is the Events API base URL.
 func (f *Fake) URL() string { return f.srv }
+
+// APIURL is the REST API base URL.
+func (f *Fake) APIURL() string { return f.api }
 
 // Count is the number of alerts ever opened.
 func (f *Fake) Count() int {
@@ -64,7 +137,7 @@ func (f *Fake) Count() int {
 	return len(f.alerts)
 }
 
-// Alerts returns copies of the alerts.
+// Alerts returns copies of the alerts, oldest first.
 func (f *Fake) Alerts() []Alert {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -73,6 +146,36 @@ func (f *Fake) Alerts() []Alert {
 		out[i] = *a
 	}
 	return out
+}
+
+// Lookups returns the authorized GET /incidents requests, oldest first.
+func (f *Fake) Lookups() []Lookup {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.lookups)
+}
+
+// Resolve resolves the open alert with dedupKey, as a responder would in
+// the web app; it reports whether there was one.
+func (f *Fake) Resolve(dedupKey string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.open(dedupKey)
+	if a == nil {
+		return false
+	}
+	a.Open, a.Status = false, "resolved"
+	return true
+}
+
+// open returns the open alert with key; f.mu is held.
+func (f *Fake) open(key string) *Alert {
+	for _, a := range f.alerts {
+		if a.Open && a.DedupKey == key {
+			return a
+		}
+	}
+	return nil
 }
 
 func invalid(w http.ResponseWriter, errs ...string) {
@@ -113,14 +216,6 @@ func (f *Fake) enqueue(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	open := func(key string) *Alert {
-		for _, a := range f.alerts {
-			if a.Open && a.DedupKey == key {
-				return a
-			}
-		}
-		return nil
-	}
 	switch ev.EventAction {
 	case "trigger":
 		var errs []string
@@ -130,7 +225,7 @@ func (f *Fake) enqueue(w http.ResponseWriter, r *http.Request) {
 		if ev.Payload == nil || strings.TrimSpace(ev.Payload.Source) == "" {
 			errs = append(errs, "'payload.source' is missing or blank")
 		}
-		if ev.Payload == nil || !oneOf(ev.Payload.Severity, "critical", "error", "warning", "info") {
+		if ev.Payload == nil || !slices.Contains([]string{"critical", "error", "warning", "info"}, ev.Payload.Severity) {
 			errs = append(errs, "'payload.severity' must be one of critical, error, warning, info")
 		}
 		if len(errs) > 0 {
@@ -141,11 +236,13 @@ func (f *Fake) enqueue(w http.ResponseWriter, r *http.Request) {
 		if key == "" {
 			key = fmt.Sprintf("generated-%d", len(f.alerts)+1)
 		}
-		if a := open(key); a != nil {
+		if a := f.open(key); a != nil {
 			a.Events++
 		} else {
+			n := len(f.alerts) + 1
 			f.alerts = append(f.alerts, &Alert{DedupKey: key, Summary: ev.Payload.Summary, Source: ev.Payload.Source,
-				Severity: ev.Payload.Severity, Open: true, Events: 1})
+				Severity: ev.Payload.Severity, Open: true, Events: 1,
+				IncidentID: fmt.Sprintf("Q%06d", n), Status: "triggered", CreatedAt: f.opts.Now().UTC()})
 		}
 		ev.DedupKey = key
 	case "acknowledge", "resolve":
@@ -153,8 +250,13 @@ func (f *Fake) enqueue(w http.ResponseWriter, r *http.Request) {
 			invalid(w, "'dedup_key' is required for "+ev.EventAction)
 			return
 		}
-		if a := open(ev.DedupKey); a != nil && ev.EventAction == "resolve" {
-			a.Open = false
+		// No open alert with the key: the event is dropped (still a 202).
+		if a := f.open(ev.DedupKey); a != nil {
+			if ev.EventAction == "resolve" {
+				a.Open, a.Status = false, "resolved"
+			} else {
+				a.Status = "acknowledged"
+			}
 		}
 	default:
 		invalid(w, "'event_action' must be one of trigger, acknowledge, resolve")
@@ -163,11 +265,101 @@ func (f *Fake) enqueue(w http.ResponseWriter, r *http.Request) {
 	downstreamtest.WriteJSON(w, http.StatusAccepted, map[string]string{"status": "success", "message": "Event processed", "dedup_key": ev.DedupKey})
 }
 
-func oneOf(s string, set ...string) bool {
-	for _, x := range set {
-		if s == x {
-			return true
+func restError(w http.ResponseWriter, status, code int, msg string, errs ...string) {
+	e := map[string]any{"message": msg, "code": code}
+	if len(errs) > 0 {
+		e["errors"] = errs
+	}
+	downstreamtest.WriteJSON(w, status, map[string]any{"error": e})
+}
+
+func (f *Fake) listIncidents(w http.ResponseWriter, r *http.Request) {
+	if f.opts.APIToken == "" || r.Header.Get("Authorization") != "Token token="+f.opts.APIToken {
+		restError(w, http.StatusUnauthorized, 2006, "Authentication failed")
+		return
+	}
+	q := r.URL.Query()
+	statuses := q["statuses[]"]
+	for _, s := range statuses {
+		if !slices.Contains([]string{"triggered", "acknowledged", "resolved"}, s) {
+			restError(w, http.StatusBadRequest, 2001, "Invalid Input Provided", "Statuses has invalid value "+strconv.Quote(s))
+			return
 		}
 	}
-	return false
+	now := f.opts.Now().UTC()
+	var since, until time.Time // zero: no bound
+	switch dr := q.Get("date_range"); dr {
+	case "all":
+	case "":
+		until, since = now, now.AddDate(0, -1, 0)
+		var err error
+		if v := q.Get("until"); v != "" {
+			if until, err = time.Parse(time.RFC3339, v); err != nil {
+				restError(w, http.StatusBadRequest, 2004, "Invalid time values in 'since' and/or 'until' parameters")
+				return
+			}
+		}
+		if v := q.Get("since"); v != "" {
+			if since, err = time.Parse(time.RFC3339, v); err != nil {
+				restError(w, http.StatusBadRequest, 2004, "Invalid time values in 'since' and/or 'until' parameters")
+				return
+			}
+		} else if q.Get("until") != "" {
+			since = until.AddDate(0, -1, 0)
+		}
+		if until.Before(since) || until.Sub(since) > until.Sub(until.AddDate(0, -6, 0)) {
+			restError(w, http.StatusBadRequest, 2005, "Invalid Query Date Range")
+			return
+		}
+	default:
+		restError(w, http.StatusBadRequest, 2001, "Invalid Input Provided", "Date range has invalid value "+strconv.Quote(dr))
+		return
+	}
+	limit, offset := 25, 0
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			restError(w, http.StatusBadRequest, 2001, "Invalid Input Provided", "Limit must be a non-negative integer")
+			return
+		}
+		limit = min(max(n, 1), 100)
+	}
+	if v := q.Get("offset"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			restError(w, http.StatusBadRequest, 2001, "Invalid Input Provided", "Offset must be a non-negative integer")
+			return
+		}
+		offset = n
+	}
+
+	f.mu.Lock()
+	f.lookups = append(f.lookups, Lookup{Query: q, Accept: r.Header.Get("Accept")})
+	var match []map[string]any
+	for i, a := range f.alerts {
+		switch {
+		case f.opts.IncidentLag > 0 && now.Before(a.CreatedAt.Add(f.opts.IncidentLag)):
+			continue // not created yet
+		case q.Has("incident_key") && a.DedupKey != q.Get("incident_key"):
+			continue
+		case len(statuses) > 0 && !slices.Contains(statuses, a.Status):
+			continue
+		case !since.IsZero() && (a.CreatedAt.Before(since) || !a.CreatedAt.Before(until)):
+			continue
+		}
+		match = append(match, map[string]any{
+			"id": a.IncidentID, "type": "incident", "summary": fmt.Sprintf("[#%d] %s", i+1, a.Summary),
+			"self": f.api + "/incidents/" + a.IncidentID, "html_url": WebURL + "/incidents/" + a.IncidentID,
+			"incident_number": i + 1, "title": a.Summary, "created_at": a.CreatedAt.Format(time.RFC3339),
+			"status": a.Status, "incident_key": a.DedupKey, "urgency": "high",
+		})
+	}
+	f.mu.Unlock()
+	page := []map[string]any{}
+	if offset < len(match) {
+		page = match[offset:min(offset+limit, len(match))]
+	}
+	downstreamtest.WriteJSON(w, http.StatusOK, map[string]any{
+		"incidents": page, "limit": limit, "offset": offset, "more": offset+len(page) < len(match), "total": nil,
+	})
 }
