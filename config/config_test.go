@@ -140,6 +140,8 @@ targets:
 		{"missing env var", zendesk, env(), `environment variable ZD (options.token_env) is not set`},
 		{"empty env var", zendesk, env("ZD", " "), `environment variable ZD (options.token_env) is empty`},
 		{"unknown kind", "targets:\n  - name: a\n    kind: trello\n", nil, `target "a": unknown kind "trello"`},
+		{"receiver_dedupes not a boolean", "targets:\n  - name: w\n    kind: webhook\n    endpoint: https://x.example/hook\n    options: {receiver_dedupes: sometimes}\n", nil,
+			`target "w" (webhook): options.receiver_dedupes: "sometimes" is not true or false`},
 		{"tool bound to a missing target", zendesk + "tools:\n  - name: t\n    target: nope\n", env("ZD", "x"),
 			`tool "t" is bound to target "nope", which is not defined`},
 		{"missing required option", strings.Replace(zendesk, "email: a@b.c, ", "", 1), env("ZD", "x"), `target "support" (zendesk): options.email is required`},

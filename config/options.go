@@ -36,6 +36,14 @@ var kindOptions = map[string][]option{
 	"webhook": {
 		{name: "signing_secret_env", secret: func(d *targets.Def, s downstream.Secret) { d.SigningSecret = s }},
 		{name: "token_env", secret: func(d *targets.Def, s downstream.Secret) { d.Token = s }},
+		{name: "receiver_dedupes", parse: func(d *targets.Def, v string) error {
+			dedupes, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("%q is not true or false", v)
+			}
+			d.NoDedupe = !dedupes
+			return nil
+		}},
 	},
 	"zendesk": {optEmail, optTokenEnv},
 	"pagerduty": {

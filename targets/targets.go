@@ -51,6 +51,7 @@ type Def struct {
 	Source        string            // pagerduty: payload.source (default ticketrelay)
 	Token         downstream.Secret // zendesk, jira, github: API token; redmine: API key; webhook: optional bearer token
 	SigningSecret downstream.Secret // webhook: optional Standard Webhooks secret (whsec_…)
+	NoDedupe      bool              // webhook: the receiver does not honour Idempotency-Key
 	RoutingKey    downstream.Secret // pagerduty: Events API v2 integration key
 	APIToken      downstream.Secret // pagerduty: optional REST API key (incident lookups before a late resend)
 	APIEndpoint   string            // pagerduty: REST API base URL (empty: the public REST host; only with APIToken)
@@ -75,7 +76,8 @@ var kinds = map[string]kind{
 	"local": {Capabilities: local.Capabilities},
 	"webhook": {Capabilities: webhook.Capabilities, HTTP: true,
 		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
-			return webhook.New(webhook.Config{Name: d.Name, URL: d.Endpoint, SigningSecret: d.SigningSecret, Token: d.Token, HTTP: hc, Now: now})
+			return webhook.New(webhook.Config{Name: d.Name, URL: d.Endpoint, SigningSecret: d.SigningSecret, Token: d.Token,
+				NoDedupe: d.NoDedupe, HTTP: hc, Now: now})
 		}},
 	"zendesk": {Capabilities: zendesk.Capabilities, HTTP: true,
 		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
@@ -165,11 +167,14 @@ func (d Def) withDefaults() Def {
 }
 
 // CapabilitiesOf reports what the target of d can guarantee, by its kind
-// alone: no network, no secrets needed.
+// and what its definition declares: no network, no secrets needed.
 func CapabilitiesOf(d Def) (downstream.Capabilities, error) {
 	k, ok := kinds[d.Kind]
 	if !ok {
 		return downstream.Capabilities{}, fmt.Errorf("target %q: unknown kind %q (known: %v)", d.Name, d.Kind, KindNames())
+	}
+	if d.Kind == "webhook" && d.NoDedupe {
+		return webhook.CapabilitiesNoDedupe, nil
 	}
 	return k.Capabilities, nil
 }

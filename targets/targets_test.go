@@ -45,6 +45,11 @@ func TestCapabilitiesOf(t *testing.T) {
 			t.Errorf("%s: %+v; want DedupeKey %v, Lookup %s", c.kind, caps, c.keyed, c.lookup)
 		}
 	}
+	// A webhook receiver declared not to honour Idempotency-Key is neither
+	// keyed nor idempotent: its tool is exported without idempotentHint.
+	if caps, _ := targets.CapabilitiesOf(targets.Def{Name: "x", Kind: "webhook", NoDedupe: true}); caps.DedupeKey || caps.Idempotent() || caps.Lookup != downstream.LookupNone {
+		t.Errorf("webhook that does not dedupe: %+v", caps)
+	}
 	if caps, _ := targets.CapabilitiesOf(targets.Def{Kind: "zendesk"}); caps.Window != 2*time.Hour {
 		t.Errorf("zendesk window %v, want 2h", caps.Window)
 	}

@@ -28,6 +28,11 @@ import (
 // it remembers a key is its own business (Window 0). No lookup.
 var Capabilities = downstream.Capabilities{DedupeKey: true}
 
+// CapabilitiesNoDedupe: a receiver declared not to honour Idempotency-Key
+// (Config.NoDedupe) gets the key anyway, but nothing is resent on its
+// strength: an attempt of unknown outcome is uncertain.
+var CapabilitiesNoDedupe = downstream.Capabilities{}
+
 // EventType is the "type" of every payload.
 const EventType = "ticket.created"
 
@@ -41,6 +46,8 @@ type Config struct {
 	SigningSecret downstream.Secret
 	// Token, if set, is sent as "Authorization: Bearer <token>".
 	Token downstream.Secret
+	// NoDedupe declares a receiver that does not honour Idempotency-Key.
+	NoDedupe bool
 	// HTTP is the client (nil: a client with a 20s timeout).
 	HTTP *http.Client
 	// Now is the clock (nil: time.Now), for webhook-timestamp.
@@ -115,7 +122,12 @@ type Payload struct {
 func (t *Target) Name() string { return t.cfg.Name }
 
 // Capabilities implements downstream.Target.
-func (t *Target) Capabilities() downstream.Capabilities { return Capabilities }
+func (t *Target) Capabilities() downstream.Capabilities {
+	if t.cfg.NoDedupe {
+		return CapabilitiesNoDedupe
+	}
+	return Capabilities
+}
 
 // Deliver posts the ticket. The body is the same on every attempt (the
 // Idempotency-Key draft rejects a reused key with another payload); only the

@@ -45,6 +45,10 @@ targets:
   - name: alerts
     kind: slack
     options: {webhook_url_env: T_SLACK_URL}
+  - name: legacy-hook
+    kind: webhook
+    endpoint: http://127.0.0.1:9/legacy
+    options: {receiver_dedupes: false}
 tools:
   - {name: file_local, target: queue, description: File a ticket in the local queue.}
   - {name: send_hook, target: hook}
@@ -53,6 +57,7 @@ tools:
   - {name: file_bug, target: bugs}
   - {name: open_ops_issue, target: ops-jira}
   - {name: notify_ops, target: alerts}
+  - {name: send_legacy_hook, target: legacy-hook}
 `
 
 // secretVars are the variables allKinds names for secrets.
@@ -62,7 +67,7 @@ var secretVars = []string{"T_HOOK_SECRET", "T_HOOK_TOKEN", "T_ZENDESK_TOKEN", "T
 // tools are bound to targets without one.
 var (
 	idempotentTools    = []string{"file_local", "send_hook", "open_support_ticket", "page_oncall"}
-	nonIdempotentTools = []string{"file_bug", "open_ops_issue", "notify_ops"}
+	nonIdempotentTools = []string{"file_bug", "open_ops_issue", "notify_ops", "send_legacy_hook"}
 )
 
 func startFront(t *testing.T, env *fakeEnv, args ...string) (*running, string) {
