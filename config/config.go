@@ -95,6 +95,13 @@ func Parse(b []byte, lookup func(string) (string, bool)) (*File, error) {
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
 		return nil, yamlError(err)
 	}
+	// One document: a second one ("---") would be silently ignored.
+	var more yaml.Node
+	if err := dec.Decode(&more); err == nil {
+		return nil, fmt.Errorf("line %d: a second YAML document; the configuration is one document", more.Line)
+	} else if !errors.Is(err, io.EOF) {
+		return nil, yamlError(err)
+	}
 	if len(f.Targets) == 0 {
 		f.Targets = Default().Targets
 	}

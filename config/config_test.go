@@ -150,6 +150,13 @@ targets:
 		{"slack endpoint", "targets:\n  - name: s\n    kind: slack\n    endpoint: https://hooks.slack.com/services/x\n", nil,
 			"a Slack hook URL is a secret"},
 		{"endpoint on local", "targets:\n  - name: l\n    kind: local\n    endpoint: http://x\n", nil, `target "l" (local): endpoint does not apply`},
+		// Read without secrets, as mcp-front does: the endpoint's form
+		// needs none, so the front refuses what the dispatcher would.
+		{"endpoint without a scheme, without secrets", "targets:\n  - {name: w, kind: webhook, endpoint: hooks.example.com/tickets}\n", nil,
+			`target "w" (webhook): endpoint is not an http(s) URL with a host`},
+		{"ftp endpoint, without secrets", "targets:\n  - {name: w, kind: webhook, endpoint: 'ftp://hooks.example.com/t'}\n", nil, `endpoint is not an http(s) URL`},
+		{"second document", "targets:\n  - {name: a, kind: local}\n---\ntargets:\n  - {name: b, kind: trello}\n", nil,
+			"line 3: a second YAML document"},
 		{"bad endpoint", strings.Replace(zendesk, "https://acme.zendesk.com", "acme.zendesk.com", 1), env("ZD", "x"), `is not an http(s) URL`},
 		{"bad signing secret", "targets:\n  - name: h\n    kind: webhook\n    endpoint: https://x\n    options: {signing_secret_env: S}\n",
 			env("S", "not-whsec"), `signing secret: must start with "whsec_"`},

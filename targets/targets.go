@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -140,9 +141,11 @@ func (d Def) Validate() error {
 	return err
 }
 
-// ValidateShape checks what needs no secret: the name, the kind and the
-// timeout. A definition read without its secrets (mcp-front, which
-// delivers nothing) can pass only this; Validate also needs the secrets.
+// ValidateShape checks what needs no secret: the name, the kind, the
+// endpoint's form and the timeout. A definition read without its secrets
+// (mcp-front, which delivers nothing) can pass only this; Validate also
+// needs the secrets. Whatever needs no secret is checked here, so that
+// mcp-front never starts on a file the dispatcher would refuse for it.
 func (d Def) ValidateShape() error {
 	if !nameRE.MatchString(d.Name) {
 		return fmt.Errorf("target name %q: use 1-63 lowercase letters, digits, '-' or '_'", d.Name)
@@ -152,6 +155,11 @@ func (d Def) ValidateShape() error {
 	}
 	if d.Timeout < 0 {
 		return fmt.Errorf("target %q: timeout %v is negative", d.Name, d.Timeout)
+	}
+	for what, e := range map[string]string{"endpoint": d.Endpoint, "api_endpoint": d.APIEndpoint} {
+		if u, err := url.Parse(e); e != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+			return fmt.Errorf("target %q (%s): %s is not an http(s) URL with a host (e.g. https://tickets.example.com)", d.Name, d.Kind, what)
+		}
 	}
 	return nil
 }
