@@ -10,7 +10,9 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -26,6 +28,12 @@ const (
 	MaxJSONDepth = 1000
 )
 
+// StdioDrainTimeout bounds how long the guard holds back the end of the
+// client's input while calls it passed on are still unanswered: the longest
+// a create tool may wait for delivery (MaxWaitForDelivery) plus 15 seconds
+// for the ledger write and the answer.
+const StdioDrainTimeout = (MaxWaitForDelivery + 15) * time.Second
+
 // GuardStdio sits between a client's byte stream and the SDK's stdio
 // transport, which decodes a stream of JSON values and ends the session on
 // the first one it cannot read. The guard reads lines instead: a line that
@@ -34,17 +42,49 @@ const (
 // line longer than MaxStdioLine) is answered with the JSON-RPC error the
 // specification asks for, and the session goes on. Blank lines are skipped.
 //
+// When the client's input ends, the guard holds the end back until every
+// request it passed on has been answered on out, for at most
+// StdioDrainTimeout: the SDK ends the session on the end of its input and
+// drops every call not yet answered, while a scripted client (a shell pipe)
+// closes its end right after its last request and still expects the answer.
+// It gives up early if a write to out fails or the transport closes the
+// reader.
+//
 // It returns the reader to give the transport and the writer the transport
 // must write through: the guard's own answers share its lock, so a line on
 // out is never interleaved with another.
 func GuardStdio(in io.Reader, out io.Writer, log *slog.Logger) (io.ReadCloser, io.WriteCloser) {
+	return guardStdio(in, out, log, StdioDrainTimeout)
+}
+
+func guardStdio(in io.Reader, out io.Writer, log *slog.Logger, drain time.Duration) (io.ReadCloser, io.WriteCloser) {
 	pr, pw := io.Pipe()
-	w := &lockedWriter{w: out}
+	r := &guardReader{PipeReader: pr, closed: make(chan struct{})}
+	w := &lockedWriter{w: out, pending: map[string]bool{}}
 	go func() {
 		err := guardLines(in, pw, w, log)
+		if left, waited := w.awaitAnswers(drain, r.closed); left > 0 {
+			log.Warn("stdio: input ended; gave up waiting for the answers to calls still running",
+				"unanswered", left, "waited", waited.Round(time.Millisecond))
+		} else if waited > 0 {
+			log.Debug("stdio: input ended; every call answered", "waited", waited.Round(time.Millisecond))
+		}
 		pw.CloseWithError(err) // nil: EOF for the transport
 	}()
-	return pr, w
+	return r, w
+}
+
+// guardReader is the transport's end of the pipe; closing it (the session
+// ended) stops the wait for answers.
+type guardReader struct {
+	*io.PipeReader
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (r *guardReader) Close() error {
+	r.once.Do(func() { close(r.closed) })
+	return r.PipeReader.Close()
 }
 
 func guardLines(in io.Reader, next io.Writer, out *lockedWriter, log *slog.Logger) error {
@@ -61,8 +101,13 @@ func guardLines(in io.Reader, next io.Writer, out *lockedWriter, log *slog.Logge
 				if werr := out.writeError(msg); werr != nil {
 					return werr
 				}
-			} else if _, werr := next.Write(append(line, '\n')); werr != nil {
-				return werr
+			} else {
+				// Tracked before the server can see it, so that its answer
+				// cannot come first.
+				out.track(line)
+				if _, werr := next.Write(append(line, '\n')); werr != nil {
+					return werr
+				}
 			}
 		}
 		if errors.Is(err, io.EOF) {
@@ -247,19 +292,122 @@ func tooDeep(b []byte, max int) bool {
 }
 
 // lockedWriter serialises whole writes: the SDK writes one message, newline
-// included, per Write.
+// included, per Write. It also keeps the ids of the requests the guard
+// passed to the server that have no answer on w yet.
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu      sync.Mutex
+	w       io.Writer
+	pending map[string]bool // idKey of each request passed on and not yet answered
+	failed  bool            // a write to w failed: no answer can arrive any more
+	settled chan struct{}   // closed when pending empties or a write fails, while awaitAnswers waits
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	n, err := l.w.Write(p)
+	if err != nil {
+		l.failed = true
+	} else if len(l.pending) > 0 {
+		for line := range bytes.SplitSeq(p, []byte("\n")) {
+			if key, ok := messageID(line, false); ok {
+				delete(l.pending, key)
+			}
+		}
+	}
+	if l.settled != nil && (l.failed || len(l.pending) == 0) {
+		close(l.settled)
+		l.settled = nil
+	}
+	return n, err
 }
 
 func (l *lockedWriter) Close() error { return nil }
+
+// track records the id of line, a message passed to the server, if it is
+// a request: a call that needs an answer. A notification needs none; an
+// id given again while the first is unanswered is the same entry (the
+// server refuses the second with an answer to null).
+func (l *lockedWriter) track(line []byte) {
+	if key, ok := messageID(line, true); ok {
+		l.mu.Lock()
+		l.pending[key] = true
+		l.mu.Unlock()
+	}
+}
+
+// unanswered is the number of requests passed on and not yet answered.
+func (l *lockedWriter) unanswered() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pending)
+}
+
+// awaitAnswers waits until every tracked request has been answered, a write
+// fails, stop is closed or timeout passes. It returns how many requests are
+// still unanswered, and how long it waited (0 if it did not).
+func (l *lockedWriter) awaitAnswers(timeout time.Duration, stop <-chan struct{}) (left int, waited time.Duration) {
+	l.mu.Lock()
+	if l.failed || len(l.pending) == 0 {
+		l.mu.Unlock()
+		return 0, 0
+	}
+	settled := make(chan struct{})
+	l.settled = settled
+	l.mu.Unlock()
+
+	start := time.Now()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-settled:
+	case <-stop:
+	case <-timer.C:
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.settled = nil
+	if l.failed {
+		return 0, time.Since(start)
+	}
+	return len(l.pending), time.Since(start)
+}
+
+// messageID returns the key of the id of line, a JSON-RPC message, if it is
+// a request (request true: it has a method) or an answer (request false: no
+// method, a result or an error). Two ids get the same key if they are the
+// same JSON-RPC id however they are spelled: go-sdk answers with the id it
+// decoded, not the bytes it read.
+func messageID(line []byte, request bool) (key string, ok bool) {
+	var id []byte
+	hasMethod, hasAnswer := false, false
+	members(line, func(name string, v []byte) bool {
+		switch name {
+		case "id":
+			id = v
+		case "method":
+			hasMethod = true
+		case "result", "error":
+			hasAnswer = true
+		}
+		return true
+	})
+	if id == nil || (request && !hasMethod) || (!request && (hasMethod || !hasAnswer)) {
+		return "", false
+	}
+	return idKey(id)
+}
+
+// idKey is the canonical form of a JSON-RPC id: a string or an integer.
+func idKey(raw []byte) (string, bool) {
+	if len(raw) > 0 && raw[0] == '"' {
+		return "s" + decodeString(raw), true
+	}
+	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+		return "n" + strconv.FormatInt(n, 10), true
+	}
+	return "", false
+}
 
 func (l *lockedWriter) writeError(e *rpcError) error {
 	_, err := l.Write(append(e.encode(), '\n'))

@@ -1,12 +1,16 @@
 package mcpserver
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // The guard passes JSON-RPC lines through unchanged and answers everything
@@ -33,7 +37,9 @@ func TestGuardStdio(t *testing.T) {
 		`{"jsonrpc":"2.0","id":4,"method":"ping","params":{"s":"[[[{{{"}}`,
 	}, "\n") // no newline after the last line: EOF ends it
 	var out bytes.Buffer
-	r, w := GuardStdio(strings.NewReader(in), &out, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	// Nothing answers the requests passed on here (ids 1, 11 and 4): no
+	// time to wait for answers once the input ends.
+	r, w := guardStdio(strings.NewReader(in), &out, slog.New(slog.NewTextHandler(io.Discard, nil)), 0)
 	passed, err := io.ReadAll(r)
 	if err != nil {
 		t.Fatal(err)
@@ -77,5 +83,208 @@ func TestGuardStdio(t *testing.T) {
 		if a.ID != want[i].ID || a.Error.Code != codes[i] || !strings.Contains(a.Error.Message, reasons[i]) {
 			t.Errorf("answer %d = %s; want id %v, code %d, message with %q", i, l, want[i].ID, codes[i], reasons[i])
 		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to read while the guard writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A client that closes its input right after its last request (a shell
+// pipe) still gets every answer: the guard holds the end of the input back
+// from the server, whose session would drop the calls still running, until
+// every request it passed on has been answered.
+func TestGuardStdioHoldsEOFUntilAnswered(t *testing.T) {
+	in := strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_ticket","arguments":{}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`, // no answer due
+		`{"jsonrpc":"2.0","id":"\u0061b","method":"ping"}`,       // answered as "ab"
+		`{not json`,                            // answered by the guard
+		`{"jsonrpc":"2.0","id":7,"result":{}}`, // the client's answer to the server
+	}, "\n") + "\n"
+	var out syncBuffer
+	r, w := GuardStdio(strings.NewReader(in), &out, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	br := bufio.NewReader(r)
+	for i := range 4 { // every line but the malformed one
+		if _, err := br.ReadBytes('\n'); err != nil {
+			t.Fatalf("line %d passed on: %v", i, err)
+		}
+	}
+	type end struct {
+		rest []byte
+		err  error
+	}
+	ended := make(chan end, 1)
+	go func() {
+		rest, err := io.ReadAll(br)
+		ended <- end{rest, err}
+	}()
+	notYet := func(when string) {
+		t.Helper()
+		select {
+		case e := <-ended:
+			t.Fatalf("%s, the server's input ended (%q, %v): calls 1 and \"ab\" were passed on and not both answered", when, e.rest, e.err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	notYet("before any answer")
+	for _, msg := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"roots/list"}` + "\n",                                                // the server's own request: no answer
+		`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}` + "\n", // nor this
+		`{"jsonrpc":"2.0","id":"ab","result":{}}` + "\n",
+	} {
+		if _, err := w.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	notYet(`with "ab" answered`)
+	if _, err := w.Write([]byte(`{"jsonrpc":"2.0","id":1,"result":{"content":[]}}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-ended:
+		if e.err != nil || len(e.rest) != 0 {
+			t.Fatalf("end of the server's input: %q, %v; want a clean EOF", e.rest, e.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("every call answered, but the server's input did not end within 5s")
+	}
+	if got := strings.Count(out.String(), "\n"); got != 5 {
+		t.Errorf("%d lines on out, want 5 (the guard's answer and the 4 written):\n%s", got, out.String())
+	}
+}
+
+// The guard's bookkeeping: which messages it waits answers for, which
+// writes count as answers, and what ends the wait besides the last answer.
+func TestGuardStdioBookkeeping(t *testing.T) {
+	w := &lockedWriter{w: io.Discard, pending: map[string]bool{}}
+	steps := []struct {
+		track, write string // one of them
+		want         int    // unanswered afterwards
+	}{
+		{track: `{"jsonrpc":"2.0","id":1,"method":"ping"}`, want: 1},
+		{track: `{"jsonrpc":"2.0","id":"a","method":"ping"}`, want: 2},
+		{track: `{"jsonrpc":"2.0","method":"notifications/initialized"}`, want: 2},
+		{track: `{"jsonrpc":"2.0","id":3,"result":{}}`, want: 2},            // the client answering the server
+		{track: `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, want: 2},  // id 1 again: refused by the server with an answer to null
+		{track: `{"jsonrpc":"2.0","id":"\u0061","method":"ping"}`, want: 2}, // "a" again, spelled differently
+		{track: `{"jsonrpc":"2.0","id":-9007199254740991,"method":"ping"}`, want: 3},
+		{write: `{"jsonrpc":"2.0","id":1,"method":"roots/list"}`, want: 3},      // the server's request, not an answer
+		{write: `{"jsonrpc":"2.0","id":2,"result":{}}`, want: 3},                // nothing asked under id 2
+		{write: `{"jsonrpc":"2.0","id":null,"error":{"code":-32600}}`, want: 3}, // the refusal of the second id 1
+		{write: `{"jsonrpc":"2.0","id":"1","result":{}}`, want: 3},              // the string "1" is not the number 1
+		{write: `{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"x"}}`, want: 2},
+		{write: `{"jsonrpc":"2.0","method":"notifications/message","params":{}}` + "\n" + `{"jsonrpc":"2.0","result":{},"id":"a"}`, want: 1},
+	}
+	for i, s := range steps {
+		if s.track != "" {
+			w.track([]byte(s.track))
+		} else if _, err := w.Write([]byte(s.write + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		if got := w.unanswered(); got != s.want {
+			t.Fatalf("step %d (%s%s): %d unanswered, want %d", i, s.track, s.write, got, s.want)
+		}
+	}
+
+	// The last open call is never answered: the wait ends at the timeout.
+	start := time.Now()
+	if left, waited := w.awaitAnswers(100*time.Millisecond, nil); left != 1 || waited < 100*time.Millisecond {
+		t.Errorf("timeout: %d left after %v; want 1 after 100ms", left, waited)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the 100ms wait took %v", d)
+	}
+	// The transport closed the reader: no answer can be written any more.
+	stop := make(chan struct{})
+	close(stop)
+	if left, _ := w.awaitAnswers(time.Minute, stop); left != 1 {
+		t.Errorf("stopped: %d left, want 1", left)
+	}
+	// The answer arrives while the guard waits.
+	done := make(chan int, 1)
+	go func() {
+		left, _ := w.awaitAnswers(time.Minute, nil)
+		done <- left
+	}()
+	waitFor(t, 5*time.Second, "the guard waiting", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.settled != nil
+	})
+	if _, err := w.Write([]byte(`{"jsonrpc":"2.0","id":-9007199254740991,"result":{}}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case left := <-done:
+		if left != 0 {
+			t.Errorf("answered: %d left", left)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the last answer did not end the wait")
+	}
+	if left, waited := w.awaitAnswers(time.Minute, nil); left != 0 || waited != 0 {
+		t.Errorf("nothing open: waited %v with %d left", waited, left)
+	}
+
+	// Stdout is gone: no answer can arrive, the wait ends at once, whether
+	// the write fails during the wait or before it.
+	broken := &lockedWriter{w: failWriter{}, pending: map[string]bool{}}
+	broken.track([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	go func() {
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			broken.mu.Lock()
+			waiting := broken.settled != nil
+			broken.mu.Unlock()
+			if waiting {
+				break
+			}
+		}
+		broken.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/progress"}` + "\n"))
+	}()
+	if left, waited := broken.awaitAnswers(time.Minute, nil); left != 0 || waited > 5*time.Second {
+		t.Errorf("stdout failed during the wait: %d left after %v; want the wait to end at once", left, waited)
+	}
+	if left, waited := broken.awaitAnswers(time.Minute, nil); left != 0 || waited != 0 {
+		t.Errorf("stdout failed before the wait: waited %v with %d left", waited, left)
+	}
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("stdout closed") }
+
+// A session that ends (the transport closes its reader) stops the wait for
+// answers at once, not after StdioDrainTimeout.
+func TestGuardStdioStopsWaitingWhenSessionEnds(t *testing.T) {
+	var logs syncBuffer
+	r, _ := GuardStdio(strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`+"\n"), io.Discard, slog.New(slog.NewTextHandler(&logs, nil)))
+	br := bufio.NewReader(r)
+	if _, err := br.ReadBytes('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the guard to give up on call 1", func() bool {
+		l := logs.String()
+		return strings.Contains(l, "gave up waiting") && strings.Contains(l, "unanswered=1")
+	})
+	if _, err := br.ReadByte(); !errors.Is(err, io.ErrClosedPipe) {
+		t.Errorf("read after close: %v, want io.ErrClosedPipe", err)
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -190,4 +192,66 @@ func runStdio(t *testing.T, line []byte, wait bool) (map[string]string, string, 
 	}
 	err = cmd.Wait()
 	return answers, stderr.String(), err, db
+}
+
+// TestStdioPipe is a scripted client: a shell pipe that writes the
+// handshake and its calls at once and closes stdin right behind them
+// (`printf '%s\n' INIT INITIALIZED CALL | mcp-front -stdio`). Every call
+// is answered, even one still waiting for delivery when the input ends,
+// every ticket is stored, and mcp-front exits 0 after the last answer. The
+// SDK ends the session on the end of its input and used to drop the calls
+// not yet answered: nothing stored, no answer.
+func TestStdioPipe(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "tickets.db")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var in bytes.Buffer
+	for _, l := range [][]byte{
+		fmt.Appendf(nil, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"pipe","version":"0"}}}`, protocol),
+		[]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`),
+		toolCall(3, "create_ticket", `{"request_id":"pipe-x","title":"t"}`),
+		// Nothing delivers here: it waits the full second, then answers.
+		toolCall(5, "create_ticket", `{"request_id":"pipe-y","title":"t","wait_for_delivery_seconds":1}`),
+	} {
+		in.Write(append(l, '\n'))
+	}
+	cmd := exec.CommandContext(ctx, frontBin, "-stdio", "-db", db)
+	cmd.Stdin = &in // closed as soon as it is all written
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("mcp-front: %v; stderr:\n%s", err, clip(stderr.String()))
+	}
+	answers := map[string]json.RawMessage{}
+	for l := range bytes.Lines(stdout.Bytes()) {
+		var m struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+			Result  json.RawMessage `json:"result"`
+		}
+		if err := json.Unmarshal(l, &m); err != nil || m.JSONRPC != "2.0" || m.Result == nil {
+			t.Errorf("stdout line is not a JSON-RPC result: %q", clip(string(l)))
+			continue
+		}
+		answers[string(m.ID)] = m.Result
+	}
+	if len(answers) != 3 || answers["0"] == nil {
+		t.Errorf("answers to ids %v, want 0, 3 and 5; stdout:\n%s\nstderr:\n%s", slices.Sorted(maps.Keys(answers)), clip(stdout.String()), clip(stderr.String()))
+	}
+	for id, requestID := range map[string]string{"3": "pipe-x", "5": "pipe-y"} {
+		var r struct {
+			IsError bool `json:"isError"`
+			Out     struct {
+				RequestID string `json:"request_id"`
+				TicketID  string `json:"ticket_id"`
+				Status    string `json:"status"`
+			} `json:"structuredContent"`
+		}
+		if err := json.Unmarshal(answers[id], &r); err != nil || r.IsError || r.Out.RequestID != requestID || r.Out.TicketID == "" || r.Out.Status != "queued" {
+			t.Errorf("answer to id %s: %s; want a queued ticket for %s", id, clip(string(answers[id])), requestID)
+		}
+	}
+	if n := countRequests(t, db); n != 2 {
+		t.Errorf("%d ledger rows, want 2", n)
+	}
 }
