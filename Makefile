@@ -12,12 +12,22 @@ all: build
 build: ## build bin/mcp-front and bin/dispatcher
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/mcp-front ./cmd/dispatcher
 
-run: build ## run both processes with embedded defaults; Ctrl-C stops both
+# When either process exits (one failed to start: a port in use, a locked data
+# directory), the other is stopped and make fails. Needs bash for wait -n.
+# SIGTERM, not SIGINT: a background job starts with SIGINT ignored, so a
+# SIGINT sent before the process installed its handler would be lost; both
+# processes stop cleanly on either.
+run: SHELL := bash
+run: build ## run both processes with embedded defaults; Ctrl-C stops both; either one exiting stops the other
 	@mkdir -p $(DATA)
-	@trap 'kill -INT $$d $$f 2>/dev/null; wait $$d $$f' INT TERM; \
+	@trap 'kill -TERM $$d $$f 2>/dev/null; wait $$d $$f; exit 130' INT TERM; \
 	 bin/dispatcher -data $(DATA) & d=$$!; \
 	 bin/mcp-front -db $(DATA)/tickets.db -listen $(LISTEN) & f=$$!; \
-	 wait $$d $$f
+	 wait -n -p gone $$d $$f; rc=$$?; \
+	 if [ "$$gone" = "$$d" ]; then gone=dispatcher other=mcp-front; else gone=mcp-front other=dispatcher; fi; \
+	 echo "make run: $$gone exited (status $$rc): stopping $$other" >&2; \
+	 kill -TERM $$d $$f 2>/dev/null; wait $$d $$f; \
+	 exit $$(( rc ? rc : 1 ))
 
 test: vet ## the whole suite, with the race detector
 	$(GO) test -race -count=1 -timeout 20m ./...

@@ -28,6 +28,13 @@ func (l *Ledger) Redrive(ctx context.Context, requestID string) error {
 func (l *Ledger) redriveTx(ctx context.Context, tx *sql.Tx, requestID string) error {
 	id, state, err := deliveryState(ctx, tx, requestID)
 	if errors.Is(err, sql.ErrNoRows) {
+		var one int
+		switch err := tx.QueryRowContext(ctx, `SELECT 1 FROM requests WHERE request_id = ?`, requestID).Scan(&one); {
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("%w: %s (never accepted, or forgotten after -retention)", ErrNotFound, requestID)
+		case err != nil:
+			return fmt.Errorf("ledger: redrive %s: %w", requestID, err)
+		}
 		return fmt.Errorf("%w: %s has no delivery record yet (it is still on its way)", ErrState, requestID)
 	}
 	if err != nil {
@@ -115,20 +122,20 @@ func (l *Ledger) Resolve(ctx context.Context, requestID string, delivered bool, 
 
 // TargetCounts is the delivery picture of one target.
 type TargetCounts struct {
-	Target    string
-	Retrying  int
-	Failed    int
-	Uncertain int
-	Delivered int
-	InFlight  int // attempting
+	Target    string `json:"target"`
+	Retrying  int    `json:"retrying"`
+	Failed    int    `json:"failed"`
+	Uncertain int    `json:"uncertain"`
+	Delivered int    `json:"delivered"`
+	InFlight  int    `json:"in_flight"` // attempting
 }
 
 // Summary is what `dispatcher status` prints.
 type Summary struct {
-	Backlog   int64
-	OldestAge time.Duration
-	Targets   []TargetCounts
-	Uncertain []RequestStatus
+	Backlog   int64           `json:"backlog"`
+	OldestAge time.Duration   `json:"-"` // status -json: oldest_age_seconds
+	Targets   []TargetCounts  `json:"targets"`
+	Uncertain []RequestStatus `json:"uncertain"`
 }
 
 // Summarize reads the backlog, the per-target counts and the uncertain requests.

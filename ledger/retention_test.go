@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,6 +170,17 @@ func TestRedriveAndResolve(t *testing.T) {
 		if err := e.l.Redrive(ctx, id); !errors.Is(err, ledger.ErrState) {
 			t.Errorf("Redrive(%s) = %v, want ErrState", id, err)
 		}
+	}
+	// A request the ledger never accepted is no such request; one accepted
+	// and not yet tried is on its way.
+	if err := e.l.Redrive(ctx, "never-seen"); !errors.Is(err, ledger.ErrNotFound) || errors.Is(err, ledger.ErrState) {
+		t.Errorf("Redrive(never-seen) = %v, want ErrNotFound", err)
+	}
+	if _, err := e.l.Create(ctx, request("queued-1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.l.Redrive(ctx, "queued-1"); !errors.Is(err, ledger.ErrState) || !strings.Contains(err.Error(), "on its way") {
+		t.Errorf("Redrive(queued-1) = %v, want ErrState: still on its way", err)
 	}
 	if err := e.l.Resolve(ctx, "delivered-1", true, "X-1"); !errors.Is(err, ledger.ErrState) {
 		t.Errorf("Resolve of a delivered request = %v, want ErrState", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -327,6 +328,28 @@ func TestStartEmbeddedRejectsBadListen(t *testing.T) {
 			s.Shutdown()
 			t.Errorf("StartEmbedded(%q) started a server", listen)
 		}
+	}
+}
+
+// A port in use is an error at once, naming the listen error, not a 30 s
+// wait for a server that never gets ready.
+func TestStartEmbeddedPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	began := time.Now()
+	s, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: ln.Addr().String(), StoreDir: t.TempDir()}, discard())
+	if err == nil {
+		s.Shutdown()
+		t.Fatalf("StartEmbedded on %s, a port in use, started a server", ln.Addr())
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("StartEmbedded took %s to fail", took)
+	}
+	if !strings.Contains(err.Error(), "address already in use") || !strings.Contains(err.Error(), ln.Addr().String()) {
+		t.Errorf("error %q does not name the address and the listen error", err)
 	}
 }
 

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -27,6 +29,15 @@ var adminCommands = map[string]func(ctx context.Context, l *ledger.Ledger, fs *f
 	"redrive": adminRedrive,
 	"resolve": adminResolve,
 }
+
+// adminCommandNames lists adminCommands in the order of adminUsage.
+var adminCommandNames = []string{"status", "redrive", "resolve"}
+
+// adminOnlyFlags are the subcommands' own flags. They have no environment
+// twin: TICKETRELAY_FAILED=true must not turn a bare `redrive` into "redrive
+// every failed request". -db and -data keep theirs (they name the same
+// database as the dispatcher's).
+var adminOnlyFlags = []string{"json", "failed", "target", "delivered"}
 
 const adminUsage = `Usage:
   dispatcher status  [-db PATH | -data DIR] [-json]
@@ -47,7 +58,7 @@ func runAdmin(ctx context.Context, name string, env Env) error {
 	fs.Bool("failed", false, "redrive: every failed request; resolve: settle as not delivered")
 	fs.String("target", "", "redrive -failed: only this `target`")
 	fs.String("delivered", "", "resolve: settle as delivered, with the `external_id` found downstream")
-	args, err := parseInterspersed(fs, env.Args[1:], env.Lookup)
+	args, err := parseInterspersed(fs, env.Args[1:], env.Lookup, adminOnlyFlags...)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -56,6 +67,13 @@ func runAdmin(ctx context.Context, name string, env Env) error {
 	}
 	if *dbPath == "" {
 		*dbPath = filepath.Join(*dataDir, "tickets.db")
+	}
+	// Opening creates and migrates a missing database: a mistyped path
+	// would report an empty ledger.
+	if _, err := os.Stat(*dbPath); errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("no database at %s (give the dispatcher's -data DIR or -db PATH)", *dbPath)
+	} else if err != nil {
+		return fmt.Errorf("database: %w", err)
 	}
 	db, err := ledger.Open(ctx, *dbPath)
 	if err != nil {
@@ -70,8 +88,8 @@ func runAdmin(ctx context.Context, name string, env Env) error {
 
 // parseInterspersed parses flags that may come after positional arguments
 // ("resolve ID -failed") and returns the positional ones.
-func parseInterspersed(fs *flag.FlagSet, args []string, lookup func(string) (string, bool)) ([]string, error) {
-	if _, err := flagenv.Parse(fs, args, lookup); err != nil {
+func parseInterspersed(fs *flag.FlagSet, args []string, lookup func(string) (string, bool), noEnv ...string) ([]string, error) {
+	if _, err := flagenv.ParseExcept(fs, args, lookup, noEnv...); err != nil {
 		return nil, err
 	}
 	var pos []string
@@ -97,7 +115,12 @@ func adminStatus(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args [
 	if flagValue(fs, "json") == "true" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(s)
+		return enc.Encode(statusJSON{
+			Backlog:          s.Backlog,
+			OldestAgeSeconds: s.OldestAge.Seconds(),
+			Targets:          orEmpty(s.Targets),
+			Uncertain:        orEmpty(s.Uncertain),
+		})
 	}
 	fmt.Fprintf(out, "outbox backlog: %d (oldest %s)\n\n", s.Backlog, s.OldestAge.Round(time.Millisecond))
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -115,6 +138,22 @@ func adminStatus(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args [
 	return nil
 }
 
+// statusJSON is `status -json`: snake_case keys, the age in seconds, lists
+// never null.
+type statusJSON struct {
+	Backlog          int64                  `json:"backlog"`
+	OldestAgeSeconds float64                `json:"oldest_age_seconds"`
+	Targets          []ledger.TargetCounts  `json:"targets"`
+	Uncertain        []ledger.RequestStatus `json:"uncertain"`
+}
+
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
 func adminRedrive(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args []string, out io.Writer) error {
 	all := flagValue(fs, "failed") == "true"
 	target := flagValue(fs, "target")
@@ -128,6 +167,12 @@ func adminRedrive(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args 
 		ids, err := l.RedriveFailed(ctx, target)
 		if err != nil {
 			return err
+		}
+		if len(ids) == 0 && target != "" {
+			// A mistyped target must not read as "nothing failed there".
+			if err := knownTarget(ctx, l, target); err != nil {
+				return err
+			}
 		}
 		for _, id := range ids {
 			fmt.Fprintf(out, "redriven %s\n", id)
@@ -144,6 +189,26 @@ func adminRedrive(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args 
 		fmt.Fprintf(out, "redriven %s\n", id)
 	}
 	return errors.Join(errs...)
+}
+
+// knownTarget fails unless the ledger holds a delivery record for target.
+func knownTarget(ctx context.Context, l *ledger.Ledger, target string) error {
+	s, err := l.Summarize(ctx)
+	if err != nil {
+		return err
+	}
+	var known []string
+	for _, t := range s.Targets {
+		if t.Target == target {
+			return nil
+		}
+		known = append(known, t.Target)
+	}
+	have := "none"
+	if len(known) > 0 {
+		have = strings.Join(known, ", ")
+	}
+	return fmt.Errorf("redrive -failed -target %s: the ledger has no delivery record for target %q (targets it has records for: %s)", target, target, have)
 }
 
 func adminResolve(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args []string, out io.Writer) error {

@@ -193,8 +193,8 @@ func TestAdminCommands(t *testing.T) {
 				t.Errorf("a refused redrive touched %s's outbox row: published %v generation %d", id, pub, gen)
 			}
 		}
-		if _, err := a.admin(t, "redrive", "req-never-seen"); err == nil {
-			t.Error("redrive of an unknown request succeeded")
+		if _, err := a.admin(t, "redrive", "req-never-seen"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Errorf("redrive of an unknown request: %v; want ErrNotFound", err)
 		}
 	})
 

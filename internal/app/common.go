@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -135,14 +136,20 @@ func announce(env Env, addrFile string, addrs map[string]string) error {
 
 // parseStart parses a process's flags (with their environment twins), arms the
 // failpoints and builds the stderr logger from the -log-level flag. help is
-// true when -help was asked: the caller has nothing more to do.
-func parseStart(fs *flag.FlagSet, env Env, logLevel *string) (set map[string]bool, log *slog.Logger, help bool, err error) {
+// true when -help was asked: the caller has nothing more to do. An argument
+// left after the flags (a mistyped subcommand, a flag after a stray word: the
+// flag package stops at the first non-flag) is a usage error; commands, if
+// any, are listed in its message.
+func parseStart(fs *flag.FlagSet, env Env, logLevel *string, commands ...string) (set map[string]bool, log *slog.Logger, help bool, err error) {
 	set, err = flagenv.Parse(fs, env.Args, env.Lookup)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil, nil, true, nil
 	}
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return nil, nil, false, leftoverError(fs.Name(), fs.Arg(0), commands)
 	}
 	if err := failpoint.Init(); err != nil {
 		return nil, nil, false, err
@@ -151,4 +158,18 @@ func parseStart(fs *flag.FlagSet, env Env, logLevel *string) (set map[string]boo
 		return nil, nil, false, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	return set, log, false, nil
+}
+
+// leftoverError is the usage error for an argument no flag took.
+func leftoverError(prog, arg string, commands []string) error {
+	msg := fmt.Sprintf("unknown command or argument %q", arg)
+	switch {
+	case slices.Contains(commands, arg):
+		msg += fmt.Sprintf(": a command comes before the flags (%s %s -data DIR ...)", prog, arg)
+	case len(commands) > 0:
+		msg += fmt.Sprintf("; the commands are %s (%s -help)", strings.Join(commands, ", "), prog)
+	default:
+		msg += fmt.Sprintf(": %s takes flags only (%s -help)", prog, prog)
+	}
+	return fmt.Errorf("%w: %s", ErrUsage, msg)
 }

@@ -59,7 +59,7 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		fmt.Fprintf(fs.Output(), "Usage: dispatcher [flags]\n\nRelays accepted tickets to JetStream and delivers them to their targets.\n\n%s\nFlags:\n", adminUsage)
 		fs.PrintDefaults()
 	}
-	_, log, help, err := parseStart(fs, env, logLevel)
+	_, log, help, err := parseStart(fs, env, logLevel, adminCommandNames...)
 	if help || err != nil {
 		return err
 	}
@@ -89,6 +89,14 @@ func RunDispatcher(ctx context.Context, env Env) error {
 	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
+	// One dispatcher per data directory: a second one would share the
+	// JetStream store (and remove the first one's staging directory when it
+	// stops). Held until the process ends; the OS drops it on a crash.
+	unlock, err := lockDataDir(*dataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := os.MkdirAll(filepath.Dir(*dbPath), 0o755); err != nil {
 		return fmt.Errorf("database directory: %w", err)
 	}
@@ -119,7 +127,7 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		} else if stageDir != "" && *natsStage == "auto" {
 			defer os.Remove(stageDir) // empty once every batch has committed; runs after the server's shutdown
 		}
-		ns, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: *natsListen, StoreDir: storeDir}, log)
+		ns, err := natsjs.StartEmbeddedContext(ctx, natsjs.EmbeddedConfig{Listen: *natsListen, StoreDir: storeDir}, log)
 		if err != nil {
 			return err
 		}
@@ -133,7 +141,11 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "err", err) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: the connection was closed on purpose (shutdown)
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
 	)
 	if err != nil {

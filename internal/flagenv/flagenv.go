@@ -5,6 +5,7 @@ package flagenv
 import (
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -19,9 +20,19 @@ func EnvName(name string) string {
 // Parse applies environment values to fs's flags, then parses args (flags
 // win over the environment). It returns the names of flags set either way.
 func Parse(fs *flag.FlagSet, args []string, lookup func(string) (string, bool)) (map[string]bool, error) {
+	return ParseExcept(fs, args, lookup)
+}
+
+// ParseExcept is Parse for a flag set whose flags named in noEnv have no
+// environment twin: they are set from args only, and -help shows no twin
+// for them.
+func ParseExcept(fs *flag.FlagSet, args []string, lookup func(string) (string, bool), noEnv ...string) (map[string]bool, error) {
 	set := map[string]bool{}
 	var errs []string
 	fs.VisitAll(func(f *flag.Flag) {
+		if slices.Contains(noEnv, f.Name) {
+			return
+		}
 		env := EnvName(f.Name)
 		if !strings.Contains(f.Usage, env) {
 			f.Usage += " (env " + env + ")"

@@ -129,3 +129,38 @@ func TestUsageNamesTheEnvVariable(t *testing.T) {
 		t.Errorf("the back-quoted name in the usage got lost:\n%s", usage)
 	}
 }
+
+// TestParseExcept: a flag without a twin ignores its environment variable
+// and shows none in -help; the others keep theirs.
+func TestParseExcept(t *testing.T) {
+	f := newFlags()
+	set, err := flagenv.ParseExcept(f.fs, nil, env(map[string]string{
+		"TICKETRELAY_STDIO":    "true",
+		"TICKETRELAY_WORKERS":  "7",
+		"TICKETRELAY_DATA_DIR": "/env",
+	}), "stdio", "workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *f.stdio || *f.workers != 4 || *f.dataDir != "/env" {
+		t.Fatalf("stdio %v workers %d data-dir %q: want false, 4 (no twins) and /env", *f.stdio, *f.workers, *f.dataDir)
+	}
+	if !set["data-dir"] || len(set) != 1 {
+		t.Fatalf("set = %v, want data-dir only", set)
+	}
+	var buf bytes.Buffer
+	f.fs.SetOutput(&buf)
+	f.fs.PrintDefaults()
+	usage := buf.String()
+	if strings.Contains(usage, "TICKETRELAY_STDIO") || strings.Contains(usage, "TICKETRELAY_WORKERS") {
+		t.Errorf("usage shows a twin for a flag without one:\n%s", usage)
+	}
+	if !strings.Contains(usage, "(env TICKETRELAY_DATA_DIR)") {
+		t.Errorf("usage lost -data-dir's twin:\n%s", usage)
+	}
+	// On the command line the flag still works.
+	g := newFlags()
+	if _, err := flagenv.ParseExcept(g.fs, []string{"-stdio"}, env(nil), "stdio"); err != nil || !*g.stdio {
+		t.Fatalf("-stdio on the command line: %v, stdio %v", err, *g.stdio)
+	}
+}

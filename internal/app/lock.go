@@ -1,0 +1,48 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// lockFile is the file in the data directory a running dispatcher holds an
+// exclusive lock on; it contains the holder's pid.
+const lockFile = "dispatcher.lock"
+
+// lockDataDir takes an exclusive, non-blocking flock on dir/dispatcher.lock
+// and writes the process's pid into it. The lock lasts until unlock is
+// called or the process ends (a crash included: the OS drops it). If
+// another process holds it, the error names the directory and, when the
+// file says, the holder's pid.
+func lockDataDir(dir string) (unlock func(), err error) {
+	path := filepath.Join(dir, lockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("data directory lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		defer f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			holder := "another dispatcher"
+			if b, _ := io.ReadAll(io.LimitReader(f, 32)); len(b) > 0 {
+				if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && pid > 0 {
+					holder = fmt.Sprintf("another dispatcher (pid %d)", pid)
+				}
+			}
+			return nil, fmt.Errorf("data directory %s is in use: %s holds the lock on %s; stop it first, or give this one another -data directory",
+				dir, holder, path)
+		}
+		return nil, fmt.Errorf("data directory lock %s: %w", path, err)
+	}
+	// The pid is for the message above only: the lock is the flock.
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return func() { f.Close() }, nil
+}
