@@ -430,25 +430,7 @@ func TestResumeAfterPurgeIs400(t *testing.T) {
 	c.initialize()
 
 	rid := newRID()
-	body := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"create_ticket","_meta":{"progressToken":"p7"},`+
-		`"arguments":{"request_id":%q,"title":"purged while waiting","wait_for_delivery_seconds":30}}}`, rid)
-	ctx, drop := context.WithCancel(context.Background())
-	defer drop()
-	resp := c.do(c.req(http.MethodPost, body).WithContext(ctx))
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("tools/call: HTTP %d", resp.StatusCode)
-	}
-	s := newSSE(resp.Body)
-	var lastID string
-	for !strings.HasSuffix(lastID, "_1") {
-		ev, ok := s.next()
-		if !ok {
-			t.Fatalf("stream ended before the first progress notification")
-		}
-		lastID = ev.id
-	}
-	drop()
-	resp.Body.Close()
+	lastID := callThenDrop(t, c, rid, "purged while waiting", 30)
 	streamID, _, _ := strings.Cut(lastID, "_")
 
 	// Other clients' calls fill the store until it has forgotten the call's
@@ -485,7 +467,7 @@ func TestResumeAfterPurgeIs400(t *testing.T) {
 
 	get := c.req(http.MethodGet, nil)
 	get.Header.Set("Last-Event-ID", lastID)
-	resp = c.do(get)
+	resp := c.do(get)
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		var events []string

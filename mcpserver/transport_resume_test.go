@@ -26,32 +26,7 @@ func TestResumeAfterStreamDrop(t *testing.T) {
 	c.initialize()
 
 	rid := newRID()
-	body := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"create_ticket","_meta":{"progressToken":"p7"},`+
-		`"arguments":{"request_id":%q,"title":"resume me","wait_for_delivery_seconds":20}}}`, rid)
-	ctx, drop := context.WithCancel(context.Background())
-	defer drop()
-	resp := c.do(c.req(http.MethodPost, body).WithContext(ctx))
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("tools/call: HTTP %d", resp.StatusCode)
-	}
-	s := newSSE(resp.Body)
-	var lastID string
-	for lastID == "" || !strings.Contains(lastID, "_1") {
-		ev, ok := s.next()
-		if !ok {
-			t.Fatalf("stream ended before the first progress notification")
-		}
-		if ev.id == "" {
-			t.Fatalf("event without id %+v: the stream is not resumable", ev)
-		}
-		lastID = ev.id
-		if ev.data != "" && !strings.Contains(ev.data, `"notifications/progress"`) {
-			t.Fatalf("before any delivery, got %s", ev.data)
-		}
-	}
-	// The connection drops: the client stops reading and closes it.
-	drop()
-	resp.Body.Close()
+	lastID := callThenDrop(t, c, rid, "resume me", 20)
 
 	// Meanwhile the ticket is delivered.
 	waitFor(t, 5*time.Second, "the create to commit", func() bool { return e.tickets(t) == 1 })
@@ -63,12 +38,12 @@ func TestResumeAfterStreamDrop(t *testing.T) {
 	// Resume after the last event seen.
 	get := c.req(http.MethodGet, nil)
 	get.Header.Set("Last-Event-ID", lastID)
-	resp = c.do(get)
+	resp := c.do(get)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("resume GET: HTTP %d", resp.StatusCode)
 	}
 	defer resp.Body.Close()
-	s = newSSE(resp.Body)
+	s := newSSE(resp.Body)
 	var progress []string
 	for {
 		ev, ok := s.next()
@@ -195,4 +170,37 @@ func TestEventStoreBounded(t *testing.T) {
 	if len(s.queue)-s.head > 0 && s.stale == 0 {
 		t.Errorf("queue holds %d live entries after every session closed", len(s.queue)-s.head)
 	}
+}
+
+// callThenDrop starts create_ticket with a progress token and a delivery
+// wait of wait seconds as request 7, reads its stream up to the first
+// progress notification (event _1), then drops the connection as a client
+// that lost it would, and returns the last event id it read.
+func callThenDrop(t *testing.T, c *wire, rid, title string, wait int) string {
+	t.Helper()
+	body := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"create_ticket","_meta":{"progressToken":"p7"},`+
+		`"arguments":{"request_id":%q,"title":%q,"wait_for_delivery_seconds":%d}}}`, rid, title, wait)
+	ctx, drop := context.WithCancel(context.Background())
+	defer drop()
+	resp := c.do(c.req(http.MethodPost, body).WithContext(ctx))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("tools/call: HTTP %d", resp.StatusCode)
+	}
+	defer resp.Body.Close()
+	s := newSSE(resp.Body)
+	var lastID string
+	for !strings.HasSuffix(lastID, "_1") {
+		ev, ok := s.next()
+		if !ok {
+			t.Fatalf("stream ended before the first progress notification")
+		}
+		if ev.id == "" {
+			t.Fatalf("event without id %+v: the stream is not resumable", ev)
+		}
+		lastID = ev.id
+		if ev.data != "" && !strings.Contains(ev.data, `"notifications/progress"`) {
+			t.Fatalf("before any delivery, got %s", ev.data)
+		}
+	}
+	return lastID
 }

@@ -8,9 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"ticketrelay/internal/testio"
 )
 
 // The guard passes JSON-RPC lines through unchanged and answers everything
@@ -86,24 +87,6 @@ func TestGuardStdio(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe to read while the guard writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // A client that closes its input right after its last request (a shell
 // pipe) still gets every answer: the guard holds the end of the input back
 // from the server, whose session would drop the calls still running, until
@@ -116,7 +99,7 @@ func TestGuardStdioHoldsEOFUntilAnswered(t *testing.T) {
 		`{not json`,                            // answered by the guard
 		`{"jsonrpc":"2.0","id":7,"result":{}}`, // the client's answer to the server
 	}, "\n") + "\n"
-	var out syncBuffer
+	var out testio.Buffer
 	r, w := GuardStdio(strings.NewReader(in), &out, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	br := bufio.NewReader(r)
 	for i := range 4 { // every line but the malformed one
@@ -271,7 +254,7 @@ func (failWriter) Write([]byte) (int, error) { return 0, errors.New("stdout clos
 // A session that ends (the transport closes its reader) stops the wait for
 // answers at once, not after StdioDrainTimeout.
 func TestGuardStdioStopsWaitingWhenSessionEnds(t *testing.T) {
-	var logs syncBuffer
+	var logs testio.Buffer
 	r, _ := GuardStdio(strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`+"\n"), io.Discard, slog.New(slog.NewTextHandler(&logs, nil)))
 	br := bufio.NewReader(r)
 	if _, err := br.ReadBytes('\n'); err != nil {
