@@ -12,8 +12,9 @@ all: build
 build: ## build bin/mcp-front and bin/dispatcher
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/mcp-front ./cmd/dispatcher
 
-# When either process exits (one failed to start: a port in use, a locked data
-# directory), the other is stopped and make fails. Needs bash for wait -n.
+# When either process exits, the other is stopped; if it failed (a port in
+# use, a locked data directory), make fails with its status. A clean exit
+# (both got the terminal's Ctrl-C) ends make cleanly. Needs bash for wait -n.
 # SIGTERM, not SIGINT: a background job starts with SIGINT ignored, so a
 # SIGINT sent before the process installed its handler would be lost; both
 # processes stop cleanly on either.
@@ -25,9 +26,9 @@ run: build ## run both processes with embedded defaults; Ctrl-C stops both; eith
 	 bin/mcp-front -db $(DATA)/tickets.db -listen $(LISTEN) & f=$$!; \
 	 wait -n -p gone $$d $$f; rc=$$?; \
 	 if [ "$$gone" = "$$d" ]; then gone=dispatcher other=mcp-front; else gone=mcp-front other=dispatcher; fi; \
-	 echo "make run: $$gone exited (status $$rc): stopping $$other" >&2; \
+	 [ $$rc -eq 0 ] || echo "make run: $$gone exited (status $$rc): stopping $$other" >&2; \
 	 kill -TERM $$d $$f 2>/dev/null; wait $$d $$f; \
-	 exit $$(( rc ? rc : 1 ))
+	 exit $$rc
 
 test: vet ## the whole suite, with the race detector
 	$(GO) test -race -count=1 -timeout 20m ./...
