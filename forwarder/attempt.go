@@ -80,7 +80,9 @@ func (a *attempt) run(ctx context.Context) error {
 		// Record the attempt before the call: a crash during the call leaves
 		// "attempting", which the next delivery reconciles instead of
 		// resending. The write is conditional on the version read: of two
-		// copies of the message only one gets to call.
+		// copies of the message only one gets to call. The call's time
+		// starts here, not before a lookup that may have taken most of it.
+		start = time.Now()
 		rec.State = ledger.DeliveryAttempting
 		if err := a.record(ctx, &rec); err != nil {
 			return err
