@@ -354,23 +354,24 @@ func decodeArgs(raw json.RawMessage, v any) error {
 // regardless of case ("Title" sets title) and keeps the last of two equal
 // names, so a call could mean something other than what a reader of it sees.
 func checkNames(raw json.RawMessage, names []string) error {
-	var err error
-	seen := make([]string, 0, len(names))
-	members(raw, func(name string, _ []byte) bool {
-		switch {
-		case slices.Contains(seen, name):
-			err = &ticket.InvalidError{Argument: name, Reason: "is given more than once"}
-		case !slices.Contains(names, name):
-			reason := fmt.Sprintf("unknown argument %q", name)
-			if i := slices.IndexFunc(names, func(n string) bool { return strings.EqualFold(n, name) }); i >= 0 {
-				reason += fmt.Sprintf(" (names are case-sensitive: %q)", names[i])
-			}
-			err = &ticket.InvalidError{Argument: "arguments", Reason: reason}
+	var unknown error // the first name not declared, if it comes before a repeated one
+	dup := duplicate(raw, func(name string, _ []byte) {
+		if unknown != nil || slices.Contains(names, name) {
+			return
 		}
-		seen = append(seen, name)
-		return err == nil
+		reason := fmt.Sprintf("unknown argument %q", name)
+		if i := slices.IndexFunc(names, func(n string) bool { return strings.EqualFold(n, name) }); i >= 0 {
+			reason += fmt.Sprintf(" (names are case-sensitive: %q)", names[i])
+		}
+		unknown = &ticket.InvalidError{Argument: "arguments", Reason: reason}
 	})
-	return err
+	switch {
+	case unknown != nil:
+		return unknown
+	case dup != "":
+		return &ticket.InvalidError{Argument: dup, Reason: "is given more than once"}
+	}
+	return nil
 }
 
 var argNamesOf sync.Map // reflect.Type → []string

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"ticketrelay/internal/testio"
+	"ticketrelay/internal/testwait"
 )
 
 // The guard passes JSON-RPC lines through unchanged and answers everything
@@ -229,14 +230,11 @@ func TestGuardStdioBookkeeping(t *testing.T) {
 	broken := &lockedWriter{w: failWriter{}, pending: map[string]bool{}}
 	broken.track([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
 	go func() {
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		testwait.Until(5*time.Second, func() bool {
 			broken.mu.Lock()
-			waiting := broken.settled != nil
-			broken.mu.Unlock()
-			if waiting {
-				break
-			}
-		}
+			defer broken.mu.Unlock()
+			return broken.settled != nil
+		})
 		broken.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/progress"}` + "\n"))
 	}()
 	if left, waited := broken.awaitAnswers(time.Minute, nil); left != 0 || waited > 5*time.Second {
