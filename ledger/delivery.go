@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -85,15 +86,19 @@ func (l *Ledger) recordTx(d Delivery) func(ctx context.Context, tx *sql.Tx) erro
 		if n, err := res.RowsAffected(); err != nil || n > 0 {
 			return err
 		}
-		var accepted bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM requests WHERE request_id = ?)`, d.RequestID).Scan(&accepted); err != nil {
-			return err
-		}
-		if !accepted {
-			return ErrNotFound
+		if ok, err := holds(ctx, tx, d.RequestID); err != nil || !ok {
+			return cmp.Or(err, ErrNotFound)
 		}
 		return ErrStale
 	}
+}
+
+// holds reports whether the ledger holds requestID (accepted, and not
+// pruned).
+func holds(ctx context.Context, tx *sql.Tx, requestID string) (bool, error) {
+	var ok bool
+	err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM requests WHERE request_id = ?)`, requestID).Scan(&ok)
+	return ok, err
 }
 
 func recordErr(d Delivery, err error) error {

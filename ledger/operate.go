@@ -28,12 +28,11 @@ func (l *Ledger) Redrive(ctx context.Context, requestID string) error {
 func (l *Ledger) redriveTx(ctx context.Context, tx *sql.Tx, requestID string) error {
 	id, state, err := deliveryState(ctx, tx, requestID)
 	if errors.Is(err, sql.ErrNoRows) {
-		var one int
-		switch err := tx.QueryRowContext(ctx, `SELECT 1 FROM requests WHERE request_id = ?`, requestID).Scan(&one); {
-		case errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("%w: %s (never accepted, or forgotten after -retention)", ErrNotFound, requestID)
+		switch ok, err := holds(ctx, tx, requestID); {
 		case err != nil:
 			return fmt.Errorf("ledger: redrive %s: %w", requestID, err)
+		case !ok:
+			return fmt.Errorf("%w: %s (never accepted, or forgotten after -retention)", ErrNotFound, requestID)
 		}
 		return fmt.Errorf("%w: %s has no delivery record yet (it is still on its way)", ErrState, requestID)
 	}
@@ -132,10 +131,10 @@ type TargetCounts struct {
 
 // Summary is what `dispatcher status` prints.
 type Summary struct {
-	Backlog   int64           `json:"backlog"`
-	OldestAge time.Duration   `json:"-"` // status -json: oldest_age_seconds
-	Targets   []TargetCounts  `json:"targets"`
-	Uncertain []RequestStatus `json:"uncertain"`
+	Backlog   int64
+	OldestAge time.Duration
+	Targets   []TargetCounts
+	Uncertain []RequestStatus
 }
 
 // Summarize reads the backlog, the per-target counts and the uncertain requests.
