@@ -154,3 +154,13 @@ func Key(namespace, requestID string) string {
 	}
 	return fmt.Sprintf("%s:sha256:%x", namespace, sha256.Sum256([]byte(requestID)))
 }
+
+// Shorten cuts s to at most n characters, the last of them "…", and reports
+// whether it cut: what an adapter does with a title longer than its API's
+// limit.
+func Shorten(s string, n int) (string, bool) {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…", true
+	}
+	return s, false
+}

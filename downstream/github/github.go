@@ -211,10 +211,10 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 // MaxBody, and a footer with the priority, the ticket id and, when some
 // were shortened, the full labels).
 func texts(d downstream.Delivery, shortened bool) (title, body string) {
-	title = d.Ticket.Title
+	title, cut := downstream.Shorten(d.Ticket.Title, MaxTitle)
 	var head string
-	if r := []rune(title); len(r) > MaxTitle {
-		title, head = string(r[:MaxTitle-1])+"…", d.Ticket.Title+"\n\n"
+	if cut {
+		head = d.Ticket.Title + "\n\n"
 	}
 	foot := "\n\n---\n"
 	if d.Ticket.Priority != "" {

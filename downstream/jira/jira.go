@@ -97,10 +97,7 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 	for _, l := range d.Ticket.Labels {
 		labels = append(labels, strings.ReplaceAll(l, " ", "_")) // Jira labels hold no spaces
 	}
-	summary := d.Ticket.Title
-	if r := []rune(summary); len(r) > MaxSummary {
-		summary = string(r[:MaxSummary-1]) + "…"
-	}
+	summary, _ := downstream.Shorten(d.Ticket.Title, MaxSummary)
 	fields := map[string]any{
 		"project":   map[string]string{"key": t.cfg.Project},
 		"issuetype": map[string]string{"name": t.cfg.IssueType},

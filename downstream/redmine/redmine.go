@@ -198,17 +198,13 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 // texts renders the subject (cut to MaxSubject characters, the key's
 // marker appended when no custom field holds it) and the description.
 func (t *Target) texts(d downstream.Delivery) (subject, desc string) {
-	title := d.Ticket.Title
 	limit := MaxSubject
 	marker := ""
 	if t.cfg.CustomFieldID == 0 {
 		marker = " " + SubjectMarker(d.Key)
 		limit -= len(marker) // ASCII: bytes are characters
 	}
-	cut := false
-	if r := []rune(title); len(r) > limit {
-		title, cut = string(r[:limit-1])+"…", true
-	}
+	title, cut := downstream.Shorten(d.Ticket.Title, limit)
 	subject = title + marker
 
 	var b strings.Builder
