@@ -61,9 +61,10 @@ func (a *attempt) run(ctx context.Context) error {
 	}
 	rec := ledger.Delivery{RequestID: a.requestID, Target: a.t.Name(), Attempts: d.Attempt, Version: prev.Version}
 
-	// The call ends DeliveryTimeout after this, whatever the claim's commit
-	// took: the claim's updated_at is later, so another copy that waits
-	// until updated_at+DeliveryTimeout never overlaps the call.
+	// The call ends DeliveryTimeout after start. For a target without a key
+	// start is taken again just before the claim is written (below): the
+	// claim's updated_at is later still, so another copy that waits until
+	// updated_at+DeliveryTimeout never overlaps the call.
 	start := time.Now()
 	if !caps.DedupeKey {
 		if found && prev.State == ledger.DeliveryAttempting {
