@@ -316,13 +316,12 @@ func (t *Target) checkLabels(ctx context.Context) (bool, error) {
 }
 
 // checkFailed translates a failed check: a transient failure is returned
-// (nothing was created: a GET creates nothing); any other proves nothing.
+// (rest says a GET never acted); any other proves nothing.
 func checkFailed(err error) error {
 	e := downstream.Classify(err)
 	if e.Class != downstream.Transient {
 		return nil
 	}
-	e.MayHaveActed = false
 	e.Err = fmt.Errorf("checking the token's access to the repository: %w", e.Err)
 	return e
 }
@@ -365,10 +364,7 @@ func (t *Target) call(req *http.Request, out any) error {
 	if !resp.OK() {
 		return t.fail(resp)
 	}
-	if err := resp.JSON(out); err != nil {
-		return &downstream.Error{Class: downstream.Transient, MayHaveActed: true, StatusCode: resp.Status, Err: err}
-	}
-	return nil
+	return resp.Result(out)
 }
 
 // fail translates an error answer. GitHub answers a rate limit with 403 or

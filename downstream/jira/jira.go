@@ -159,10 +159,7 @@ func (t *Target) call(req *http.Request, out any) error {
 	if !resp.OK() {
 		return t.c.Fail(resp, message(resp))
 	}
-	if err := resp.JSON(out); err != nil {
-		return &downstream.Error{Class: downstream.Transient, MayHaveActed: true, StatusCode: resp.Status, Err: err}
-	}
-	return nil
+	return resp.Result(out)
 }
 
 // message renders {"errorMessages": [...], "errors": {"field": "message"}}.

@@ -281,8 +281,8 @@ func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Re
 	var ans struct {
 		Incidents []incidentJSON `json:"incidents"`
 	}
-	if err := resp.JSON(&ans); err != nil {
-		return downstream.Receipt{}, false, lookupError(&downstream.Error{Class: downstream.Transient, StatusCode: resp.Status, Err: err})
+	if err := resp.Result(&ans); err != nil {
+		return downstream.Receipt{}, false, lookupError(err)
 	}
 	var first *incidentJSON
 	var firstAt time.Time
@@ -304,11 +304,9 @@ func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Re
 	return downstream.Receipt{ExternalID: first.ID, URL: first.HTMLURL}, true, nil
 }
 
-// lookupError marks a failed lookup: a GET never acted, whatever the
-// status (a 5xx included), and the error says it was the lookup.
+// lookupError says the failed call was the lookup.
 func lookupError(err error) *downstream.Error {
 	e := *downstream.Classify(err)
-	e.MayHaveActed = false
 	e.Err = fmt.Errorf("looking up the incident: %w", e.Err)
 	return &e
 }

@@ -195,10 +195,7 @@ func (t *Target) call(req *http.Request, out any) error {
 		}
 		return e
 	}
-	if err := resp.JSON(out); err != nil {
-		return &downstream.Error{Class: downstream.Transient, MayHaveActed: true, StatusCode: resp.Status, Err: err}
-	}
-	return nil
+	return resp.Result(out)
 }
 
 // isIdempotentRequestError: Zendesk's 400 for a key reused with another body.

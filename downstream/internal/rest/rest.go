@@ -61,6 +61,7 @@ func NewClient(hc *http.Client, now func() time.Time) *Client {
 
 // Response is an answer read in full.
 type Response struct {
+	Method string // of the request it answers: a GET or HEAD never acted
 	Status int
 	Header http.Header
 	Body   []byte
@@ -73,6 +74,16 @@ func (r *Response) OK() bool { return r.Status >= 200 && r.Status < 300 }
 func (r *Response) JSON(v any) error {
 	if err := json.Unmarshal(r.Body, v); err != nil {
 		return fmt.Errorf("decoding the answer (HTTP %d): %w", r.Status, err)
+	}
+	return nil
+}
+
+// Result decodes a 2xx answer's body into v. A body that does not decode is
+// a Transient error that may have acted, unless it answers a GET or HEAD:
+// the API said yes, but what it made cannot be read.
+func (r *Response) Result(v any) error {
+	if err := r.JSON(v); err != nil {
+		return &downstream.Error{Class: downstream.Transient, MayHaveActed: !safeMethod(r.Method), StatusCode: r.Status, Err: err}
 	}
 	return nil
 }
@@ -137,7 +148,7 @@ func newJSONRequest(ctx context.Context, method, url string, body any, hide bool
 // an error, already a *downstream.Error: Transient, with MayHaveActed set
 // when the request had been written in full (the API may have processed it:
 // a timeout or reset while waiting for the answer), and clear when it never
-// left (connection refused, DNS). No error shows the URL's userinfo, query
+// left (connection refused, DNS) or was a GET or HEAD, which act on nothing. No error shows the URL's userinfo, query
 // or fragment, nor, with HideURL, anything of it but its scheme and host.
 func (c *Client) Do(req *http.Request) (*Response, error) {
 	var wrote atomic.Bool
@@ -154,21 +165,22 @@ func (c *Client) Do(req *http.Request) (*Response, error) {
 	hc := *c.HTTP
 	hc.CheckRedirect = followOnlySafe(c.HTTP.CheckRedirect)
 	resp, err := hc.Do(req)
+	acting := !safeMethod(req.Method)
 	if err != nil {
-		return nil, &downstream.Error{Class: downstream.Transient, MayHaveActed: wrote.Load(), Err: RedactURLError(err, c.HideURL)}
+		return nil, &downstream.Error{Class: downstream.Transient, MayHaveActed: acting && wrote.Load(), Err: RedactURLError(err, c.HideURL)}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
 		// The status line arrived: the API has seen the request.
-		return nil, &downstream.Error{Class: downstream.Transient, MayHaveActed: true, StatusCode: resp.StatusCode,
+		return nil, &downstream.Error{Class: downstream.Transient, MayHaveActed: acting, StatusCode: resp.StatusCode,
 			Err: fmt.Errorf("reading the answer: %w", RedactURLError(err, c.HideURL))}
 	}
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 		// Only a redirect followOnlySafe refused comes back as a 3xx.
 		return nil, c.redirected(req, resp)
 	}
-	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: body}, nil
+	return &Response{Method: req.Method, Status: resp.StatusCode, Header: resp.Header, Body: body}, nil
 }
 
 func safeMethod(m string) bool { return m == http.MethodGet || m == http.MethodHead }
@@ -278,7 +290,7 @@ func RedactURLError(err error, hide bool) error {
 // (see Message for a default):
 //   - 401, 403: Auth
 //   - 408, 429: Transient, not acted (the API says it did not process it)
-//   - 5xx: Transient, may have acted
+//   - 5xx: Transient, may have acted (unless it answers a GET or HEAD)
 //   - other 4xx: Permanent
 //
 // RetryAfter comes from the Retry-After header (seconds or an HTTP date).
@@ -290,7 +302,7 @@ func (c *Client) Fail(r *Response, msg string) *downstream.Error {
 	case r.Status == http.StatusRequestTimeout || r.Status == http.StatusTooManyRequests:
 		e.Class = downstream.Transient
 	case r.Status >= 500:
-		e.Class, e.MayHaveActed = downstream.Transient, true
+		e.Class, e.MayHaveActed = downstream.Transient, !safeMethod(r.Method)
 	default:
 		e.Class = downstream.Permanent
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -242,5 +243,47 @@ func TestErrorsHideCredentials(t *testing.T) {
 	if _, err := BaseURL("jira", "j", "ftp://user:SECRETVALUE@jira.example/?token=SECRETVALUE", ""); err == nil ||
 		strings.Contains(err.Error(), "SECRETVALUE") || !strings.Contains(err.Error(), "jira.example") {
 		t.Errorf("BaseURL: %v; want an error naming the host and no credential", err)
+	}
+}
+
+// TestReadsNeverActed: whatever goes wrong with a GET (a 5xx, a connection
+// cut after the request was written, an answer that does not decode), it
+// created nothing; the same failures of a POST may have.
+func TestReadsNeverActed(t *testing.T) {
+	var mode atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch mode.Load() {
+		case "5xx":
+			http.Error(w, "boom", http.StatusBadGateway)
+		case "cut":
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+		default:
+			w.Write([]byte("not json"))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c := NewClient(srv.Client(), nil)
+	for _, m := range []string{"5xx", "cut", "undecodable"} {
+		mode.Store(m)
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			req, err := c.NewJSONRequest(context.Background(), method, srv.URL, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := c.Do(req)
+			if err == nil && !resp.OK() {
+				err = c.Fail(resp, Message(resp))
+			} else if err == nil {
+				var v map[string]any
+				err = resp.Result(&v)
+			}
+			e := downstream.Classify(err)
+			if err == nil || e.Class != downstream.Transient || e.MayHaveActed != (method == http.MethodPost) {
+				t.Errorf("%s answered %s: %v (may have acted %v); want transient, may have acted only for the POST", method, m, err, e.MayHaveActed)
+			}
+		}
 	}
 }
