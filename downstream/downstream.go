@@ -113,9 +113,14 @@ type Error struct {
 	// been processed (a timeout or reset after sending, a 5xx). For a target
 	// without a dedupe key such an attempt must not be resent blindly.
 	MayHaveActed bool
-	StatusCode   int           // HTTP status, if any
-	RetryAfter   time.Duration // the API's Retry-After, if any
-	Err          error
+	// Throttled is true when the API refused the call for its rate limit
+	// without processing it (a 429, GitHub's rate-limit 403): the request
+	// is not at fault, so the call does not count toward the forwarder's
+	// attempt limit.
+	Throttled  bool
+	StatusCode int           // HTTP status, if any
+	RetryAfter time.Duration // the API's Retry-After, if any
+	Err        error
 }
 
 func (e *Error) Error() string {

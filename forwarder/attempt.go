@@ -59,7 +59,7 @@ func (a *attempt) run(ctx context.Context) error {
 		Attempt: prev.Attempts + 1,
 		Ticket:  p.Ticket,
 	}
-	rec := ledger.Delivery{RequestID: a.requestID, Target: a.t.Name(), Attempts: d.Attempt, Version: prev.Version}
+	rec := ledger.Delivery{RequestID: a.requestID, Target: a.t.Name(), Attempts: d.Attempt, Throttled: prev.Throttled, Version: prev.Version}
 
 	// The call ends DeliveryTimeout after start. For a target without a key
 	// start is taken again just before the claim is written (below): the
@@ -138,7 +138,7 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 		prev.Attempts = max(prev.Attempts, 1)
 		return true, a.delivered(ctx, prev, receipt)
 	}
-	if prev.Attempts >= a.f.cfg.MaxAttempts {
+	if prev.Counted() >= a.f.cfg.MaxAttempts {
 		prev.LastError = fmt.Sprintf("%d attempts exhausted (the last one proven not to have created the item); last error: %s",
 			prev.Attempts, prev.LastError)
 		return true, a.dead(ctx, prev, "exhausted")
@@ -221,7 +221,13 @@ func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec 
 	case !caps.DedupeKey && e.MayHaveActed:
 		// Leave "attempting": the next delivery looks it up before any resend.
 		rec.State = ledger.DeliveryAttempting
-	case rec.Attempts >= a.f.cfg.MaxAttempts:
+	case e.Throttled && !e.MayHaveActed:
+		// The API asked us to slow down: nothing is wrong with the request,
+		// so it waits (as long as the API says, and longer each time) and
+		// keeps its attempts, however long the limit lasts.
+		rec.Throttled++
+		rec.State = string(ledger.StatusRetrying)
+	case rec.Counted() >= a.f.cfg.MaxAttempts:
 		rec.LastError = fmt.Sprintf("%d attempts exhausted; last error: %s", rec.Attempts, rec.LastError)
 		return a.dead(ctx, rec, "exhausted")
 	default:

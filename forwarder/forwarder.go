@@ -44,7 +44,8 @@ type Config struct {
 	// how soon messages a crashed dispatcher had pulled come back. A delivery
 	// in progress extends it every AckWait/3. Default 10s.
 	AckWait time.Duration
-	// MaxAttempts is how many calls a request gets before it fails. Default 10.
+	// MaxAttempts is how many calls a request gets before it fails, not
+	// counting calls the downstream refused for its rate limit. Default 10.
 	MaxAttempts int
 	// Retry paces transient failures. Default 1s doubling up to 5m.
 	Retry backoff.Policy

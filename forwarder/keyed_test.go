@@ -214,6 +214,47 @@ func TestKeyedAttemptsExhausted(t *testing.T) {
 	}
 }
 
+// A rate limit is the API asking to slow down, not a fault of the request:
+// calls it refuses do not count toward MaxAttempts, however many there are,
+// while failures that are the request's (or the API's) still do.
+func TestThrottledCallsDoNotCount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	api := newKeyedAPI("tracker")
+	const throttled = 5
+	api.hook = func(_ context.Context, n int, _ downstream.Delivery) (behaviour, error) {
+		switch {
+		case n <= throttled:
+			return failBefore, &downstream.Error{Class: downstream.Transient, Throttled: true, StatusCode: 429, Err: errors.New("rate limited")}
+		case n == throttled+1:
+			return failBefore, transient(503, "service unavailable")
+		}
+		return act, nil
+	}
+	cfg := testConfig()
+	cfg.MaxAttempts = 2
+	e.startForwarder(t, cfg, api)
+	id := e.create(t, api.name)
+
+	st := e.waitStatus(t, id, ledger.StatusDelivered)
+	if st.Attempts != throttled+2 || st.Throttled != throttled {
+		t.Errorf("delivered: %+v; want %d attempts, %d of them throttled", st, throttled+2, throttled)
+	}
+
+	// The same API failing for another reason exhausts the two attempts.
+	api.hook = func(_ context.Context, n int, _ downstream.Delivery) (behaviour, error) {
+		if n <= throttled+2+1 {
+			return failBefore, &downstream.Error{Class: downstream.Transient, Throttled: true, StatusCode: 429, Err: errors.New("rate limited")}
+		}
+		return failBefore, transient(503, "service unavailable")
+	}
+	id = e.create(t, api.name)
+	st = e.waitStatus(t, id, ledger.StatusFailed)
+	if st.Attempts != 3 || st.Throttled != 1 || !strings.Contains(st.LastError, "attempts exhausted") {
+		t.Errorf("failed: %+v; want 2 counted attempts exhausted after 1 throttled", st)
+	}
+}
+
 // A keyed API processed the call but its answer was lost: the forwarder
 // sends again with the same key, and the API's dedupe gives back the item.
 func TestKeyedLostResponseResendsSameKey(t *testing.T) {

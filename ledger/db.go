@@ -201,6 +201,9 @@ var migrations = []string{
 	// write is conditional on the version its writer read, so only one
 	// copy's attempt goes ahead. Existing records start at 1: 0 means none.
 	`ALTER TABLE deliveries ADD COLUMN version INTEGER NOT NULL DEFAULT 1;`,
+	// 7: of a record's attempts, how many the downstream refused for its
+	// rate limit; they do not count toward the attempt limit.
+	`ALTER TABLE deliveries ADD COLUMN throttled INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // migrateRetrying runs migrate, retrying SQLITE_BUSY for about 10 s. When

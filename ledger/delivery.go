@@ -15,6 +15,7 @@ type Delivery struct {
 	Target        string
 	State         string // DeliveryAttempting or a Status: delivered, retrying, failed, uncertain
 	Attempts      int
+	Throttled     int // of Attempts, calls the downstream refused for its rate limit
 	NextAttemptAt time.Time
 	LastError     string
 	ExternalID    string
@@ -24,6 +25,10 @@ type Delivery struct {
 	// Each write makes it one higher (see RecordDelivery).
 	Version int64
 }
+
+// Counted is how many of the attempts count toward the attempt limit: those
+// the downstream did not refuse for its rate limit.
+func (d Delivery) Counted() int { return d.Attempts - d.Throttled }
 
 // Settled reports whether the delivery needs no further call downstream.
 func (d Delivery) Settled() bool {
@@ -71,15 +76,15 @@ func (l *Ledger) recordTx(d Delivery) func(ctx context.Context, tx *sql.Tx) erro
 		// The record takes the ledger row's id (see migration 5); a request
 		// the ledger does not hold gets none.
 		res, err := l.w.prepared(tx).ExecContext(ctx, `
-			INSERT INTO deliveries (id, target, state, attempts, next_attempt_at, last_error, external_id, external_url, updated_at, version)
-			SELECT id, ?, ?, ?, ?, ?, ?, ?, ?, 1 FROM requests WHERE request_id = ?
+			INSERT INTO deliveries (id, target, state, attempts, throttled, next_attempt_at, last_error, external_id, external_url, updated_at, version)
+			SELECT id, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1 FROM requests WHERE request_id = ?
 			ON CONFLICT(id) DO UPDATE SET
-				target = excluded.target, state = excluded.state, attempts = excluded.attempts,
+				target = excluded.target, state = excluded.state, attempts = excluded.attempts, throttled = excluded.throttled,
 				next_attempt_at = excluded.next_attempt_at, last_error = excluded.last_error,
 				external_id = excluded.external_id, external_url = excluded.external_url,
 				updated_at = excluded.updated_at, version = deliveries.version + 1
 			WHERE deliveries.version = ? OR (excluded.state = 'delivered' AND deliveries.state != 'delivered')`,
-			d.Target, d.State, d.Attempts, next, d.LastError, d.ExternalID, d.ExternalURL, l.now().UnixNano(), d.RequestID, d.Version)
+			d.Target, d.State, d.Attempts, d.Throttled, next, d.LastError, d.ExternalID, d.ExternalURL, l.now().UnixNano(), d.RequestID, d.Version)
 		if err != nil {
 			return err
 		}

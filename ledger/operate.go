@@ -42,7 +42,7 @@ func (l *Ledger) redriveTx(ctx context.Context, tx *sql.Tx, requestID string) er
 	if Status(state) != StatusFailed {
 		return fmt.Errorf("%w: %s is %s; only failed requests can be redriven", ErrState, requestID, state)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, attempts = 0, next_attempt_at = NULL,
+	if _, err := tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, attempts = 0, throttled = 0, next_attempt_at = NULL,
 		last_error = ?, updated_at = ?, version = version + 1 WHERE id = ?`,
 		string(StatusRetrying), "redriven by an operator after: "+state, l.now().UnixNano(), id); err != nil {
 		return fmt.Errorf("ledger: redrive %s: %w", requestID, err)

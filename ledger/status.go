@@ -40,6 +40,7 @@ type RequestStatus struct {
 	AcceptedAt    *time.Time `json:"accepted_at,omitempty"`
 	PublishedAt   *time.Time `json:"published_at,omitempty"`
 	Attempts      int        `json:"attempts,omitempty"`
+	Throttled     int        `json:"throttled,omitempty"` // of the attempts, refused by the downstream's rate limit; they do not count toward the limit
 	InProgress    bool       `json:"in_progress,omitempty"`
 	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
 	LastError     string     `json:"last_error,omitempty"`
@@ -76,7 +77,7 @@ func (l *Ledger) Find(ctx context.Context, requestID string) (RequestStatus, err
 	}
 	switch {
 	case found:
-		st.Attempts = d.Attempts
+		st.Attempts, st.Throttled = d.Attempts, d.Throttled
 		st.LastError = d.LastError
 		st.ExternalID = d.ExternalID
 		st.ExternalURL = d.ExternalURL

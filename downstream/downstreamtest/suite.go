@@ -164,9 +164,9 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		h.Faults.SetRetryAfter(7 * time.Second)
 		h.Faults.Next(RateLimited)
 		e := deliverErr(t, h.Target, NewDelivery("req-429"))
-		if e.Class != downstream.Transient || e.StatusCode != 429 || e.MayHaveActed || e.RetryAfter != 7*time.Second {
-			t.Fatalf("429: got %s HTTP %d retry after %v (may have acted %v), want transient 429, 7s, not acted",
-				e.Class, e.StatusCode, e.RetryAfter, e.MayHaveActed)
+		if e.Class != downstream.Transient || e.StatusCode != 429 || e.MayHaveActed || !e.Throttled || e.RetryAfter != 7*time.Second {
+			t.Fatalf("429: got %s HTTP %d retry after %v (may have acted %v, throttled %v), want transient 429, 7s, not acted, throttled",
+				e.Class, e.StatusCode, e.RetryAfter, e.MayHaveActed, e.Throttled)
 		}
 		if got := h.Count(); got != 0 {
 			t.Fatalf("the fake holds %d items, want 0", got)

@@ -408,7 +408,7 @@ func (t *Target) fail(r *rest.Response) *downstream.Error {
 	if !primary && !secondary && (!limited || r.Status == http.StatusForbidden && r.Header.Get("Retry-After") == "") {
 		return e // 429 is already transient; a bare 403 is a real permission problem
 	}
-	e.Class, e.MayHaveActed = downstream.Transient, false
+	e.Class, e.MayHaveActed, e.Throttled = downstream.Transient, false, true
 	if e.RetryAfter == 0 && primary {
 		if reset, err := strconv.ParseInt(r.Header.Get("x-ratelimit-reset"), 10, 64); err == nil {
 			e.RetryAfter = max(time.Unix(reset, 0).Sub(t.c.Now()), 0)

@@ -120,7 +120,7 @@ func TestRateLimitsAreTransient(t *testing.T) {
 			tg := newTarget(t, f.URL(), token)
 			f.LimitNext(c.limit)
 			e := deliverErr(t, tg, downstreamtest.NewDelivery("req-limited"))
-			if e.Class != downstream.Transient || e.MayHaveActed || e.StatusCode != c.wantStatus || e.RetryAfter < c.min || e.RetryAfter > c.max {
+			if e.Class != downstream.Transient || e.MayHaveActed || !e.Throttled || e.StatusCode != c.wantStatus || e.RetryAfter < c.min || e.RetryAfter > c.max {
 				t.Fatalf("%s HTTP %d, may have acted %v, retry after %v (%v); want transient HTTP %d, not acted, retry after %v..%v",
 					e.Class, e.StatusCode, e.MayHaveActed, e.RetryAfter, e, c.wantStatus, c.min, c.max)
 			}

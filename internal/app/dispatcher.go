@@ -46,7 +46,7 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		dupWindow       = fs.Duration("dup-window", 30*time.Minute, "JetStream duplicate window (>= 30m)")
 		maxAge          = fs.Duration("stream-max-age", 7*24*time.Hour, "how long JetStream keeps a message (>= -dup-window)")
 		workers         = fs.Int("workers", 0, "concurrent deliveries per target (0: 64 for the local target, 16 for an API)")
-		maxAttempts     = fs.Int("max-attempts", 10, "downstream calls per request before it fails")
+		maxAttempts     = fs.Int("max-attempts", 10, "downstream calls per request before it fails (calls refused by a rate limit do not count)")
 		retryBase       = fs.Duration("retry-base", time.Second, "first retry delay (doubles, with jitter)")
 		retryMax        = fs.Duration("retry-max", 5*time.Minute, "longest retry delay")
 		deliveryTimeout = fs.Duration("delivery-timeout", 30*time.Second, "time limit of one downstream call")

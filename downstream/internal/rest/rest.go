@@ -289,7 +289,8 @@ func RedactURLError(err error, hide bool) error {
 // Fail translates a non-2xx answer. msg is the API's own error message
 // (see Message for a default):
 //   - 401, 403: Auth
-//   - 408, 429: Transient, not acted (the API says it did not process it)
+//   - 408, 429: Transient, not acted (the API says it did not process it);
+//     429 is Throttled
 //   - 5xx: Transient, may have acted (unless it answers a GET or HEAD)
 //   - other 4xx: Permanent
 //
@@ -300,7 +301,7 @@ func (c *Client) Fail(r *Response, msg string) *downstream.Error {
 	case r.Status == http.StatusUnauthorized || r.Status == http.StatusForbidden:
 		e.Class = downstream.Auth
 	case r.Status == http.StatusRequestTimeout || r.Status == http.StatusTooManyRequests:
-		e.Class = downstream.Transient
+		e.Class, e.Throttled = downstream.Transient, r.Status == http.StatusTooManyRequests
 	case r.Status >= 500:
 		e.Class, e.MayHaveActed = downstream.Transient, !safeMethod(r.Method)
 	default:

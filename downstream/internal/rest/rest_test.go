@@ -60,8 +60,9 @@ func TestFail(t *testing.T) {
 		{503, downstream.Transient, true},
 	} {
 		e := c.Fail(&Response{Status: x.status, Header: http.Header{"Retry-After": {"3"}}}, "the API's words")
-		if e.Class != x.class || e.MayHaveActed != x.acted || e.StatusCode != x.status || e.RetryAfter != 3*time.Second || e.Err.Error() != "the API's words" {
-			t.Errorf("Fail(%d) = %+v; want %s, may have acted %v", x.status, e, x.class, x.acted)
+		throttled := x.status == http.StatusTooManyRequests
+		if e.Class != x.class || e.MayHaveActed != x.acted || e.Throttled != throttled || e.StatusCode != x.status || e.RetryAfter != 3*time.Second || e.Err.Error() != "the API's words" {
+			t.Errorf("Fail(%d) = %+v; want %s, may have acted %v, throttled %v", x.status, e, x.class, x.acted, throttled)
 		}
 	}
 }
