@@ -59,6 +59,7 @@ func buildAndRun(m *testing.M) int {
 // are passed on to exe.
 func runTap(exe string, args []string) int {
 	cmd := exec.Command(exe, args...)
+	cmd.SysProcAttr = e2eproc.DieWithParent()
 	cmd.Stdin = os.Stdin
 	cmd.Stderr = os.Stderr
 	cmd.Env = e2eproc.WithoutEnv(os.Environ(), tapEnv)

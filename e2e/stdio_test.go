@@ -44,6 +44,7 @@ func TestStdioCarriesOnlyJSONRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(self, "-stdio", "-db", db, "-log-level", "debug")
+	cmd.SysProcAttr = e2eproc.DieWithParent()
 	cmd.Env = e2eproc.Environ(tapEnv + "=" + frontBin)
 	cmd.Stderr = logf
 
@@ -163,6 +164,7 @@ func TestStdoutTapCatchesStrayOutput(t *testing.T) {
 		{"\n", 3},
 	} {
 		cmd := exec.Command(self, "-c", `printf '%s' "$1"`, "sh", c.out)
+		cmd.SysProcAttr = e2eproc.DieWithParent()
 		cmd.Env = append(os.Environ(), tapEnv+"="+sh)
 		var stdout, stderr strings.Builder
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -64,21 +64,29 @@ func TestSecondCopyWaitsForTheFirst(t *testing.T) {
 func TestClaimOfARunningCallIsLeftAlone(t *testing.T) {
 	e := newEnv(t)
 	api := newLookupAPI("redmine")
-	var mu sync.Mutex
-	var findsAt []time.Time
-	api.findHook = func(context.Context, downstream.Delivery) error {
-		mu.Lock()
-		findsAt = append(findsAt, time.Now())
-		mu.Unlock()
-		return nil
-	}
 	cfg := testConfig()
 	cfg.DeliveryTimeout = 1500 * time.Millisecond
 	claimed := time.Now()
 	id := e.createClaimed(t, api.name, claimed)
-	// The other dispatcher's call creates the item while it runs.
-	landed := time.AfterFunc(cfg.DeliveryTimeout/2, func() { api.seed(id) })
-	t.Cleanup(func() { landed.Stop() })
+	// The other dispatcher's call creates the item half-way through its
+	// DeliveryTimeout. The API is asked lazily whether it exists: every
+	// lookup made after that point sees it, every earlier one does not
+	// (no timer has to win a race against the forwarder's first lookup).
+	landed := claimed.Add(cfg.DeliveryTimeout / 2)
+	var mu sync.Mutex
+	var findsAt []time.Time
+	seeded := false
+	api.findHook = func(context.Context, downstream.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		findsAt = append(findsAt, now)
+		if !seeded && !now.Before(landed) {
+			api.seed(id)
+			seeded = true
+		}
+		return nil
+	}
 	e.startForwarder(t, cfg, api)
 
 	st := e.waitStatus(t, id, ledger.StatusDelivered)
@@ -91,6 +99,9 @@ func TestClaimOfARunningCallIsLeftAlone(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	if len(findsAt) == 0 {
+		t.Fatal("delivered without a lookup")
+	}
 	for _, at := range findsAt {
 		if at.Before(claimed.Add(cfg.DeliveryTimeout)) {
 			t.Errorf("looked up %v after the claim, before its call could have ended (%v)", at.Sub(claimed), cfg.DeliveryTimeout)

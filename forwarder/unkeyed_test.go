@@ -253,3 +253,85 @@ func TestPermanentLookupFailureIsUncertain(t *testing.T) {
 		})
 	}
 }
+
+// The claim ("attempting") toward a target without a key is durable before
+// the call starts: while the call is held in the API, find_request already
+// answers that attempt 1 is in progress. A crash during the call leaves
+// exactly this record, which the next delivery reconciles instead of
+// resending.
+func TestUnkeyedClaimIsDurableBeforeTheCall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	api := newUnkeyedAPI("webhook")
+	held := newGate(t)
+	api.hook = func(ctx context.Context, _ int, _ downstream.Delivery) (behaviour, error) {
+		held.Wait(ctx)
+		return act, nil
+	}
+	e.startForwarder(t, testConfig(), api)
+	id := e.create(t, api.name)
+	held.WaitArrived(t)
+
+	st := e.find(t, id)
+	if st.Status != ledger.StatusPublished || !st.InProgress || st.Attempts != 1 {
+		t.Fatalf("during the call: %+v; want published, in progress, attempt 1", st)
+	}
+	d, found, err := e.l.Delivery(context.Background(), id)
+	if err != nil || !found || d.State != ledger.DeliveryAttempting || d.Attempts != 1 || !d.NextAttemptAt.IsZero() {
+		t.Fatalf("delivery record during the call: %+v, found %v, %v; want a claim of attempt 1", d, found, err)
+	}
+	held.Open()
+	st = e.waitStatus(t, id, ledger.StatusDelivered)
+	if st.Attempts != 1 || len(api.Calls()) != 1 {
+		t.Errorf("after the call: %+v, %d calls; want delivered by one call", st, len(api.Calls()))
+	}
+}
+
+// The claim is conditional: a copy whose claim is refused because another
+// dispatcher claimed the request first (between this copy's read and its
+// write) must not call. Here the other dispatcher claims while this one is
+// looking up a crashed attempt; its call then creates the item, which this
+// one finds once that call has certainly ended.
+func TestUnkeyedRefusedClaimDoesNotCall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	api := newLookupAPI("desk")
+	id := e.createAttempted(t, api.name)
+	var lookups atomic.Int32
+	claimErr := make(chan error, 1)
+	api.findHook = func(ctx context.Context, d downstream.Delivery) error {
+		switch lookups.Add(1) {
+		case 1:
+			// The other dispatcher reads the record and claims attempt 2.
+			prev, _, err := e.l.Delivery(ctx, id)
+			if err == nil {
+				err = e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: api.name,
+					State: ledger.DeliveryAttempting, Attempts: prev.Attempts + 1, Version: prev.Version})
+			}
+			claimErr <- err
+		case 2:
+			// By the next lookup the other dispatcher's call has ended;
+			// it created the item.
+			api.seed(id)
+		}
+		return nil
+	}
+	cfg := testConfig()
+	cfg.DeliveryTimeout = 300 * time.Millisecond // the wait for the other call to end
+	e.startForwarder(t, cfg, api)
+
+	st := e.waitStatus(t, id, ledger.StatusDelivered)
+	if err := <-claimErr; err != nil {
+		t.Fatalf("the other dispatcher's claim: %v", err)
+	}
+	e.waitConsumerIdle(t, api.name)
+	if n := len(api.Calls()); n != 0 {
+		t.Errorf("%d create calls after the claim was refused, want 0", n)
+	}
+	if items := api.Items(); len(items) != 1 || st.ExternalID != items[0].Receipt.ExternalID {
+		t.Errorf("items %+v, status %+v; want the other dispatcher's one item", items, st)
+	}
+	if n := lookups.Load(); n != 2 {
+		t.Errorf("%d lookups, want 2", n)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/testwait"
 )
 
@@ -23,6 +24,7 @@ func TestFrontRefusesOpenListenWithoutAuth(t *testing.T) {
 	dir := t.TempDir()
 	for _, listen := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
 		cmd := exec.Command(bin, "-db", filepath.Join(dir, "t.db"), "-listen", listen, "-metrics-listen", "")
+		cmd.SysProcAttr = e2eproc.DieWithParent()
 		cmd.Env = append(os.Environ(), "TICKETRELAY_AUTH_TOKENS=")
 		out, err := cmd.CombinedOutput()
 		ee, ok := err.(*exec.ExitError)
@@ -43,6 +45,7 @@ func TestFrontTokensFromEnv(t *testing.T) {
 	addrFile := filepath.Join(dir, "addr.json")
 	cmd := exec.CommandContext(ctx, bin, "-db", filepath.Join(dir, "t.db"), "-listen", "127.0.0.1:0", "-metrics-listen", "",
 		"-addr-file", addrFile, "-log-level", "debug")
+	cmd.SysProcAttr = e2eproc.DieWithParent()
 	cmd.Env = append(os.Environ(), "TICKETRELAY_AUTH_TOKENS=ci:"+token)
 	var logs bytes.Buffer
 	cmd.Stderr = &logs

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"ticketrelay/internal/e2eproc"
 )
 
 // stdioCalls is how many tool calls the strict stdio test makes.
@@ -188,6 +190,7 @@ func TestStdioStrict(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "-stdio", "-db", filepath.Join(dir, "tickets.db"), "-log-level", "debug")
+	cmd.SysProcAttr = e2eproc.DieWithParent()
 	cmd.Env = append(os.Environ(), "TICKETRELAY_METRICS_LISTEN=")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -218,26 +221,39 @@ func TestStdioStrict(t *testing.T) {
 			t.Errorf("write stdin: %v", err)
 		}
 	}
-	call := func(id int, method string, params any) message {
+	// call sends a request and waits for its answer. It runs on worker
+	// goroutines too, so it reports a missing answer with t.Errorf (t.Fatal
+	// must not be called off the test's goroutine) and returns false.
+	call := func(id int, method string, params any) (message, bool) {
 		ch := rd.await(id)
 		send(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 		select {
 		case m := <-ch:
-			return m
+			return m, true
 		case <-time.After(30 * time.Second):
-			t.Fatalf("no answer to %s id %d in 30 s; violations %v", method, id, rd.violation)
+			rd.mu.Lock()
+			violations := append([]string(nil), rd.violation...)
+			rd.mu.Unlock()
+			t.Errorf("no answer to %s id %d in 30 s; violations %v", method, id, violations)
+			return message{}, false
 		}
-		return message{}
 	}
 
-	init := call(0, "initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
+	init, ok := call(0, "initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
 		"clientInfo": map[string]any{"name": "strict-stdio", "version": "0"}})
+	if !ok {
+		t.FailNow()
+	}
 	if init.Error != nil {
 		t.Fatalf("initialize: %s", init.Error)
 	}
 	send(map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized", "params": map[string]any{}})
 	// The most verbose logging of the SDK's own traffic too.
-	if m := call(1, "logging/setLevel", map[string]any{"level": "debug"}); m.Error != nil {
+	m, ok := call(1, "logging/setLevel", map[string]any{"level": "debug"})
+	if !ok {
+		t.FailNow()
+	}
+	if m.Error != nil {
 		t.Fatalf("logging/setLevel: %s", m.Error)
 	}
 
@@ -293,7 +309,10 @@ func TestStdioStrict(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			m := call(id, method, params)
+			m, ok := call(id, method, params)
+			if !ok {
+				return
+			}
 			if m.Error != nil {
 				t.Errorf("call %d (%s): JSON-RPC error %s", id, w.kind, m.Error)
 				return

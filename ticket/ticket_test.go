@@ -364,3 +364,53 @@ func FuzzNormalize(f *testing.F) {
 		}
 	})
 }
+
+// TestGoldenHashAndID pins Hash and IDFor to literal values. Both are
+// stored: the ledger keeps each request's hash and compares a retry's hash
+// with it, and ticket ids derived by IDFor are in the ledger, in answers
+// agents already hold and in the items created downstream. Changing either
+// function (or what Normalize makes of a request before Hash) breaks every
+// retry that spans an upgrade (the same request_id and arguments become an
+// idempotency conflict) and gives an accepted request a different ticket
+// id. If this test fails, the change is a data migration, not a refactor.
+func TestGoldenHashAndID(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		req      ticket.Request
+		hash, id string
+	}{
+		{
+			name: "full request",
+			req: ticket.Request{
+				RequestID: "0b6f3c9e-1d2a-4c1e-9a55-6b1f0e8c2d11",
+				Tool:      "create_ticket",
+				Target:    "local",
+				Title:     "Checkout fails with 500",
+				Body:      "Steps:\n\t1. add to cart\r\n\t2. pay",
+				Priority:  "high",
+				Labels:    []string{"payments", "bug"},
+			},
+			hash: "5d6b124216e4a893ce759ad988219ab6562d3de8c1c930a5e5e252edd1c281a9",
+			id:   "tkt_3eqbeydbev6dfr1jm2tqj",
+		},
+		{
+			name: "minimal request",
+			req:  ticket.Request{RequestID: "req-1", Tool: "create_ticket", Target: "local", Title: "t"},
+			hash: "23b35362c5092607d8f15f01fcd0de91229c90dd8c51f518f7e1d963a475ecc4",
+			id:   "tkt_jhbbvygjx9v9b74mmdbjy",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.req
+			if err := r.Normalize(); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.Hash(); got != tc.hash {
+				t.Errorf("Hash = %s, want %s: a stored request's retry would now be a conflict", got, tc.hash)
+			}
+			if got := ticket.IDFor(r.RequestID); got != tc.id {
+				t.Errorf("IDFor(%q) = %s, want %s: accepted requests would change ticket id", r.RequestID, got, tc.id)
+			}
+		})
+	}
+}

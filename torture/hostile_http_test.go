@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/testwait"
 )
 
@@ -133,6 +134,7 @@ func startHTTPFront(t *testing.T) *httpFront {
 	addrFile := filepath.Join(dir, "addr.json")
 	f := &httpFront{db: filepath.Join(dir, "tickets.db")}
 	cmd := exec.Command(frontBin, "-db", f.db, "-listen", "127.0.0.1:0", "-metrics-listen", "", "-auth-tokens-file", tokens, "-addr-file", addrFile)
+	cmd.SysProcAttr = e2eproc.DieWithParent()
 	cmd.Env = append(os.Environ(), "TICKETRELAY_AUTH_TOKENS=")
 	logf, err := os.Create(filepath.Join(dir, "mcp-front.log"))
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"ticketrelay/internal/e2eproc"
 )
 
 const (
@@ -133,6 +135,7 @@ func runStdio(t *testing.T, line []byte, wait bool) (map[string]string, string, 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, frontBin, "-stdio", "-db", db)
+	cmd.SysProcAttr = e2eproc.DieWithParent()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdin, err := cmd.StdinPipe()
@@ -216,6 +219,7 @@ func TestStdioPipe(t *testing.T) {
 		in.Write(append(l, '\n'))
 	}
 	cmd := exec.CommandContext(ctx, frontBin, "-stdio", "-db", db)
+	cmd.SysProcAttr = e2eproc.DieWithParent()
 	cmd.Stdin = &in // closed as soon as it is all written
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -13,14 +13,21 @@ import (
 	"ticketrelay/torture"
 )
 
+// shortSeed is the seed of TestTortureShort: fixed, so that `make test`
+// makes the same fault and kill decisions on every run and its count
+// assertions below are checked against one known schedule (they held for it
+// on three runs in a row). Random seeds are for `make torture`, which prints
+// the seed of every run.
+const shortSeed = 20261201
+
 // TestTortureShort is the bounded run of `make test`: 6 callers × 15
 // requests over 20 s of faults with 4 scheduled kills (failpoint kills come
-// on top). TORTURE_SEED replays a seed.
+// on top). TORTURE_SEED runs another seed.
 func TestTortureShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the torture run takes about 30 s; skipped with -short")
 	}
-	var seed uint64
+	seed := uint64(shortSeed)
 	if s := os.Getenv("TORTURE_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {

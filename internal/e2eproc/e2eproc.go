@@ -94,7 +94,7 @@ type Spec struct {
 	TCPAddr string
 	// Optional; the zero values launch as the tests do.
 	Dir          string               // working directory; "": the caller's
-	SysProcAttr  *syscall.SysProcAttr // e.g. Pdeathsig, so that the process dies with the caller
+	SysProcAttr  *syscall.SysProcAttr // nil: DieWithParent(), so that the process dies with the caller
 	ServeTimeout time.Duration        // the wait for it to serve; 0: 30s
 }
 
@@ -116,6 +116,8 @@ type Proc struct {
 // earlier instance of the same name is removed first. It fails early, with
 // the end of the log, if the process exits first, and kills the process if
 // it does not serve within s.ServeTimeout (default 30s) or ctx ends.
+// Unless s.SysProcAttr says otherwise, the process is killed when the
+// caller exits (DieWithParent).
 func Launch(ctx context.Context, dir string, s Spec) (*Proc, error) {
 	p := &Proc{name: s.Name, logPath: filepath.Join(dir, s.Name+".log"), done: make(chan struct{})}
 	args := s.Args
@@ -136,6 +138,9 @@ func Launch(ctx context.Context, dir string, s Spec) (*Proc, error) {
 	p.cmd.Env = Environ(s.Env...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.SysProcAttr = s.SysProcAttr
+	if p.cmd.SysProcAttr == nil {
+		p.cmd.SysProcAttr = DieWithParent()
+	}
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", s.Name, err)
 	}

@@ -66,12 +66,36 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// TestHitUnarmedIsANoOp: until the armed flag is set, Hit touches no
+// failpoint, even one that is parsed (the state between parse and
+// armed.Store in Init): it counts no hit, so it can never reach a kill.
+// Once armed, the same calls count, which shows the check can fail.
 func TestHitUnarmedIsANoOp(t *testing.T) {
 	if armed.Load() {
 		t.Skip("failpoints armed in this process")
 	}
+	ps, err := parse("relay.after-publish=kill@1000000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := points
+	points = ps
+	t.Cleanup(func() { armed.Store(false); points = saved })
+	p := ps[RelayAfterPublish]
+
 	for range 3 {
 		Hit(RelayAfterPublish)
+		Hit(ForwarderAfterDeliver)
+	}
+	if n := p.hits.Load(); n != 0 {
+		t.Fatalf("unarmed: %d hits counted on %s, want 0", n, RelayAfterPublish)
+	}
+
+	armed.Store(true)
+	Hit(RelayAfterPublish)
+	Hit(ForwarderAfterDeliver) // not in the spec: ignored, counts nothing
+	if n := p.hits.Load(); n != 1 {
+		t.Fatalf("armed: %d hits counted on %s after one Hit, want 1", n, RelayAfterPublish)
 	}
 }
 
