@@ -9,10 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
@@ -150,7 +153,16 @@ type AuthConfig struct {
 	Resource             string
 	AuthorizationServers []string
 	Scopes               []string // scopes_supported in the metadata
+	// FailureLimit bounds, per client address (IPv4, or IPv6 /64), the
+	// requests refused for want of a valid token: once its bucket is empty,
+	// an address gets 429 before its token is even looked at, until the
+	// bucket refills. Zero: DefaultAuthFailureLimit; PerSecond < 0: none.
+	FailureLimit RateLimit
 }
+
+// DefaultAuthFailureLimit lets an address fail authentication 30 times in a
+// row, then once a second.
+var DefaultAuthFailureLimit = RateLimit{PerSecond: 1, Burst: 30}
 
 type subjectKey struct{}
 
@@ -158,7 +170,22 @@ type subjectKey struct{}
 // valid one reaches next with the SDK's TokenInfo in its context, whose
 // UserID (the token's subject) the SDK binds each session to: a request for a
 // session opened by another subject gets 403. The token is never logged.
-func requireToken(cfg *AuthConfig, log *slog.Logger, next http.Handler) http.Handler {
+//
+// Before any of that, an address that spent its cfg.FailureLimit gets 429
+// (an unauthenticated flood is refused cheaply and cannot guess tokens at
+// speed), and refusals are logged at most once a minute per address, with
+// the count of those held back.
+func requireToken(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refused func(string), next http.Handler) http.Handler {
+	limit := cfg.FailureLimit
+	if limit.PerSecond == 0 {
+		limit = DefaultAuthFailureLimit
+	}
+	var fails *buckets
+	if limit.PerSecond > 0 {
+		fails = newBuckets(limit, now, maxTrackedClients)
+	}
+	logs := newLogGate(logEvery, maxTrackedClients, now)
+
 	metadataURL, _, _ := ResourceMetadataLocation(cfg.Resource)
 	if len(cfg.AuthorizationServers) == 0 {
 		metadataURL = ""
@@ -174,6 +201,21 @@ func requireToken(cfg *AuthConfig, log *slog.Logger, next http.Handler) http.Han
 	}, &auth.RequireBearerTokenOptions{ResourceMetadataURL: metadataURL, AllowMissingExpiration: true})(next)
 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ip := ipKey(r.RemoteAddr)
+		if fails != nil {
+			if wait := fails.empty(ip); wait > 0 {
+				refused(RefusedAuthThrottled)
+				secs := int(math.Ceil(wait.Seconds()))
+				if pass, held := logs.pass(ip); pass {
+					log.Warn("unauthenticated requests refused: too many from this address", "client", ip, "method", r.Method,
+						"retry_after_s", secs, "refused_since_last_warning", held)
+				}
+				w.Header().Set("Retry-After", strconv.Itoa(secs))
+				writeRPCError(w, http.StatusTooManyRequests, CodeRateLimited, fmt.Sprintf(
+					"too many requests without a valid bearer token from this address; retry after %d s. Nothing was done.", secs))
+				return
+			}
+		}
 		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 		token = strings.TrimSpace(token)
 		var reason string
@@ -189,7 +231,13 @@ func requireToken(cfg *AuthConfig, log *slog.Logger, next http.Handler) http.Han
 			}
 		}
 		if !ok {
-			log.Warn("unauthenticated request refused", "remote", r.RemoteAddr, "method", r.Method, "reason", reason)
+			if fails != nil {
+				fails.take(ip)
+			}
+			refused(RefusedUnauthenticated)
+			if pass, held := logs.pass(ip); pass {
+				log.Warn("unauthenticated request refused", "client", ip, "method", r.Method, "reason", reason, "refused_since_last_warning", held)
+			}
 			challenge := `Bearer realm="ticketrelay"`
 			if reason != "no bearer token" {
 				challenge += `, error="invalid_token"`

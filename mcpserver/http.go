@@ -11,10 +11,13 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -32,6 +35,28 @@ const (
 	DefaultEventStoreBytes   = 4 << 20
 	DefaultMaxBodyBytes      = 1 << 20
 	DefaultKeepAliveFailures = 3
+	// DefaultMaxSessions bounds the live sessions of a handler (each holds
+	// about 10 KB and a few goroutines until it ends).
+	DefaultMaxSessions = 1000
+	// DefaultMaxSessionsPerSubject bounds the live sessions of one
+	// authenticated subject.
+	DefaultMaxSessionsPerSubject = 100
+	// DefaultBodyTimeout bounds the time a client takes to send a request
+	// body (1 MiB in 30 s is 35 KB/s).
+	DefaultBodyTimeout = 30 * time.Second
+	// MaxSessionIDLen is the longest Mcp-Session-Id accepted (the SDK's are 26
+	// characters).
+	MaxSessionIDLen = 128
+)
+
+// Words passed to HTTPConfig.Refused: why this layer refused a request.
+const (
+	RefusedSessionID       = "bad_session_id"  // Mcp-Session-Id too long or not visible ASCII (400)
+	RefusedBodyTimeout     = "body_timeout"    // the body did not arrive within BodyTimeout (408)
+	RefusedUnauthenticated = "unauthenticated" // no valid bearer token (401)
+	RefusedAuthThrottled   = "auth_throttled"  // too many of those from one address (429)
+	RefusedRateLimited     = "rate_limited"    // over RateLimit (429)
+	RefusedSessionLimit    = "session_limit"   // MaxSessions or MaxSessionsPerSubject reached (503, 429)
 )
 
 // JSON-RPC error codes answered by the HTTP layer itself.
@@ -65,31 +90,54 @@ type HTTPConfig struct {
 	KeepAliveFailures int
 	// MaxBodyBytes bounds a request body (413 beyond). Default 1 MiB.
 	MaxBodyBytes int64
+	// BodyTimeout bounds the time to receive a request body, from the end of
+	// the headers (408 beyond, and the connection closes), so that a client
+	// sending slowly cannot hold a connection and a handler. Default
+	// DefaultBodyTimeout; negative: none. Responses are not bounded: SSE
+	// streams and calls that wait for delivery last as long as they need.
+	BodyTimeout time.Duration
+	// MaxSessions bounds the live sessions (protocol 2025-11-25, not
+	// Stateless): a request that would open one more gets 503 with a
+	// JSON-RPC error, and nothing is kept. Sessions end by SessionTimeout,
+	// DELETE or keepalive. Default DefaultMaxSessions; negative: no bound.
+	MaxSessions int
+	// MaxSessionsPerSubject bounds, with Auth, the live sessions of one
+	// subject (429 beyond), so one token cannot take them all. Default
+	// DefaultMaxSessionsPerSubject; negative: no bound.
+	MaxSessionsPerSubject int
 	// Auth, if set, requires a bearer token on every request.
 	Auth *AuthConfig
 	// RateLimit bounds each client's requests (429 beyond); zero: no limit.
 	RateLimit RateLimit
-	Now       func() time.Time // clock of the rate limiter; default time.Now
-	Logger    *slog.Logger
+	// Refused, if set, is called with one of the Refused* words for every
+	// request a check or limit of this layer refuses (for a metric).
+	Refused func(reason string)
+	Now     func() time.Time // clock of the rate limiters and log gates; default time.Now
+	Logger  *slog.Logger
 }
 
 // HTTPHandler serves an MCP server over streamable HTTP.
 //
-// From the outside in: the Origin check (403 on a foreign Origin, any
-// method), bearer-token authentication, the per-client rate limit, the body
-// checks (413 over the limit, JSON-RPC parse errors for garbage), then the
-// SDK's handlers, which check the Host header against DNS rebinding on
-// loopback. Requests for protocol 2026-07-28 go to a stateless SDK handler;
-// older ones to a handler with sessions, resumable streams and keepalive
-// (or to the stateless one as well, with Stateless).
+// From the outside in: the body deadline (BodyTimeout, set on every request
+// with a body before anything else, so that even a refused one cannot
+// trickle its body), the Mcp-Session-Id check (400 for one longer than
+// MaxSessionIDLen or not visible ASCII), the Origin check (403 on a foreign
+// Origin, any method), bearer-token authentication (with its per-address
+// failure limit), the per-client rate limit, the body checks (413 over the
+// limit, 408 too slow, JSON-RPC parse errors for garbage), the session
+// limit, then the SDK's handlers, which check the Host header against DNS
+// rebinding on loopback. Requests for protocol 2026-07-28 go to a stateless
+// SDK handler; older ones to a handler with sessions, resumable streams and
+// keepalive (or to the stateless one as well, with Stateless).
 //
 // The handlers never tie a tool call to its HTTP request: a client that
 // drops its connection does not cancel the call (PropagateRequestCancellation
 // stays off). A create that was accepted completes, and its retry replays it.
 type HTTPHandler struct {
-	chain  http.Handler
-	events *EventStore
-	ka     *keepalive
+	chain    http.Handler
+	events   *EventStore
+	ka       *keepalive
+	sessions *sessionLimit // nil with Stateless
 }
 
 // NewHTTPHandler serves srv over streamable HTTP as cfg says. Call Close
@@ -114,6 +162,18 @@ func NewHTTPHandler(srv *mcp.Server, cfg HTTPConfig) *HTTPHandler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.BodyTimeout == 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.MaxSessions == 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.MaxSessionsPerSubject == 0 {
+		cfg.MaxSessionsPerSubject = DefaultMaxSessionsPerSubject
+	}
+	if cfg.Refused == nil {
+		cfg.Refused = func(string) {}
+	}
 	h := &HTTPHandler{}
 	getServer := func(*http.Request) *mcp.Server { return srv }
 	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
@@ -136,25 +196,39 @@ func NewHTTPHandler(srv *mcp.Server, cfg HTTPConfig) *HTTPHandler {
 			h.ka = newKeepalive(srv, cfg.KeepAlive, cfg.KeepAliveFailures, log)
 		}
 		stateful := mcp.NewStreamableHTTPHandler(getServer, opts)
+		h.sessions = newSessionLimit(srv, cfg.MaxSessions, cfg.MaxSessionsPerSubject, cfg.Now, log, cfg.Refused)
+		if h.ka != nil {
+			h.sessions.ended = h.ka.forget
+		}
 		route = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if isStatelessProtocol(r.Header.Get("Mcp-Protocol-Version")) {
 				stateless.ServeHTTP(w, r)
 				return
 			}
-			if id := r.Header.Get("Mcp-Session-Id"); h.ka != nil && r.Method == http.MethodGet && id != "" && standaloneStream(r) {
+			id := r.Header.Get("Mcp-Session-Id")
+			switch {
+			case id == "" && r.Method == http.MethodPost:
+				// A POST without a session opens one.
+				h.sessions.serveNew(w, r, stateful)
+				return
+			case id != "" && r.Method == http.MethodGet && h.ka != nil && standaloneStream(r) && h.sessions.owns(id, subjectOf(r)):
+				// Only a live session of this subject is tracked for pings;
+				// any other GET is the SDK's to refuse (404, 403).
 				defer h.ka.streamOpen(id)()
 			}
 			stateful.ServeHTTP(w, r)
 		})
 	}
-	chain := checkBody(cfg.MaxBodyBytes, route)
+	chain := checkBody(cfg.MaxBodyBytes, cfg.BodyTimeout, cfg.Refused, route)
 	if cfg.RateLimit.PerSecond > 0 {
-		chain = newRateLimiter(cfg.RateLimit, cfg.Now, log).wrap(chain)
+		chain = newRateLimiter(cfg.RateLimit, cfg.Now, log, cfg.Refused).wrap(chain)
 	}
 	if cfg.Auth != nil {
-		chain = requireToken(cfg.Auth, log, chain)
+		chain = requireToken(cfg.Auth, log, cfg.Now, cfg.Refused, chain)
 	}
-	h.chain = checkOrigin(cfg.AllowedOrigins, chain)
+	chain = checkOrigin(cfg.AllowedOrigins, chain)
+	chain = checkSessionID(cfg.Refused, chain)
+	h.chain = bodyDeadline(cfg.BodyTimeout, chain)
 	return h
 }
 
@@ -170,6 +244,179 @@ func (h *HTTPHandler) Close() {
 // EventStore is the store of resumable SSE events (nil if off).
 func (h *HTTPHandler) EventStore() *EventStore { return h.events }
 
+// Sessions is the number of live sessions (0 with Stateless).
+func (h *HTTPHandler) Sessions() int {
+	if h.sessions == nil {
+		return 0
+	}
+	return h.sessions.live()
+}
+
+// subjectOf is the authenticated subject of a request ("" without auth).
+func subjectOf(r *http.Request) string {
+	if ti := auth.TokenInfoFromContext(r.Context()); ti != nil {
+		return ti.UserID
+	}
+	return ""
+}
+
+// sessionLimit counts the live sessions of the stateful SDK handler, in
+// all and per subject, and refuses a request that would open one beyond
+// either bound before the SDK sees it, so that nothing is kept for it. A
+// request that may open a session holds a slot while it is served; if a
+// session came of it, the slot is the session's until the session ends
+// (timeout, DELETE, keepalive: ServerSession.Wait returns), else it is
+// given back at once.
+type sessionLimit struct {
+	srv        *mcp.Server
+	max        int // ≤ 0: no bound
+	perSubject int // ≤ 0: no bound
+	log        *slog.Logger
+	logs       *logGate
+	refused    func(string)
+	ended      func(id string) // called after a session ended, if set
+
+	mu        sync.Mutex
+	sessions  map[string]string // live session ID → subject
+	pending   int               // requests being served that may open a session
+	bySubject map[string]int    // live + pending, per subject
+}
+
+func newSessionLimit(srv *mcp.Server, total, perSubject int, now func() time.Time, log *slog.Logger, refused func(string)) *sessionLimit {
+	return &sessionLimit{srv: srv, max: total, perSubject: perSubject, log: log, logs: newLogGate(logEvery, maxTrackedClients, now),
+		refused: refused, sessions: map[string]string{}, bySubject: map[string]int{}}
+}
+
+func (s *sessionLimit) live() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions)
+}
+
+// owns reports whether id is a live session opened by subject.
+func (s *sessionLimit) owns(id, subject string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub, ok := s.sessions[id]
+	return ok && sub == subject
+}
+
+// serveNew serves a request that may open a session, if a slot is free.
+func (s *sessionLimit) serveNew(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	subject := subjectOf(r)
+	s.mu.Lock()
+	total, mine := len(s.sessions)+s.pending, s.bySubject[subject]
+	full := s.max > 0 && total >= s.max
+	fullSubject := subject != "" && s.perSubject > 0 && mine >= s.perSubject
+	if !full && !fullSubject {
+		s.pending++
+		s.bySubject[subject]++
+	}
+	s.mu.Unlock()
+	if full || fullSubject {
+		s.refuse(w, r, subject, full)
+		return
+	}
+	// The session is counted, and its GET stream accepted, as soon as the
+	// SDK answers with its ID: before the client can read that answer.
+	sw := &sessionWriter{ResponseWriter: w}
+	sw.hook = func() { sw.settled = s.settle(subject, w.Header().Get("Mcp-Session-Id"), false) }
+	defer func() {
+		sw.once.Do(func() {}) // the hook has run, or will not
+		if !sw.settled {
+			s.settle(subject, w.Header().Get("Mcp-Session-Id"), true)
+		}
+	}()
+	next.ServeHTTP(sw, r)
+}
+
+// sessionWriter calls hook once, before the first byte of the answer
+// leaves (WriteHeader, Write or Flush).
+type sessionWriter struct {
+	http.ResponseWriter
+	once    sync.Once
+	hook    func()
+	settled bool // hook turned the slot into a session's
+}
+
+func (w *sessionWriter) WriteHeader(code int) {
+	w.once.Do(w.hook)
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *sessionWriter) Write(b []byte) (int, error) {
+	w.once.Do(w.hook)
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *sessionWriter) Flush() {
+	w.once.Do(w.hook)
+	http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *sessionWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *sessionLimit) refuse(w http.ResponseWriter, r *http.Request, subject string, full bool) {
+	s.refused(RefusedSessionLimit)
+	key, status, msg := "", http.StatusServiceUnavailable, fmt.Sprintf(
+		"too many sessions: this server holds its maximum of %d live sessions; end unused ones (HTTP DELETE) or retry later. Nothing was done.", s.max)
+	if !full {
+		key, status, msg = subject, http.StatusTooManyRequests, fmt.Sprintf(
+			"too many sessions: subject %q holds its maximum of %d live sessions; end unused ones (HTTP DELETE) or retry later. Nothing was done.", subject, s.perSubject)
+	}
+	if pass, held := s.logs.pass(key); pass {
+		s.log.Warn("new session refused: session limit reached", "subject", subject, "per_subject", !full,
+			"max", s.max, "max_per_subject", s.perSubject, "refused_since_last_warning", held, "remote", r.RemoteAddr)
+	}
+	writeRPCError(w, status, CodeRateLimited, msg)
+}
+
+// settle turns the slot of a request into the slot of the session it
+// opened (id, from the answer's Mcp-Session-Id) and reports true; with
+// final (the request was served), it gives the slot back if there is no
+// such session. Without final, it does nothing then and reports false.
+func (s *sessionLimit) settle(subject, id string, final bool) bool {
+	var ss *mcp.ServerSession
+	if id != "" {
+		for c := range s.srv.Sessions() {
+			if c.ID() == id {
+				ss = c
+				break
+			}
+		}
+	}
+	if ss == nil && !final {
+		return false
+	}
+	s.mu.Lock()
+	s.pending--
+	if ss == nil {
+		s.release(subject)
+		s.mu.Unlock()
+		return false
+	}
+	s.sessions[id] = subject
+	s.mu.Unlock()
+	go func() {
+		ss.Wait()
+		s.mu.Lock()
+		delete(s.sessions, id)
+		s.release(subject)
+		s.mu.Unlock()
+		if s.ended != nil {
+			s.ended(id)
+		}
+	}()
+	return true
+}
+
+// release gives back one slot of subject; s.mu is held.
+func (s *sessionLimit) release(subject string) {
+	if s.bySubject[subject]--; s.bySubject[subject] <= 0 {
+		delete(s.bySubject, subject)
+	}
+}
+
 // isStatelessProtocol reports whether an MCP-Protocol-Version header names
 // 2026-07-28 or later (versions are dates, so they compare as strings).
 func isStatelessProtocol(v string) bool {
@@ -184,13 +431,59 @@ func standaloneStream(r *http.Request) bool {
 	return last == "" || strings.HasPrefix(last, "_")
 }
 
+// bodyDeadline sets a read deadline of timeout on the connection of every
+// request with a body, before any other check. checkBody clears it once it
+// has read the body; a request refused before that (401, 403, 429, 415…)
+// keeps it, so that the server's draining of the unread rest is bounded too.
+// The next request on the connection gets the server's own deadlines.
+func bodyDeadline(timeout time.Duration, next http.Handler) http.Handler {
+	if timeout <= 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// checkSessionID answers 400 to a request whose Mcp-Session-Id is given
+// more than once, is longer than MaxSessionIDLen or has characters other
+// than visible ASCII (0x21-0x7E, as the MCP specification requires): no
+// session has such an ID, and nothing further should see or keep it.
+func checkSessionID(refused func(string), next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ids := r.Header.Values("Mcp-Session-Id"); len(ids) > 1 || (len(ids) == 1 && !validSessionID(ids[0])) {
+			refused(RefusedSessionID)
+			writeRPCError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf(
+				"Invalid Request: the Mcp-Session-Id header must be one value of at most %d visible ASCII characters", MaxSessionIDLen))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func validSessionID(id string) bool {
+	if len(id) > MaxSessionIDLen {
+		return false
+	}
+	for i := range len(id) {
+		if c := id[i]; c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
 // checkBody reads a JSON POST body up to limit and answers, as JSON-RPC
-// errors, what is not JSON-RPC at all: 413 for a body over the limit, 400
-// with -32700 for invalid JSON, 400 with -32600 for JSON that is not a
-// request object (or batch). Such a request reaches no session and changes
-// nothing. Other methods and content types go on to the SDK (which answers
-// 405 and 415).
-func checkBody(limit int64, next http.Handler) http.Handler {
+// errors, what is not JSON-RPC at all: 413 for a body over the limit, 408
+// (and the connection closes) for one that did not arrive within timeout
+// (bodyDeadline set the deadline), 400 with -32700 for invalid JSON, 400
+// with -32600 for JSON that is not a request object (or batch). Such a
+// request reaches no session and changes nothing. Other methods and content
+// types go on to the SDK (which answers 405 and 415).
+func checkBody(limit int64, timeout time.Duration, refused func(string), next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.Body == nil {
 			next.ServeHTTP(w, r)
@@ -201,11 +494,24 @@ func checkBody(limit int64, next http.Handler) http.Handler {
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+		if err == nil && timeout > 0 {
+			// The body is in: what follows (a call that waits, an SSE
+			// response) is not bounded. After an error the deadline stays,
+			// and bounds the server's draining of the rest.
+			http.NewResponseController(w).SetReadDeadline(time.Time{})
+		}
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				writeRPCError(w, http.StatusRequestEntityTooLarge, CodeInvalidRequest,
 					fmt.Sprintf("Invalid Request: the body exceeds %d bytes", mbe.Limit))
+				return
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				refused(RefusedBodyTimeout)
+				w.Header().Set("Connection", "close")
+				writeRPCError(w, http.StatusRequestTimeout, CodeInvalidRequest,
+					fmt.Sprintf("Invalid Request: the body did not arrive within %s", timeout))
 				return
 			}
 			writeRPCError(w, http.StatusBadRequest, CodeInvalidRequest, "Invalid Request: could not read the body")

@@ -45,7 +45,10 @@ func newKeepalive(srv *mcp.Server, interval time.Duration, failures int, log *sl
 }
 
 // streamOpen records a GET stream of sessionID being served; call the
-// returned function when it ends.
+// returned function when it ends. Only a live session's ID may come here
+// (HTTPHandler checks it against its sessions): the ID is kept as a map key
+// until the session ends, and a client must not be able to park arbitrary
+// header values in memory.
 func (k *keepalive) streamOpen(sessionID string) func() {
 	k.mu.Lock()
 	s := k.sessions[sessionID]
@@ -60,6 +63,20 @@ func (k *keepalive) streamOpen(sessionID string) func() {
 		s.open--
 		k.mu.Unlock()
 	}
+}
+
+// forget drops what is kept about a session that ended.
+func (k *keepalive) forget(sessionID string) {
+	k.mu.Lock()
+	delete(k.sessions, sessionID)
+	k.mu.Unlock()
+}
+
+// tracked is the number of sessions whose pings are being tracked.
+func (k *keepalive) tracked() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.sessions)
 }
 
 func (k *keepalive) close() {

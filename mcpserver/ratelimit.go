@@ -28,16 +28,26 @@ func (c RateLimit) withDefaults() RateLimit {
 	return c
 }
 
-// rateLimiter keeps one token bucket per client. Buckets unused for longer
-// than it takes them to refill are dropped, so memory follows the number of
-// recently active clients.
-type rateLimiter struct {
+// maxTrackedClients bounds the clients (buckets, log gates) remembered at
+// once, so that a flood from many addresses cannot grow a map without end.
+const maxTrackedClients = 10_000
+
+// logEvery is how often a warning about one client (or one limit) is logged
+// at most; the ones held back in between are counted in the next.
+const logEvery = time.Minute
+
+// buckets keeps one token bucket per key, at most max of them. Buckets
+// unused for longer than it takes them to refill are full again, so they
+// are dropped; if max are still in use, a random one goes (that client
+// starts again with a full bucket). Memory follows the number of recently
+// active clients and never exceeds max buckets.
+type buckets struct {
 	cfg       RateLimit
 	now       func() time.Time
-	log       *slog.Logger
 	idle      time.Duration
+	max       int
 	mu        sync.Mutex
-	clients   map[string]*bucket
+	m         map[string]*bucket
 	lastSweep time.Time
 }
 
@@ -46,32 +56,53 @@ type bucket struct {
 	seen time.Time
 }
 
-func newRateLimiter(cfg RateLimit, now func() time.Time, log *slog.Logger) *rateLimiter {
+func newBuckets(cfg RateLimit, now func() time.Time, limit int) *buckets {
 	cfg = cfg.withDefaults()
 	refill := time.Duration(float64(cfg.Burst) / cfg.PerSecond * float64(time.Second))
-	return &rateLimiter{cfg: cfg, now: now, log: log, idle: max(time.Minute, refill), clients: map[string]*bucket{}}
+	return &buckets{cfg: cfg, now: now, idle: max(time.Minute, refill), max: limit, m: map[string]*bucket{}}
 }
 
-// allow takes one request from key's bucket, or says how long to wait.
-func (l *rateLimiter) allow(key string) (bool, time.Duration) {
-	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now.Sub(l.lastSweep) > l.idle {
-		for k, b := range l.clients {
-			if now.Sub(b.seen) > l.idle {
-				delete(l.clients, k)
+// get returns key's bucket, creating it if create; b.mu is held.
+func (b *buckets) get(key string, now time.Time, create bool) *bucket {
+	if now.Sub(b.lastSweep) > b.idle {
+		b.sweep(now)
+	}
+	k, ok := b.m[key]
+	if !ok {
+		if !create {
+			return nil
+		}
+		if len(b.m) >= b.max {
+			b.sweep(now)
+			for victim := range b.m { // map order is random
+				if len(b.m) < b.max {
+					break
+				}
+				delete(b.m, victim)
 			}
 		}
-		l.lastSweep = now
+		k = &bucket{lim: rate.NewLimiter(rate.Limit(b.cfg.PerSecond), b.cfg.Burst)}
+		b.m[key] = k
 	}
-	b, ok := l.clients[key]
-	if !ok {
-		b = &bucket{lim: rate.NewLimiter(rate.Limit(l.cfg.PerSecond), l.cfg.Burst)}
-		l.clients[key] = b
+	k.seen = now
+	return k
+}
+
+func (b *buckets) sweep(now time.Time) {
+	for k, v := range b.m {
+		if now.Sub(v.seen) > b.idle {
+			delete(b.m, k)
+		}
 	}
-	b.seen = now
-	r := b.lim.ReserveN(now, 1)
+	b.lastSweep = now
+}
+
+// allow takes one token from key's bucket, or says how long to wait.
+func (b *buckets) allow(key string) (bool, time.Duration) {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.get(key, now, true).lim.ReserveN(now, 1)
 	if d := r.DelayFrom(now); d > 0 {
 		r.CancelAt(now)
 		return false, d
@@ -79,32 +110,148 @@ func (l *rateLimiter) allow(key string) (bool, time.Duration) {
 	return true, 0
 }
 
+// empty says how long until key's bucket holds a token again: 0 if it
+// holds one now (or key has none). It takes nothing.
+func (b *buckets) empty(key string) time.Duration {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := b.get(key, now, false)
+	if k == nil {
+		return 0
+	}
+	tokens := k.lim.TokensAt(now)
+	if tokens >= 1 {
+		return 0
+	}
+	return time.Duration((1 - tokens) / b.cfg.PerSecond * float64(time.Second))
+}
+
+// take takes one token from key's bucket if it has one.
+func (b *buckets) take(key string) {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.get(key, now, true).lim.AllowN(now, 1)
+}
+
+func (b *buckets) len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.m)
+}
+
+// logGate lets a warning about one key through at most once per interval
+// and counts those it held back, for the next one to report. It remembers
+// at most max keys (the oldest are forgotten first, then random ones).
+type logGate struct {
+	every time.Duration
+	max   int
+	now   func() time.Time
+	mu    sync.Mutex
+	keys  map[string]*gateEntry
+}
+
+type gateEntry struct {
+	last time.Time
+	held int
+}
+
+func newLogGate(every time.Duration, limit int, now func() time.Time) *logGate {
+	return &logGate{every: every, max: limit, now: now, keys: map[string]*gateEntry{}}
+}
+
+// pass reports whether a warning about key may be logged now and, if so, how
+// many were held back since the last one.
+func (g *logGate) pass(key string) (ok bool, held int) {
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.keys[key]
+	if e == nil {
+		if len(g.keys) >= g.max {
+			for k, v := range g.keys {
+				if now.Sub(v.last) >= g.every && v.held == 0 {
+					delete(g.keys, k)
+				}
+			}
+			for k := range g.keys {
+				if len(g.keys) < g.max {
+					break
+				}
+				delete(g.keys, k)
+			}
+		}
+		g.keys[key] = &gateEntry{last: now}
+		return true, 0
+	}
+	if now.Sub(e.last) < g.every {
+		e.held++
+		return false, 0
+	}
+	held = e.held
+	e.last, e.held = now, 0
+	return true, held
+}
+
+// ipKey is the client address a limit applies to: the IPv4 address, or the
+// /64 prefix of an IPv6 one (one host usually holds a whole /64, so
+// counting single IPv6 addresses would give it 2^64 budgets).
+func ipKey(remoteAddr string) string {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return host
+	}
+	if v4 := ip.To4(); v4 != nil {
+		return v4.String()
+	}
+	return (&net.IPNet{IP: ip.Mask(net.CIDRMask(64, 128)), Mask: net.CIDRMask(64, 128)}).String()
+}
+
 func clientKey(r *http.Request) string {
 	if ti := auth.TokenInfoFromContext(r.Context()); ti != nil && ti.UserID != "" {
 		return "subject " + ti.UserID
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	return "ip " + host
+	return "ip " + ipKey(r.RemoteAddr)
+}
+
+// rateLimiter bounds the requests of each client (subject or address).
+type rateLimiter struct {
+	b       *buckets
+	log     *slog.Logger
+	logs    *logGate
+	refused func(string)
+}
+
+func newRateLimiter(cfg RateLimit, now func() time.Time, log *slog.Logger, refused func(string)) *rateLimiter {
+	return &rateLimiter{b: newBuckets(cfg, now, maxTrackedClients), log: log,
+		logs: newLogGate(logEvery, maxTrackedClients, now), refused: refused}
 }
 
 // wrap answers 429 with Retry-After and a JSON-RPC error to a client over
-// its limit; the request goes no further and changes nothing.
+// its limit; the request goes no further and changes nothing. The warning
+// is logged at most once a minute per client, with the count held back.
 func (l *rateLimiter) wrap(next http.Handler) http.Handler {
+	cfg := l.b.cfg
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := clientKey(r)
-		ok, wait := l.allow(key)
+		ok, wait := l.b.allow(key)
 		if ok {
 			next.ServeHTTP(w, r)
 			return
 		}
+		l.refused(RefusedRateLimited)
 		secs := int(math.Ceil(wait.Seconds()))
-		l.log.Warn("rate limit exceeded", "client", key, "method", r.Method, "retry_after_s", secs)
+		if pass, held := l.logs.pass(key); pass {
+			l.log.Warn("rate limit exceeded", "client", key, "method", r.Method, "retry_after_s", secs, "refused_since_last_warning", held)
+		}
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		writeRPCError(w, http.StatusTooManyRequests, CodeRateLimited, fmt.Sprintf(
 			"rate limit exceeded: at most %g requests per second (bursts of %d) per client; retry after %d s. Nothing was done.",
-			l.cfg.PerSecond, l.cfg.Burst, secs))
+			cfg.PerSecond, cfg.Burst, secs))
 	})
 }

@@ -19,7 +19,17 @@ type Front struct {
 	Replays      *prometheus.CounterVec   // tool
 	Conflicts    *prometheus.CounterVec   // tool
 	Rejected     *prometheus.CounterVec   // tool, reason
+	HTTPRefused  *prometheus.CounterVec   // reason
 	Writer       *Writer
+}
+
+// SessionsFunc registers the gauge of live streamable-HTTP sessions, read
+// from sessions when scraped.
+func SessionsFunc(reg prometheus.Registerer, sessions func() int) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "http_sessions",
+		Help: "Live MCP sessions over streamable HTTP (bounded by -max-sessions).",
+	}, func() float64 { return float64(sessions()) }))
 }
 
 // Writer holds the collectors of the group-commit writer (both processes).
@@ -39,6 +49,7 @@ type Dispatcher struct {
 	PublishErrors      prometheus.Counter
 	AuditChecked       prometheus.Counter
 	StreamLost         prometheus.Counter
+	Unserved           *prometheus.CounterVec
 	CommitToAck        prometheus.Histogram
 	LeaseHeld          prometheus.Gauge
 	Deliveries         *prometheus.CounterVec   // target, outcome
@@ -95,9 +106,13 @@ func NewFront(reg prometheus.Registerer) *Front {
 			Namespace: namespace, Name: "invalid_calls_total",
 			Help: "Calls rejected by validation before anything was written, by tool and argument.",
 		}, []string{"tool", "argument"}),
+		HTTPRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "http_refused_total",
+			Help: "HTTP requests refused by mcp-front's own checks and limits, by reason (bad_session_id, body_timeout, unauthenticated, auth_throttled, rate_limited, session_limit).",
+		}, []string{"reason"}),
 		Writer: newWriter(),
 	}
-	reg.MustRegister(f.ToolCalls, f.CallDuration, f.Replays, f.Conflicts, f.Rejected)
+	reg.MustRegister(f.ToolCalls, f.CallDuration, f.Replays, f.Conflicts, f.Rejected, f.HTTPRefused)
 	f.Writer.register(reg)
 	return f
 }
@@ -161,6 +176,10 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 			Namespace: namespace, Name: "stream_lost_messages_total",
 			Help: "Published messages the stream no longer held (lost by the broker, or expired) before any delivery, published again.",
 		}),
+		Unserved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "stream_audit_unserved_total",
+			Help: "Published requests the audit found waiting, never attempted, for a target no running dispatcher delivers to (mcp-front and the dispatcher given different -config files).",
+		}, []string{"target"}),
 		CommitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "commit_to_ack_seconds",
 			Help:    "Time from the ledger commit of a request to its JetStream acknowledgement.",
@@ -197,7 +216,7 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 		}, byTarget),
 		RedeliveredSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "redeliveries_skipped_total",
-			Help: "JetStream redeliveries of requests already settled, acknowledged without calling the downstream.",
+			Help: "Messages acknowledged without calling the downstream: redeliveries of requests already settled, messages for requests the ledger no longer holds, and messages on another target's subject than their ticket's.",
 		}, byTarget),
 		Pruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "ledger_pruned_total",
@@ -210,7 +229,7 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 		Writer: newWriter(),
 	}
 	reg.MustRegister(d.Pruned, d.LedgerRequests, d.OutboxBacklog, d.OutboxOldestAge, d.Dispatched, d.DuplicateAcks, d.BatchFallbacks,
-		d.PublishErrors, d.AuditChecked, d.StreamLost, d.CommitToAck, d.LeaseHeld, d.Deliveries, d.DeliveryAttempts,
+		d.PublishErrors, d.AuditChecked, d.StreamLost, d.Unserved, d.CommitToAck, d.LeaseHeld, d.Deliveries, d.DeliveryAttempts,
 		d.DeliveryDuration, d.DeadLetters, d.AuthFailures, d.Uncertain, d.RedeliveredSkipped)
 	d.Writer.register(reg)
 	return d

@@ -15,6 +15,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +55,21 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
+// Limits of every HTTP server of both processes.
+const (
+	// httpReadHeaderTimeout bounds the time to send a request's headers.
+	httpReadHeaderTimeout = 10 * time.Second
+	// httpIdleTimeout closes a keep-alive connection with no request for
+	// this long. It applies only between requests: a long SSE stream or a
+	// call waiting for delivery (≤ 45 s) is a request in progress, never
+	// cut. There is no WriteTimeout, which would cut SSE streams.
+	httpIdleTimeout = 2 * time.Minute
+	// httpMaxHeaderBytes bounds a request's headers (431 beyond).
+	httpMaxHeaderBytes = 64 << 10
+	// DefaultMaxConns bounds the connections mcp-front serves at once.
+	DefaultMaxConns = 1024
+)
+
 // server is an HTTP server on a listener, shut down when ctx ends.
 type server struct {
 	addr string
@@ -62,15 +78,35 @@ type server struct {
 }
 
 func serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (*server, error) {
+	return serveLimits(ctx, addr, h, log, httpLimits{})
+}
+
+// httpLimits are the limits of a server; zero values take the defaults above.
+type httpLimits struct {
+	maxConns int           // connections open at once; ≤ 0: no bound
+	idle     time.Duration // httpIdleTimeout
+}
+
+// serveLimits is serve with lim. With lim.maxConns, new connections beyond
+// it wait in the kernel's accept queue until one closes.
+func serveLimits(ctx context.Context, addr string, h http.Handler, log *slog.Logger, lim httpLimits) (*server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	if lim.maxConns > 0 {
+		ln = newLimitListener(ln, lim.maxConns)
+	}
+	if lim.idle <= 0 {
+		lim.idle = httpIdleTimeout
 	}
 	s := &server{
 		addr: ln.Addr().String(),
 		srv: &http.Server{
 			Handler:           h,
-			ReadHeaderTimeout: 10 * time.Second,
+			ReadHeaderTimeout: httpReadHeaderTimeout,
+			IdleTimeout:       lim.idle,
+			MaxHeaderBytes:    httpMaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 			BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 		},
@@ -95,6 +131,53 @@ func (s *server) shutdown(grace time.Duration) error {
 		s.srv.Close()
 	}
 	return <-s.done
+}
+
+// limitListener accepts at most cap(sem) connections at once: Accept waits
+// for one to close (as golang.org/x/net/netutil.LimitListener does).
+type limitListener struct {
+	net.Listener
+	sem  chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+func newLimitListener(ln net.Listener, n int) *limitListener {
+	return &limitListener{Listener: ln, sem: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// open is the number of connections accepted and not yet closed.
+func (l *limitListener) open() int { return len(l.sem) }
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
 
 func metricsHandler(reg *prometheus.Registry) http.Handler {

@@ -40,11 +40,15 @@ func RunFront(ctx context.Context, env Env) error {
 		keepAlive      = fs.Duration("keepalive", 30*time.Second, "ping `interval` on sessions holding a GET stream open (0: no pings)")
 		keepAliveFails = fs.Int("keepalive-failures", mcpserver.DefaultKeepAliveFailures, "close a session after this `many` consecutive unanswered pings (sessions without a GET stream are never pinged)")
 		maxBody        = fs.Int64("max-body-bytes", mcpserver.DefaultMaxBodyBytes, "largest HTTP request body in `bytes` (413 beyond)")
+		maxSessions    = fs.Int("max-sessions", mcpserver.DefaultMaxSessions, "live HTTP sessions at most (`n`); a new one beyond gets 503 (0: no bound)")
+		maxSubjectSess = fs.Int("max-sessions-per-subject", mcpserver.DefaultMaxSessionsPerSubject, "live HTTP sessions at most per bearer-token subject (`n`); a new one beyond gets 429 (0: no bound)")
+		maxConns       = fs.Int("max-conns", DefaultMaxConns, "HTTP connections served at once (`n`); more wait to be accepted (0: no bound)")
 		tokensFile     = fs.String("auth-tokens-file", "", "bearer tokens `file`: one \"subject:token\" (or bare token) per line; required to listen beyond loopback")
 		tokensEnv      = fs.String("auth-tokens-env", "TICKETRELAY_AUTH_TOKENS", "environment `variable` holding bearer tokens, \"subject:token\" entries separated by commas")
 		authResource   = fs.String("auth-resource", "", "canonical `URL` of this endpoint (https://host/mcp): with -auth-servers, serves OAuth protected-resource metadata")
 		authServers    = fs.String("auth-servers", "", "comma-separated OAuth authorization server `URLs` for the protected-resource metadata")
 		insecure       = fs.Bool("insecure", false, "allow listening beyond loopback without bearer tokens")
+		authFailures   = fs.Int("auth-failures", mcpserver.DefaultAuthFailureLimit.Burst, "requests without a valid token one client address may send in a row (`n`); then all its requests get 429, allowing one failure per second (0: no limit)")
 		rateLimit      = fs.Float64("rate-limit", -1, "HTTP requests per second per client (token subject or IP); 0: no limit; default -1 means 20 when -listen is beyond loopback, no limit on loopback")
 		rateBurst      = fs.Int("rate-burst", 0, "requests a client may send at once (default 2×rate-limit)")
 		addrFile       = fs.String("addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
@@ -57,6 +61,11 @@ func RunFront(ctx context.Context, env Env) error {
 	set, log, help, err := parseStart(fs, env, logLevel)
 	if help || err != nil {
 		return err
+	}
+	for _, n := range []*int{maxSessions, maxSubjectSess, maxConns, authFailures} {
+		if *n < 0 {
+			return fmt.Errorf("%w: -max-sessions, -max-sessions-per-subject, -max-conns and -auth-failures take a count ≥ 0", ErrUsage)
+		}
 	}
 	if *stdio && !set["metrics-listen"] {
 		*metricsListen = "" // several stdio instances must not race for one port
@@ -134,6 +143,10 @@ func RunFront(ctx context.Context, env Env) error {
 	switch {
 	case authCfg != nil:
 		log.Info("bearer-token authentication on", "subjects", authCfg.Tokens.Subjects())
+		authCfg.FailureLimit = mcpserver.RateLimit{PerSecond: -1}
+		if *authFailures > 0 {
+			authCfg.FailureLimit = mcpserver.RateLimit{PerSecond: mcpserver.DefaultAuthFailureLimit.PerSecond, Burst: *authFailures}
+		}
 	case !loopback && !*insecure:
 		return fmt.Errorf("%w: refusing to serve %s beyond loopback without authentication: give -auth-tokens-file or $%s, or pass -insecure",
 			ErrUsage, *listen, *tokensEnv)
@@ -150,19 +163,28 @@ func RunFront(ctx context.Context, env Env) error {
 	if *eventBytes <= 0 {
 		*eventBytes = -1
 	}
+	for _, n := range []*int{maxSessions, maxSubjectSess} {
+		if *n == 0 {
+			*n = -1 // no bound
+		}
+	}
 	h := mcpserver.NewHTTPHandler(srv, mcpserver.HTTPConfig{
-		AllowedOrigins:    splitList(*allowedOrigins),
-		Stateless:         *stateless,
-		SessionTimeout:    *sessionTimeout,
-		EventStoreBytes:   *eventBytes,
-		KeepAlive:         *keepAlive,
-		KeepAliveFailures: *keepAliveFails,
-		MaxBodyBytes:      *maxBody,
-		Auth:              authCfg,
-		RateLimit:         limit,
-		Logger:            log,
+		AllowedOrigins:        splitList(*allowedOrigins),
+		Stateless:             *stateless,
+		SessionTimeout:        *sessionTimeout,
+		EventStoreBytes:       *eventBytes,
+		KeepAlive:             *keepAlive,
+		KeepAliveFailures:     *keepAliveFails,
+		MaxBodyBytes:          *maxBody,
+		MaxSessions:           *maxSessions,
+		MaxSessionsPerSubject: *maxSubjectSess,
+		Auth:                  authCfg,
+		RateLimit:             limit,
+		Refused:               func(reason string) { m.HTTPRefused.WithLabelValues(reason).Inc() },
+		Logger:                log,
 	})
 	defer h.Close()
+	metrics.SessionsFunc(reg, h.Sessions)
 	mux := httpMux(h)
 	if authCfg != nil && authCfg.Resource != "" {
 		_, path, _ := mcpserver.ResourceMetadataLocation(authCfg.Resource)
@@ -171,7 +193,7 @@ func RunFront(ctx context.Context, env Env) error {
 			mux.Handle("/.well-known/oauth-protected-resource", mcpserver.ResourceMetadataHandler(authCfg))
 		}
 	}
-	hs, err := serve(ctx, *listen, mux, log)
+	hs, err := serveLimits(ctx, *listen, mux, log, httpLimits{maxConns: *maxConns})
 	if err != nil {
 		return err
 	}

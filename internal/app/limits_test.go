@@ -1,0 +1,271 @@
+package app
+
+// Limits of the HTTP servers against an abusive client: idle connections,
+// header size, connections at once, sessions, failed authentication.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"ticketrelay/internal/testwait"
+)
+
+// rawGet sends a GET on conn and reads its answer.
+func rawGet(t *testing.T, conn net.Conn, r *bufio.Reader, host, path string, header ...string) *http.Response {
+	t.Helper()
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", path, host, strings.Join(header, ""))
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, bufio.NewReader(conn)
+}
+
+// closedWithin reports whether the server closed conn within d.
+func closedWithin(conn net.Conn, r *bufio.Reader, d time.Duration) bool {
+	conn.SetReadDeadline(time.Now().Add(d))
+	_, err := r.ReadByte()
+	var ne net.Error
+	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// TestServeLimits: an idle keep-alive connection is closed after the idle
+// timeout, but a response silent for longer than that (an SSE stream, a call
+// waiting for delivery) is not cut: there is no write or whole-request
+// timeout. Headers over 64 KiB get 431.
+func TestServeLimits(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	mux := http.NewServeMux()
+	mux.HandleFunc("/plain", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/sse", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush()
+		select {
+		case <-time.After(4 * idle): // silent for longer than the idle timeout
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, "data: still here\n\n")
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := serveLimits(ctx, "127.0.0.1:0", mux, slog.New(slog.DiscardHandler), httpLimits{idle: idle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.shutdown(time.Second) })
+	if s.srv.WriteTimeout != 0 || s.srv.ReadTimeout != 0 || s.srv.IdleTimeout != idle || s.srv.MaxHeaderBytes != 64<<10 {
+		t.Errorf("server timeouts: write %s, read %s, idle %s, max header bytes %d", s.srv.WriteTimeout, s.srv.ReadTimeout, s.srv.IdleTimeout, s.srv.MaxHeaderBytes)
+	}
+	if d, err := serve(ctx, "127.0.0.1:0", mux, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	} else {
+		if d.srv.IdleTimeout != httpIdleTimeout || httpIdleTimeout < 2*time.Minute || d.srv.MaxHeaderBytes != httpMaxHeaderBytes || d.srv.WriteTimeout != 0 {
+			t.Errorf("default server: idle %s, max header bytes %d, write timeout %s", d.srv.IdleTimeout, d.srv.MaxHeaderBytes, d.srv.WriteTimeout)
+		}
+		d.shutdown(time.Second)
+	}
+
+	conn, r := dial(t, s.addr)
+	if resp := rawGet(t, conn, r, s.addr, "/plain"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("/plain: HTTP %d", resp.StatusCode)
+	}
+	if !closedWithin(conn, r, 10*idle) {
+		t.Error("an idle keep-alive connection stays open past the idle timeout")
+	}
+
+	conn, r = dial(t, s.addr)
+	fmt.Fprintf(conn, "GET /sse HTTP/1.1\r\nHost: %s\r\n\r\n", s.addr)
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, len("data: still here"))
+	start := time.Now()
+	if _, err := io.ReadFull(resp.Body, b); err != nil || string(b) != "data: still here" {
+		t.Errorf("an SSE stream silent for %s was cut: %q, %v", 4*idle, b, err)
+	} else if time.Since(start) < 3*idle {
+		t.Errorf("the event came after %s, before the silence ended", time.Since(start))
+	}
+
+	conn, r = dial(t, s.addr)
+	if resp := rawGet(t, conn, r, s.addr, "/plain", "X-Big: "+strings.Repeat("a", 100<<10)+"\r\n"); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("100 KiB of headers: HTTP %d, want 431", resp.StatusCode)
+	}
+}
+
+// TestFrontMaxConns: with -max-conns 2, a third connection is not served
+// while two are open, and is served as soon as one closes. mcp-front's
+// headers are bounded (431 for a 100 KiB Mcp-Session-Id).
+func TestFrontMaxConns(t *testing.T) {
+	r := start(t, RunFront, newEnv(), "-listen", "127.0.0.1:0", "-metrics-listen", "", "-db", filepath.Join(t.TempDir(), "t.db"), "-max-conns", "2")
+	addr := r.addrs["mcp"]
+	c1, r1 := dial(t, addr)
+	c2, r2 := dial(t, addr)
+	for _, c := range []struct {
+		conn net.Conn
+		r    *bufio.Reader
+	}{{c1, r1}, {c2, r2}} {
+		if resp := rawGet(t, c.conn, c.r, addr, "/healthz"); resp.StatusCode != http.StatusOK {
+			t.Fatalf("/healthz: HTTP %d", resp.StatusCode)
+		}
+	}
+	c3, r3 := dial(t, addr) // the kernel accepts it; the server does not
+	fmt.Fprintf(c3, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+	c3.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := r3.ReadByte(); err == nil {
+		t.Fatal("a third connection was served with -max-conns 2")
+	}
+	c1.Close()
+	c3.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(r3, nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("third connection once one closed: %v, %v", resp, err)
+	}
+	resp.Body.Close()
+	c2.Close()
+
+	if resp := rawGet(t, c3, r3, addr, "/mcp", "Accept: text/event-stream\r\nMcp-Session-Id: "+strings.Repeat("A", 100<<10)+"\r\n"); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("100 KiB Mcp-Session-Id: HTTP %d, want 431", resp.StatusCode)
+	}
+
+	if _, _, err := runOnce(t, RunFront, newEnv(), "-listen", "127.0.0.1:0", "-max-sessions", "-1"); !errors.Is(err, ErrUsage) {
+		t.Errorf("-max-sessions -1: %v, want a usage error", err)
+	}
+}
+
+// frontPost sends one JSON-RPC POST to mcp-front.
+func frontPost(t *testing.T, url, token, session string, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader([]byte(body)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if session != "" {
+		req.Header.Set("Mcp-Session-Id", session)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+const limitsInit = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"limits","version":"0"}}}`
+
+// scrapeValue reads one sample of the front's /metrics page.
+func scrapeValue(t *testing.T, metricsAddr, sample string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + ` (\S+)$`).FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(string(m[1]), 64)
+	return v
+}
+
+// TestFrontSessionAndAuthLimits: -max-sessions, -max-sessions-per-subject
+// and -auth-failures reach the handler; refusals keep no session and are
+// counted in ticketrelay_http_refused_total; ticketrelay_http_sessions
+// follows the live sessions, down again after a DELETE.
+func TestFrontSessionAndAuthLimits(t *testing.T) {
+	const (
+		alice = "alice-0123456789abcdef0123456789"
+		bob   = "bob-0123456789abcdef0123456789ab"
+		carol = "carol-0123456789abcdef0123456789"
+	)
+	env := newEnv("TICKETRELAY_AUTH_TOKENS", "alice:"+alice+",bob:"+bob+",carol:"+carol)
+	r := start(t, RunFront, env, "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "t.db"),
+		"-max-sessions", "2", "-max-sessions-per-subject", "1", "-auth-failures", "2")
+	url, metrics := "http://"+r.addrs["mcp"]+"/mcp", r.addrs["metrics"]
+	open := func(token string, want int) string {
+		t.Helper()
+		resp := frontPost(t, url, token, "", limitsInit)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("initialize as %.5s: HTTP %d %s, want %d", token, resp.StatusCode, b, want)
+		}
+		if want != http.StatusOK && !strings.Contains(string(b), "too many sessions") {
+			t.Errorf("refusal body %s", b)
+		}
+		return resp.Header.Get("Mcp-Session-Id")
+	}
+	aliceSession := open(alice, http.StatusOK)
+	open(alice, http.StatusTooManyRequests) // per subject
+	open(bob, http.StatusOK)
+	open(carol, http.StatusServiceUnavailable) // all sessions taken
+	if v := scrapeValue(t, metrics, "ticketrelay_http_sessions"); v != 2 {
+		t.Errorf("ticketrelay_http_sessions %v, want 2", v)
+	}
+	if v := scrapeValue(t, metrics, `ticketrelay_http_refused_total{reason="session_limit"}`); v != 2 {
+		t.Errorf(`refused{session_limit} %v, want 2`, v)
+	}
+
+	req, _ := http.NewRequest(http.MethodDelete, url, nil)
+	req.Header.Set("Authorization", "Bearer "+alice)
+	req.Header.Set("Mcp-Session-Id", aliceSession)
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE: %v, %v", resp, err)
+	}
+	resp.Body.Close()
+	testwait.For(t, 5*time.Second, "ticketrelay_http_sessions to go down to 1", func() bool {
+		return scrapeValue(t, metrics, "ticketrelay_http_sessions") == 1
+	})
+	open(carol, http.StatusOK)
+
+	for i, want := range []int{http.StatusUnauthorized, http.StatusUnauthorized, http.StatusTooManyRequests, http.StatusTooManyRequests} {
+		resp := frontPost(t, url, "wrong-token-0123456789abcdef", "", limitsInit)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("bad token %d: HTTP %d, want %d", i, resp.StatusCode, want)
+		}
+	}
+	if v := scrapeValue(t, metrics, `ticketrelay_http_refused_total{reason="auth_throttled"}`); v != 2 {
+		t.Errorf(`refused{auth_throttled} %v, want 2`, v)
+	}
+	if n := strings.Count(r.stderr.String(), "unauthenticated request"); n != 1 {
+		t.Errorf("%d log lines for 4 refusals, want 1:\n%s", n, r.stderr)
+	}
+}
