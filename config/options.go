@@ -1,8 +1,10 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +13,42 @@ import (
 	"ticketrelay/targets"
 	"ticketrelay/ticket"
 )
+
+// envNameRE is what an _env option's value must look like: an
+// environment variable name. upperEnvNameRE is the conventional form, the
+// only one an error shows.
+var (
+	envNameRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	upperEnvNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+)
+
+// tokenPrefixes start credentials that also pass as variable names
+// (GitHub's tokens).
+var tokenPrefixes = []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"}
+
+// checkEnvName says why v cannot be the name of an _env option's variable,
+// without showing v: a value written there by mistake is often the secret.
+func checkEnvName(v string) error {
+	if !envNameRE.MatchString(v) {
+		return errors.New("its value is not a variable name (letters, digits and _, not starting with a digit) and is not shown")
+	}
+	for _, p := range tokenPrefixes {
+		if strings.HasPrefix(v, p) {
+			return fmt.Errorf("its value starts with %q, as a GitHub token does, and is not shown", p)
+		}
+	}
+	return nil
+}
+
+// shownEnvName is v for an error if it has the conventional form of a
+// variable name (upper case), else a placeholder: a name with lower-case
+// letters may be a secret written in place of the name.
+func shownEnvName(v string) string {
+	if upperEnvNameRE.MatchString(v) {
+		return v
+	}
+	return "(name not shown: it has lower-case letters and may be a secret)"
+}
 
 // option is one key of a target's options.
 type option struct {
@@ -158,15 +196,20 @@ func (t Target) resolve(lookup func(string) (string, bool)) (targets.Def, error)
 			o.set(&d, v)
 			continue
 		}
+		// Checked by both processes (mcp-front reads no secrets).
+		if err := checkEnvName(v); err != nil {
+			return d, fmt.Errorf("%s: options.%s must name an environment variable: %w; if the value is the secret itself, "+
+				"put the secret in an environment variable, name that variable here, and rotate the secret", where, o.name, err)
+		}
 		if lookup == nil {
 			continue // shape only: the caller delivers nothing
 		}
 		secret, ok := lookup(v)
 		if !ok {
-			return d, fmt.Errorf("%s: environment variable %s (options.%s) is not set", where, v, o.name)
+			return d, fmt.Errorf("%s: environment variable %s (options.%s) is not set", where, shownEnvName(v), o.name)
 		}
 		if strings.TrimSpace(secret) == "" {
-			return d, fmt.Errorf("%s: environment variable %s (options.%s) is empty", where, v, o.name)
+			return d, fmt.Errorf("%s: environment variable %s (options.%s) is empty", where, shownEnvName(v), o.name)
 		}
 		o.secret(&d, downstream.NewSecret(strings.TrimSpace(secret)))
 	}

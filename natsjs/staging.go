@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -34,8 +35,15 @@ const DefaultStageRoot = "/dev/shm"
 // the store's absolute path, so a dispatcher restarted after a crash finds
 // the batches it staged. It returns "" and no error when root does not
 // exist (no memory filesystem: staging stays on disk), and an error when
-// the directory exists but is not a private directory of this user's.
+// the directory exists but is not a private directory of this user's:
+// another user may have created it first in the shared root, to read or
+// plant staged batches (the caller then stages on disk).
 func MemoryStageDir(root, storeDir string) (string, error) {
+	return memoryStageDir(root, storeDir, os.Getuid())
+}
+
+// memoryStageDir is MemoryStageDir for the user uid.
+func memoryStageDir(root, storeDir string, uid int) (string, error) {
 	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
 		return "", nil
 	}
@@ -44,7 +52,7 @@ func MemoryStageDir(root, storeDir string) (string, error) {
 		return "", fmt.Errorf("natsjs: staging directory: %w", err)
 	}
 	sum := sha256.Sum256([]byte(abs))
-	dir := filepath.Join(root, fmt.Sprintf("ticketrelay-batches-%d-%x", os.Getuid(), sum[:8]))
+	dir := filepath.Join(root, fmt.Sprintf("ticketrelay-batches-%d-%x", uid, sum[:8]))
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("natsjs: staging directory: %w", err)
 	}
@@ -54,6 +62,14 @@ func MemoryStageDir(root, storeDir string) (string, error) {
 	}
 	if !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 		return "", fmt.Errorf("natsjs: staging directory %s exists and is not a private directory (%v)", dir, fi.Mode())
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return "", fmt.Errorf("natsjs: staging directory %s: its owner cannot be read", dir)
+	}
+	if int64(st.Uid) != int64(uid) {
+		return "", fmt.Errorf("natsjs: staging directory %s is owned by uid %d, not by this user (uid %d): "+
+			"another user created it; not used", dir, st.Uid, uid)
 	}
 	return dir, nil
 }

@@ -27,6 +27,17 @@ const (
 	MaxLabelLen     = 64
 )
 
+// Reserved marks. Adapters without a dedupe key find the item of an
+// earlier attempt by a mark derived from the key: GitHub by a label
+// ReservedLabelPrefix+hex, Redmine by a subject marker
+// ReservedTitleMarker+hex+"]". A caller's label or title that carried one
+// could pass its ticket off as another request's delivery, so Normalize
+// refuses both (ignoring case, as the downstream filters do).
+const (
+	ReservedLabelPrefix = "ticketrelay-"
+	ReservedTitleMarker = "[ticketrelay:"
+)
+
 // Priorities accepted by create_ticket; adapters map them to their own scale.
 var Priorities = []string{"low", "normal", "high", "urgent"}
 
@@ -94,6 +105,9 @@ func (r *Request) Normalize() error {
 	if strings.TrimSpace(r.Title) == "" {
 		return invalid("title", "is required")
 	}
+	if containsFold(r.Title, ReservedTitleMarker) {
+		return invalid("title", "contains %q, which is reserved: ticketrelay marks its own issues with it to find them again; reword the title", ReservedTitleMarker)
+	}
 	if err := checkText("body", r.Body, 0, true); err != nil {
 		return err
 	}
@@ -118,6 +132,10 @@ func (r *Request) Normalize() error {
 		if l == "" {
 			return invalid("labels", "contains an empty label")
 		}
+		if hasPrefixFold(l, ReservedLabelPrefix) {
+			return invalid("labels", "label %q starts with %q, which is reserved: ticketrelay marks its own issues with such labels "+
+				"to find them again; choose another label", l, ReservedLabelPrefix)
+		}
 		labels = append(labels, l)
 	}
 	slices.Sort(labels)
@@ -126,6 +144,27 @@ func (r *Request) Normalize() error {
 		r.Labels = nil
 	}
 	return nil
+}
+
+// hasPrefixFold reports whether s starts with prefix under Unicode case
+// folding (strings.EqualFold: "TicketRelay-" and "ticketrelay-" match).
+func hasPrefixFold(s, prefix string) bool {
+	n, end := utf8.RuneCountInString(prefix), 0
+	for ; n > 0 && end < len(s); n-- {
+		_, w := utf8.DecodeRuneInString(s[end:])
+		end += w
+	}
+	return n == 0 && strings.EqualFold(s[:end], prefix)
+}
+
+// containsFold reports whether sub occurs in s under Unicode case folding.
+func containsFold(s, sub string) bool {
+	for i := range s {
+		if hasPrefixFold(s[i:], sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkText rejects invalid UTF-8, U+FFFD (what a JSON decoder leaves where

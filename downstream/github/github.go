@@ -37,6 +37,7 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/downstream/internal/rest"
+	"ticketrelay/ticket"
 )
 
 // DefaultBaseURL is the REST API host.
@@ -110,7 +111,7 @@ func New(cfg Config) (*Target, error) {
 		return nil, fmt.Errorf("github %q: a token is required", cfg.Name)
 	}
 	return &Target{cfg: cfg, base: base, repo: base + "/repos/" + url.PathEscape(cfg.Owner) + "/" + url.PathEscape(cfg.Repo),
-		c: rest.NewClient(cfg.HTTP, cfg.Now), check: make(chan struct{}, 1)}, nil
+		c: rest.NewClient(cfg.HTTP, cfg.Now).Redact(cfg.Token), check: make(chan struct{}, 1)}, nil
 }
 
 // Name implements downstream.Target.
@@ -120,10 +121,11 @@ func (t *Target) Name() string { return t.cfg.Name }
 func (t *Target) Capabilities() downstream.Capabilities { return Capabilities }
 
 // KeyLabel is the label that marks the issue of a dedupe key (GitHub labels
-// hold at most 50 characters; the key may hold 255).
+// hold at most 50 characters; the key may hold 255). Its prefix is
+// reserved: ticket.Normalize refuses a caller's label that starts with it.
 func KeyLabel(key string) string {
 	sum := sha256.Sum256([]byte(key))
-	return "ticketrelay-" + hex.EncodeToString(sum[:12])
+	return ticket.ReservedLabelPrefix + hex.EncodeToString(sum[:12])
 }
 
 // Label fits a ticket label into GitHub's 50 characters: a longer one
@@ -141,6 +143,7 @@ func Label(l string) string {
 type issue struct {
 	Number      int64             `json:"number"`
 	HTMLURL     string            `json:"html_url"`
+	Body        string            `json:"body"`
 	PullRequest json.RawMessage   `json:"pull_request"`
 	Labels      []json.RawMessage `json:"labels"` // {"name": ...} objects (or names)
 }
@@ -220,7 +223,7 @@ func texts(d downstream.Delivery, shortened bool) (title, body string) {
 	if d.Ticket.Priority != "" {
 		foot += "priority: " + d.Ticket.Priority + " · "
 	}
-	foot += "ticket " + d.Ticket.ID
+	foot += footerMark(d)
 	if shortened {
 		foot += " · labels: " + strings.Join(d.Ticket.Labels, ", ")
 	}
@@ -326,20 +329,41 @@ func checkFailed(err error) error {
 	return e
 }
 
-// Find lists issues (any state) carrying the key's label.
+// Find lists issues (any state) carrying the key's label, and takes the
+// first whose body holds the ticket's footer (see texts). The label alone
+// is no proof: anyone who may label issues can put it on another. An issue
+// with the label but without the footer (forged, or its body edited) is
+// neither proof that the ticket was delivered nor that it was not: a
+// permanent error, which leaves the decision to an operator.
 func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Receipt, bool, error) {
 	q := url.Values{"labels": {KeyLabel(d.Key)}, "state": {"all"}, "per_page": {"10"}, "sort": {"created"}, "direction": {"asc"}}
 	var list []issue
 	if err := t.get(ctx, t.repo+"/issues?"+q.Encode(), &list); err != nil {
 		return downstream.Receipt{}, false, err
 	}
-	for _, is := range list {
-		if len(is.PullRequest) == 0 || string(is.PullRequest) == "null" { // the list includes pull requests
+	var suspect *issue
+	for i, is := range list {
+		if len(is.PullRequest) != 0 && string(is.PullRequest) != "null" { // the list includes pull requests
+			continue
+		}
+		if strings.Contains(is.Body, footerMark(d)) {
 			return receipt(is), true, nil
 		}
+		if suspect == nil {
+			suspect = &list[i]
+		}
+	}
+	if suspect != nil {
+		return downstream.Receipt{}, false, &downstream.Error{Class: downstream.Permanent, Err: fmt.Errorf(
+			"github %q: issue #%d (%s) carries the key label %s but its body lacks the footer of ticket %s: it was edited, or the label "+
+				"was put on an issue of another origin; whether this request was delivered is unknown: check the issue, then resolve the request",
+			t.cfg.Name, suspect.Number, rest.Clean(suspect.HTMLURL), KeyLabel(d.Key), d.Ticket.ID)}
 	}
 	return downstream.Receipt{}, false, nil
 }
+
+// footerMark is the part of the footer texts writes that names the ticket.
+func footerMark(d downstream.Delivery) string { return "ticket " + d.Ticket.ID }
 
 func receipt(is issue) downstream.Receipt {
 	return downstream.Receipt{ExternalID: strconv.FormatInt(is.Number, 10), URL: is.HTMLURL}

@@ -76,7 +76,7 @@ func New(cfg Config) (*Target, error) {
 	if cfg.IssueType == "" {
 		cfg.IssueType = "Task"
 	}
-	return &Target{cfg: cfg, base: base, c: rest.NewClient(cfg.HTTP, cfg.Now)}, nil
+	return &Target{cfg: cfg, base: base, c: rest.NewClient(cfg.HTTP, cfg.Now).Redact(cfg.Token)}, nil
 }
 
 // Name implements downstream.Target.

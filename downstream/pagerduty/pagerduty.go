@@ -128,7 +128,7 @@ func New(cfg Config) (*Target, error) {
 	if cfg.Source == "" {
 		cfg.Source = "ticketrelay"
 	}
-	return &Target{cfg: cfg, base: base, apiBase: apiBase, c: rest.NewClient(cfg.HTTP, cfg.Now)}, nil
+	return &Target{cfg: cfg, base: base, apiBase: apiBase, c: rest.NewClient(cfg.HTTP, cfg.Now).Redact(cfg.RoutingKey, cfg.APIToken)}, nil
 }
 
 // Name implements downstream.Target.

@@ -43,6 +43,7 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/downstream/internal/rest"
+	"ticketrelay/ticket"
 )
 
 // Capabilities: no key; a consistent lookup through the issue filters.
@@ -112,7 +113,7 @@ func New(cfg Config) (*Target, error) {
 			return nil, fmt.Errorf("redmine %q: priority %q maps to id %d; ids are positive", cfg.Name, p, id)
 		}
 	}
-	return &Target{cfg: cfg, base: base, c: rest.NewClient(cfg.HTTP, cfg.Now)}, nil
+	return &Target{cfg: cfg, base: base, c: rest.NewClient(cfg.HTTP, cfg.Now).Redact(cfg.APIKey)}, nil
 }
 
 // Name implements downstream.Target.
@@ -123,10 +124,12 @@ func (t *Target) Capabilities() downstream.Capabilities { return Capabilities }
 
 // SubjectMarker is the marker of a dedupe key in a subject, used when no
 // custom field is configured: short (a key may hold 255 characters, a
-// subject as many) and made of characters no filter treats specially.
+// subject as many) and made of characters no filter treats specially. Its
+// prefix is reserved: ticket.Normalize refuses a caller's title that holds
+// it.
 func SubjectMarker(key string) string {
 	sum := sha256.Sum256([]byte(key))
-	return "[ticketrelay:" + hex.EncodeToString(sum[:12]) + "]"
+	return ticket.ReservedTitleMarker + hex.EncodeToString(sum[:12]) + "]"
 }
 
 type customValue struct {
@@ -137,6 +140,7 @@ type customValue struct {
 type issue struct {
 	ID           int64            `json:"id"`
 	Subject      string           `json:"subject"`
+	Description  string           `json:"description"`
 	Tracker      struct{ ID int } `json:"tracker"`
 	CustomFields []customValue    `json:"custom_fields"`
 }
@@ -218,7 +222,7 @@ func (t *Target) texts(d downstream.Delivery) (subject, desc string) {
 	if len(d.Ticket.Labels) > 0 {
 		b.WriteString(" · labels: " + strings.Join(d.Ticket.Labels, ", "))
 	}
-	b.WriteString(" · ticket " + d.Ticket.ID + " · request " + d.Key)
+	b.WriteString(" · " + footerMark(d))
 	return subject, b.String()
 }
 
@@ -255,10 +259,22 @@ func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Re
 	// in the answer shows that Redmine ignored the filter (see the package
 	// comment): the list is then the project's first issues, and the key's
 	// issue may well exist beyond them. Not found would be a false proof.
-	var stray *issue
+	//
+	// With the subject marker, a subject is no proof on its own (anyone who
+	// may edit issues can write the marker): the issue must also hold the
+	// description's footer (see texts). One that holds the marker but not
+	// the footer (forged, or its description edited) proves neither
+	// outcome: a permanent error, which leaves the decision to an operator.
+	var stray, suspect *issue
 	for i, is := range ans.Issues {
 		if is.ID != 0 && t.holds(is, d.Key) {
-			return t.receipt(is.ID), true, nil
+			if t.cfg.CustomFieldID != 0 || strings.Contains(is.Description, footerMark(d)) {
+				return t.receipt(is.ID), true, nil
+			}
+			if suspect == nil {
+				suspect = &ans.Issues[i]
+			}
+			continue
 		}
 		if stray == nil && !t.filtered(is, d.Key) {
 			stray = &ans.Issues[i]
@@ -267,7 +283,19 @@ func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Re
 	if stray != nil {
 		return downstream.Receipt{}, false, &downstream.Error{Class: downstream.Transient, Err: t.ignoredFilter(stray.ID)}
 	}
+	if suspect != nil {
+		return downstream.Receipt{}, false, &downstream.Error{Class: downstream.Permanent, Err: fmt.Errorf(
+			"redmine issue #%d (%s) carries the key's subject marker %s but its description lacks the footer of ticket %s: it was edited, "+
+				"or the marker was written into an issue of another origin; whether this request was delivered is unknown: check the issue, "+
+				"then resolve the request", suspect.ID, t.receipt(suspect.ID).URL, SubjectMarker(d.Key), d.Ticket.ID)}
+	}
 	return downstream.Receipt{}, false, nil
+}
+
+// footerMark is the part of the description's footer (see texts) that
+// names the ticket and the request.
+func footerMark(d downstream.Delivery) string {
+	return "ticket " + d.Ticket.ID + " · request " + d.Key
 }
 
 // filtered reports whether a lookup filter that Redmine applied could have

@@ -75,7 +75,7 @@ func New(cfg Config) (*Target, error) {
 	} else if u.Host == "" {
 		return nil, fmt.Errorf("webhook %q: endpoint %q has no host", cfg.Name, rest.SafeURL(u, false))
 	}
-	t := &Target{cfg: cfg, c: rest.NewClient(cfg.HTTP, cfg.Now)}
+	t := &Target{cfg: cfg, c: rest.NewClient(cfg.HTTP, cfg.Now).Redact(cfg.Token, cfg.SigningSecret)}
 	if !cfg.SigningSecret.IsZero() {
 		key, err := DecodeSecret(cfg.SigningSecret.Reveal())
 		if err != nil {

@@ -73,7 +73,7 @@ func New(cfg Config) (*Target, error) {
 	if cfg.Email == "" || cfg.Token.IsZero() {
 		return nil, fmt.Errorf("zendesk %q: email and API token are required", cfg.Name)
 	}
-	return &Target{cfg: cfg, base: base, c: rest.NewClient(cfg.HTTP, cfg.Now)}, nil
+	return &Target{cfg: cfg, base: base, c: rest.NewClient(cfg.HTTP, cfg.Now).Redact(cfg.Token)}, nil
 }
 
 // Name implements downstream.Target.

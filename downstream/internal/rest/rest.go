@@ -5,7 +5,9 @@ package rest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,10 +16,12 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"ticketrelay/downstream"
 )
@@ -46,6 +50,8 @@ type Client struct {
 	// errors still never show a URL's userinfo, query or fragment (see
 	// SafeURL).
 	HideURL bool
+
+	secrets []downstream.Secret // what no error shows (see Redact); kept as Secrets, so that printing a target shows none
 }
 
 // NewClient fills the defaults.
@@ -59,12 +65,72 @@ func NewClient(hc *http.Client, now func() time.Time) *Client {
 	return &Client{HTTP: hc, Now: now}
 }
 
+// Redact registers the credentials the adapter sends (in a header, a body
+// or a URL), so that no message built from an answer shows them: a
+// receiver or proxy that echoes the request ("request headers were:
+// Authorization: Bearer …") would otherwise put them in last_error, the
+// logs, find_request's answer and `dispatcher status`. Fail and Message
+// show each as downstream.Redacted. The credentials of a request's
+// Authorization and Proxy-Authorization headers are redacted without being
+// registered (Basic's base64 is not the secret itself), nor are the
+// password and query of its URL, and with HideURL its path. Call it while
+// building the adapter; it returns c.
+func (c *Client) Redact(secrets ...downstream.Secret) *Client {
+	for _, s := range secrets {
+		if !s.IsZero() {
+			c.secrets = append(c.secrets, s)
+		}
+	}
+	return c
+}
+
+// secretsOf returns the client's secrets and the credentials req carries:
+// in its authorization headers, and in its URL what SafeURL leaves out
+// (the password, the query and, with HideURL, the path).
+func (c *Client) secretsOf(req *http.Request) []downstream.Secret {
+	s := slices.Clone(c.secrets)
+	add := func(v string) {
+		if v = strings.TrimSpace(v); v != "" {
+			s = append(s, downstream.NewSecret(v))
+		}
+	}
+	if pass, ok := req.URL.User.Password(); ok {
+		add(pass)
+	}
+	add(req.URL.RawQuery)
+	if c.HideURL && req.URL.Path != "/" {
+		add(req.URL.EscapedPath())
+		add(req.URL.Path)
+	}
+	for _, h := range []string{"Authorization", "Proxy-Authorization"} {
+		for _, v := range req.Header.Values(h) {
+			add(v)
+			scheme, cred, ok := strings.Cut(strings.TrimSpace(v), " ")
+			if !ok {
+				continue
+			}
+			add(cred)
+			if strings.EqualFold(scheme, "Basic") {
+				if dec, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred)); err == nil {
+					add(string(dec))
+					if _, pass, ok := strings.Cut(string(dec), ":"); ok {
+						add(pass)
+					}
+				}
+			}
+		}
+	}
+	return s
+}
+
 // Response is an answer read in full.
 type Response struct {
 	Method string // of the request it answers: a GET or HEAD never acted
 	Status int
 	Header http.Header
 	Body   []byte
+
+	secrets []downstream.Secret // what no message shows (see Client.Redact)
 }
 
 // OK reports a 2xx status.
@@ -180,7 +246,7 @@ func (c *Client) Do(req *http.Request) (*Response, error) {
 		// Only a redirect followOnlySafe refused comes back as a 3xx.
 		return nil, c.redirected(req, resp)
 	}
-	return &Response{Method: req.Method, Status: resp.StatusCode, Header: resp.Header, Body: body}, nil
+	return &Response{Method: req.Method, Status: resp.StatusCode, Header: resp.Header, Body: body, secrets: c.secretsOf(req)}, nil
 }
 
 func safeMethod(m string) bool { return m == http.MethodGet || m == http.MethodHead }
@@ -295,7 +361,12 @@ func RedactURLError(err error, hide bool) error {
 //   - other 4xx: Permanent
 //
 // RetryAfter comes from the Retry-After header (seconds or an HTTP date).
+//
+// msg is made safe to store and print (see Clean): it comes from the
+// answer, and goes to last_error, the logs, find_request's answer and the
+// operator's terminal. Cut to 1000 bytes.
 func (c *Client) Fail(r *Response, msg string) *downstream.Error {
+	msg = cut(Clean(msg, slices.Concat(c.secrets, r.secrets)...), maxFailMessage)
 	e := &downstream.Error{StatusCode: r.Status, RetryAfter: RetryAfter(r.Header, c.Now()), Err: errors.New(msg)}
 	switch {
 	case r.Status == http.StatusUnauthorized || r.Status == http.StatusForbidden:
@@ -321,27 +392,71 @@ func RetryAfter(h http.Header, now time.Time) time.Duration {
 		if n <= 0 {
 			return 0
 		}
-		return time.Duration(min(n, int64(24*time.Hour/time.Second))) * time.Second
+		return time.Duration(min(n, int64(maxRetryAfter/time.Second))) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		if d := t.Sub(now); d > 0 {
-			return d
+			return min(d, maxRetryAfter) // Sub saturates a date centuries ahead; the cap keeps it sane
 		}
 	}
 	return 0
 }
 
+// maxRetryAfter caps the wait an API may ask for.
+const maxRetryAfter = 24 * time.Hour
+
+// maxMessage and maxFailMessage bound what Message and Fail keep, in bytes.
+const (
+	maxMessage     = 500
+	maxFailMessage = 1000
+)
+
 // Message is a readable error message from an answer: the body as text,
-// trimmed and cut to 500 bytes, or the status text if the body is empty.
+// made safe (see Clean: no credential of the request, no control
+// character), trimmed and cut to 500 bytes, or the status text if the body
+// is empty.
 func Message(r *Response) string {
-	s := strings.TrimSpace(string(r.Body))
+	s := strings.TrimSpace(Clean(string(r.Body), r.secrets...))
 	if s == "" {
 		return http.StatusText(r.Status)
 	}
-	if len(s) > 500 {
-		s = s[:500] + "…"
+	return cut(s, maxMessage)
+}
+
+// Clean makes text from an answer safe to store and print: every
+// occurrence of a secret becomes downstream.Redacted, every control
+// character (C0, DEL and C1, newlines and tabs included: ESC would reach an
+// operator's terminal) a space, and bytes that are not UTF-8 U+FFFD.
+func Clean(s string, secrets ...downstream.Secret) string {
+	vals := make([]string, 0, len(secrets))
+	for _, sec := range secrets {
+		if v := sec.Reveal(); v != "" {
+			vals = append(vals, v)
+		}
 	}
-	return s
+	// Longest first, so that a secret that holds another is replaced whole.
+	slices.SortStableFunc(vals, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	for _, v := range vals {
+		s = strings.ReplaceAll(s, v, downstream.Redacted)
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// cut cuts s to at most n bytes at a character boundary, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }
 
 // BaseURL checks an adapter's configured endpoint and returns it without a

@@ -28,8 +28,9 @@ func TestRetryAfter(t *testing.T) {
 		{"-3", 0},
 		{"soon", 0},
 		{"Fri, 01 May 2026 12:00:30 GMT", 30 * time.Second},
-		{"Fri, 01 May 2026 11:59:00 GMT", 0}, // in the past
-		{"99999999", 24 * time.Hour},         // capped
+		{"Fri, 01 May 2026 11:59:00 GMT", 0},              // in the past
+		{"99999999", 24 * time.Hour},                      // capped
+		{"Fri, 31 Dec 9999 23:59:59 GMT", 24 * time.Hour}, // capped too
 	} {
 		h := http.Header{}
 		if c.v != "" {
