@@ -35,6 +35,7 @@ type Store interface {
 	PublishedAfter(ctx context.Context, after int64, limit int) ([]ledger.Published, error)
 	LastID(ctx context.Context) (int64, error)
 	RepublishLost(ctx context.Context, p ledger.Published) (bool, error)
+	Served(ctx context.Context) (ledger.Served, error)
 }
 
 // Stream answers whether the stream stores msgID at seq.
@@ -80,7 +81,11 @@ type Auditor struct {
 
 	cursor   int64     // rows up to this id were audited in this pass
 	passFrom time.Time // when this pass started
+	warned   map[string]time.Time
 }
+
+// unservedWarnEvery spaces the warnings about one unserved target.
+const unservedWarnEvery = time.Hour
 
 // New builds an auditor that works only while leading() reports true.
 func New(cfg Config, store Store, stream Stream, leading func() bool, log *slog.Logger, m *metrics.Dispatcher, now func() time.Time) (*Auditor, error) {
@@ -88,7 +93,8 @@ func New(cfg Config, store Store, stream Stream, leading func() bool, log *slog.
 	if cfg.After < 0 || cfg.Interval <= 0 || cfg.Rescan <= 0 || cfg.Batch < 1 {
 		return nil, fmt.Errorf("audit: invalid config %+v", cfg)
 	}
-	return &Auditor{cfg: cfg, store: store, stream: stream, leading: leading, log: log, metrics: m, now: now}, nil
+	return &Auditor{cfg: cfg, store: store, stream: stream, leading: leading, log: log, metrics: m, now: now,
+		warned: map[string]time.Time{}}, nil
 }
 
 // Run audits until ctx ends; it returns nil then.
@@ -143,6 +149,9 @@ func (a *Auditor) Round(ctx context.Context) (more bool, err error) {
 		}
 		return false, nil
 	}
+	var served *ledger.Served
+	unserved := map[string]int{}
+	defer a.reportUnserved(unserved, now)
 	for _, p := range rows {
 		if p.PublishedAt.IsZero() || now.Sub(p.PublishedAt) < a.cfg.After {
 			// Not published yet, or too recently: this pass waits here, so
@@ -150,6 +159,19 @@ func (a *Auditor) Round(ctx context.Context) (more bool, err error) {
 			return false, nil
 		}
 		if a.due(p, now) {
+			if p.Delivery == "" {
+				// Never attempted: is anyone going to?
+				if served == nil {
+					s, err := a.store.Served(ctx)
+					if err != nil {
+						return false, err
+					}
+					served = &s
+				}
+				if !served.Serves(p.Target) {
+					unserved[p.Target]++
+				}
+			}
 			if err := a.check(ctx, p); err != nil {
 				return false, err
 			}
@@ -195,4 +217,20 @@ func (a *Auditor) check(ctx context.Context, p ledger.Published) error {
 			"request_id", p.RequestID, "msg_id", p.MsgID(), "seq", p.Seq, "published_at", p.PublishedAt)
 	}
 	return nil
+}
+
+// reportUnserved counts the requests a round found waiting for a target no
+// running dispatcher delivers to, and says so in the log (once an hour per
+// target: a pass finds each such request once).
+func (a *Auditor) reportUnserved(unserved map[string]int, now time.Time) {
+	for target, n := range unserved {
+		a.metrics.Unserved.WithLabelValues(target).Add(float64(n))
+		if last, ok := a.warned[target]; ok && now.Sub(last) < unservedWarnEvery {
+			continue
+		}
+		a.warned[target] = now
+		a.log.Warn("requests wait for a target no running dispatcher delivers to; they stay stored and are delivered once one does: "+
+			"give every dispatcher the same -config as mcp-front",
+			"target", target, "requests", n)
+	}
 }

@@ -341,3 +341,44 @@ func TestConfigRejectsNonsense(t *testing.T) {
 		}
 	}
 }
+
+// A published request that was never attempted, for a target no running
+// dispatcher delivers to (mcp-front and the dispatcher given different
+// -config files), is counted and reported; one a dispatcher serves is not.
+func TestAuditReportsUnservedTargets(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	if err := w.l.NewPresence("d1", []string{"hook"}, w.log).Announce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.create(t, "a")
+	w.allPublished(t, []string{"a"})
+	clock := time.Now()
+	a, err := audit.New(audit.Config{After: time.Minute}, w.l, w.check, func() bool { return true }, w.log, w.m, func() time.Time { return clock })
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(time.Minute)
+	if _, err := a.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(w.m.Unserved.WithLabelValues("local")); got != 1 {
+		t.Fatalf("stream_audit_unserved_total{target=local} = %v, want 1", got)
+	}
+
+	if err := w.l.NewPresence("d2", []string{"local"}, w.log).Announce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.create(t, "b")
+	w.allPublished(t, []string{"b"})
+	clock = time.Now().Add(time.Minute)
+	if _, err := a.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(w.m.Unserved.WithLabelValues("local")); got != 1 {
+		t.Errorf("stream_audit_unserved_total{target=local} = %v after a dispatcher serving local announced itself, want still 1", got)
+	}
+	if got := testutil.ToFloat64(w.m.AuditChecked); got != 2 {
+		t.Errorf("stream_audit_checks_total = %v, want 2: both rows are still looked up in the stream", got)
+	}
+}

@@ -21,12 +21,15 @@ var ticketIDRE = regexp.MustCompile(`^tkt_[0-9a-hjkmnp-tv-z]{21}$`)
 
 // createResult is create_ticket's structured answer.
 type createResult struct {
-	RequestID string    `json:"request_id"`
-	TicketID  string    `json:"ticket_id"`
-	Target    string    `json:"target"`
-	Status    string    `json:"status"`
-	CreatedAt time.Time `json:"created_at"`
-	Replayed  bool      `json:"replayed"`
+	RequestID   string    `json:"request_id"`
+	TicketID    string    `json:"ticket_id"`
+	Target      string    `json:"target"`
+	Status      string    `json:"status"`
+	CreatedAt   time.Time `json:"created_at"`
+	Replayed    bool      `json:"replayed"`
+	ExternalID  string    `json:"external_id"`
+	ExternalURL string    `json:"external_url"`
+	Detail      string    `json:"detail"`
 }
 
 // findResult is the part of find_request's answer the tests look at.
@@ -117,8 +120,12 @@ func checkCreateResult(r createResult, id string) error {
 		return fmt.Errorf("ticket_id %q is not a ticket id", r.TicketID)
 	case r.Target != "local":
 		return fmt.Errorf("target %q, want local", r.Target)
-	case r.Status != "queued":
-		return fmt.Errorf("status %q, want queued (the result of the first call, replayed unchanged)", r.Status)
+	case !r.Replayed && r.Status != "queued":
+		return fmt.Errorf("status %q on a first call, want queued", r.Status)
+	case r.Replayed && !findStatuses[r.Status]:
+		return fmt.Errorf("status %q on a replay, want the request's current status", r.Status)
+	case r.Detail == "":
+		return fmt.Errorf("no detail")
 	case r.CreatedAt.IsZero():
 		return fmt.Errorf("no created_at")
 	}

@@ -14,6 +14,7 @@ import (
 type Published struct {
 	ID          int64 // the outbox (and ledger) row id
 	RequestID   string
+	Target      string
 	Generation  int
 	PublishedAt time.Time // zero: not published (yet, or again after a redrive)
 	Seq         uint64    // stream sequence of the stored message; 0: not known
@@ -44,7 +45,7 @@ func (l *Ledger) LastID(ctx context.Context) (int64, error) {
 // order, each with its request's delivery record state.
 func (l *Ledger) PublishedAfter(ctx context.Context, after int64, limit int) ([]Published, error) {
 	rows, err := l.db.read.QueryContext(ctx, `
-		SELECT o.id, o.request_id, o.generation, o.published_at, o.stream_seq, d.state, d.updated_at
+		SELECT o.id, o.request_id, o.subject, o.generation, o.published_at, o.stream_seq, d.state, d.updated_at
 		FROM outbox o LEFT JOIN deliveries d ON d.id = o.id
 		WHERE o.id > ? ORDER BY o.id LIMIT ?`, after, limit)
 	if err != nil {
@@ -56,9 +57,11 @@ func (l *Ledger) PublishedAfter(ctx context.Context, after int64, limit int) ([]
 		var p Published
 		var published, seq, updated sql.NullInt64
 		var state sql.NullString
-		if err := rows.Scan(&p.ID, &p.RequestID, &p.Generation, &published, &seq, &state, &updated); err != nil {
+		var subject string
+		if err := rows.Scan(&p.ID, &p.RequestID, &subject, &p.Generation, &published, &seq, &state, &updated); err != nil {
 			return nil, fmt.Errorf("ledger: read published rows: %w", err)
 		}
+		p.Target = outbox.TargetOf(subject)
 		p.Delivery = state.String
 		if updated.Valid {
 			p.DeliveryUpdated = time.Unix(0, updated.Int64)

@@ -44,10 +44,11 @@ type Result struct {
 
 // Ledger is the idempotency ledger of one database.
 type Ledger struct {
-	db    *DB
-	w     *Writer
-	now   func() time.Time
-	prior priorReads
+	db     *DB
+	w      *Writer
+	now    func() time.Time
+	prior  priorReads
+	served servedCache
 }
 
 // New returns a ledger that writes through w and reads through db's read pool.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"ticketrelay/outbox"
@@ -121,20 +122,26 @@ func (l *Ledger) Resolve(ctx context.Context, requestID string, delivered bool, 
 
 // TargetCounts is the delivery picture of one target.
 type TargetCounts struct {
-	Target    string `json:"target"`
-	Retrying  int    `json:"retrying"`
-	Failed    int    `json:"failed"`
-	Uncertain int    `json:"uncertain"`
-	Delivered int    `json:"delivered"`
-	InFlight  int    `json:"in_flight"` // attempting
+	Target string `json:"target"`
+	// Waiting: accepted and not attempted yet (queued, published, or held
+	// up); no delivery record.
+	Waiting   int `json:"waiting"`
+	Retrying  int `json:"retrying"`
+	Failed    int `json:"failed"`
+	Uncertain int `json:"uncertain"`
+	Delivered int `json:"delivered"`
+	InFlight  int `json:"in_flight"` // attempting
+	// Served: a running dispatcher delivers to the target.
+	Served bool `json:"served"`
 }
 
 // Summary is what `dispatcher status` prints.
 type Summary struct {
-	Backlog   int64
-	OldestAge time.Duration
-	Targets   []TargetCounts
-	Uncertain []RequestStatus
+	Backlog     int64
+	OldestAge   time.Duration
+	Dispatchers int // running (see Presence)
+	Targets     []TargetCounts
+	Uncertain   []RequestStatus
 }
 
 // Summarize reads the backlog, the per-target counts and the uncertain requests.
@@ -150,14 +157,28 @@ func (l *Ledger) Summarize(ctx context.Context) (Summary, error) {
 	}
 	// An attempt that ended without a known outcome and waits for its
 	// lookup is retrying, as find_request reports it.
-	rows, err := l.db.read.QueryContext(ctx, `SELECT target,
-		CASE WHEN state = ? AND next_attempt_at IS NOT NULL THEN ? ELSE state END AS shown, count(*)
-		FROM deliveries GROUP BY target, shown ORDER BY target`, DeliveryAttempting, string(StatusRetrying))
+	// Requests with no delivery record yet are "waiting": counting them
+	// scans the ledger (an operator's command, not a hot path). Those of a
+	// target no running dispatcher serves appear nowhere else.
+	rows, err := l.db.read.QueryContext(ctx, `SELECT target, shown, count(*) FROM (
+			SELECT target, CASE WHEN state = ? AND next_attempt_at IS NOT NULL THEN ? ELSE state END AS shown FROM deliveries
+			UNION ALL
+			SELECT r.target, 'waiting' FROM requests r LEFT JOIN deliveries d ON d.id = r.id WHERE d.id IS NULL
+		) GROUP BY target, shown`, DeliveryAttempting, string(StatusRetrying))
 	if err != nil {
 		return s, fmt.Errorf("ledger: summarize: %w", err)
 	}
 	byTarget := map[string]*TargetCounts{}
 	var order []string
+	counts := func(target string) *TargetCounts {
+		tc := byTarget[target]
+		if tc == nil {
+			tc = &TargetCounts{Target: target}
+			byTarget[target] = tc
+			order = append(order, target)
+		}
+		return tc
+	}
 	for rows.Next() {
 		var target, state string
 		var c int
@@ -165,13 +186,10 @@ func (l *Ledger) Summarize(ctx context.Context) (Summary, error) {
 			rows.Close()
 			return s, err
 		}
-		tc := byTarget[target]
-		if tc == nil {
-			tc = &TargetCounts{Target: target}
-			byTarget[target] = tc
-			order = append(order, target)
-		}
+		tc := counts(target)
 		switch state {
+		case "waiting":
+			tc.Waiting = c
 		case string(StatusRetrying):
 			tc.Retrying = c
 		case string(StatusFailed):
@@ -188,8 +206,19 @@ func (l *Ledger) Summarize(ctx context.Context) (Summary, error) {
 	if err := rows.Err(); err != nil {
 		return s, err
 	}
+	served, err := l.Served(ctx)
+	if err != nil {
+		return s, err
+	}
+	s.Dispatchers = served.Dispatchers
+	for t := range served.Targets {
+		counts(t)
+	}
+	slices.Sort(order)
 	for _, t := range order {
-		s.Targets = append(s.Targets, *byTarget[t])
+		tc := byTarget[t]
+		tc.Served = served.Serves(t)
+		s.Targets = append(s.Targets, *tc)
 	}
 	var uncertain []string
 	urows, err := l.db.read.QueryContext(ctx, `SELECT r.request_id FROM deliveries d JOIN requests r ON r.id = d.id

@@ -5,16 +5,16 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"time"
-
-	"ticketrelay/outbox"
 )
 
 // Status is where a request stands (DESIGN.md "Request status").
 type Status string
 
 const (
-	StatusUnknown   Status = "unknown"   // no ledger row: never accepted (or expired)
+	StatusUnknown   Status = "unknown"   // no ledger row: never accepted, still being stored, or forgotten after retention
 	StatusQueued    Status = "queued"    // committed, waiting in the outbox
 	StatusPublished Status = "published" // acknowledged by JetStream, not yet delivered
 	StatusDelivered Status = "delivered" // the downstream confirmed it
@@ -30,50 +30,61 @@ const (
 	DeliveryAttempting = "attempting"
 )
 
-// RequestStatus is what find_request reports.
+// RequestStatus is what find_request reports, as JSON. Only request_id,
+// status and detail are always present; the other fields appear when they
+// apply (mcpserver's find_request output schema describes each of them).
 type RequestStatus struct {
-	RequestID     string     `json:"request_id"`
-	Status        Status     `json:"status"`
-	TicketID      string     `json:"ticket_id,omitempty"`
-	Tool          string     `json:"tool,omitempty"`
-	Target        string     `json:"target,omitempty"`
-	AcceptedAt    *time.Time `json:"accepted_at,omitempty"`
-	PublishedAt   *time.Time `json:"published_at,omitempty"`
-	Attempts      int        `json:"attempts,omitempty"`
-	Throttled     int        `json:"throttled,omitempty"` // of the attempts, refused by the downstream's rate limit; they do not count toward the limit
-	InProgress    bool       `json:"in_progress,omitempty"`
-	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
-	LastError     string     `json:"last_error,omitempty"`
-	ExternalID    string     `json:"external_id,omitempty"`
-	ExternalURL   string     `json:"external_url,omitempty"`
-	UpdatedAt     *time.Time `json:"updated_at,omitempty"`
-	Detail        string     `json:"detail"`
+	RequestID     string     `json:"request_id"`                // as the caller gave it
+	Status        Status     `json:"status"`                    // one of the Status values
+	TicketID      string     `json:"ticket_id,omitempty"`       // ticketrelay's id, derived from request_id
+	Tool          string     `json:"tool,omitempty"`            // the create tool that accepted it
+	Target        string     `json:"target,omitempty"`          // where it is delivered
+	AcceptedAt    *time.Time `json:"accepted_at,omitempty"`     // when the ledger committed it
+	PublishedAt   *time.Time `json:"published_at,omitempty"`    // when JetStream acknowledged it
+	Attempts      int        `json:"attempts,omitempty"`        // delivery calls made so far
+	Throttled     int        `json:"throttled,omitempty"`       // of the attempts, refused by the downstream's rate limit; they do not count toward the limit
+	InProgress    bool       `json:"in_progress,omitempty"`     // a delivery call is running now
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"` // when the next attempt (or lookup) is due
+	LastError     string     `json:"last_error,omitempty"`      // the last attempt's error, as the forwarder recorded it
+	ExternalID    string     `json:"external_id,omitempty"`     // the downstream's id of the item, once delivered
+	ExternalURL   string     `json:"external_url,omitempty"`    // a link to it, once delivered
+	UpdatedAt     *time.Time `json:"updated_at,omitempty"`      // when the delivery record last changed
+	Detail        string     `json:"detail"`                    // what the status means and what to do next
 }
 
 // Find reports the status of requestID. An id never accepted is
 // StatusUnknown, not an error.
 func (l *Ledger) Find(ctx context.Context, requestID string) (RequestStatus, error) {
 	st := RequestStatus{RequestID: requestID, Status: StatusUnknown}
-	var id, created int64
-	err := l.db.queryRow(ctx,
-		`SELECT id, ticket_id, tool, target, created_at FROM requests WHERE request_id = ?`, requestID).
-		Scan(&id, &st.TicketID, &st.Tool, &st.Target, &created)
+	// One query: a replayed create answers with this too.
+	var (
+		created                                   int64
+		published, attempts, throttled, next, upd sql.NullInt64
+		state, lastErr, extID, extURL             sql.NullString
+	)
+	err := l.db.queryRow(ctx, `SELECT r.ticket_id, r.tool, r.target, r.created_at, o.published_at,
+			d.state, d.attempts, d.throttled, d.next_attempt_at, d.last_error, d.external_id, d.external_url, d.updated_at
+		FROM requests r LEFT JOIN outbox o ON o.id = r.id LEFT JOIN deliveries d ON d.id = r.id
+		WHERE r.request_id = ?`, requestID).
+		Scan(&st.TicketID, &st.Tool, &st.Target, &created, &published,
+			&state, &attempts, &throttled, &next, &lastErr, &extID, &extURL, &upd)
 	if errors.Is(err, sql.ErrNoRows) {
-		st.Detail = "No request with this request_id was accepted (or its record has expired). " +
-			"It is safe to call create_ticket with it."
+		st.Detail = detail(st)
 		return st, nil
 	}
 	if err != nil {
 		return st, fmt.Errorf("ledger: find %s: %w", requestID, err)
 	}
 	st.AcceptedAt = timePtr(created)
-	pub, _, err := outbox.PublishedAt(ctx, l.db.read, id)
-	if err != nil {
-		return st, err
+	var pub time.Time
+	if published.Valid {
+		pub = time.Unix(0, published.Int64).UTC()
 	}
-	d, found, err := l.Delivery(ctx, requestID)
-	if err != nil {
-		return st, err
+	found := state.Valid
+	d := Delivery{State: state.String, Attempts: int(attempts.Int64), Throttled: int(throttled.Int64),
+		LastError: lastErr.String, ExternalID: extID.String, ExternalURL: extURL.String, UpdatedAt: time.Unix(0, upd.Int64).UTC()}
+	if next.Valid {
+		d.NextAttemptAt = time.Unix(0, next.Int64).UTC()
 	}
 	switch {
 	case found:
@@ -105,11 +116,26 @@ func (l *Ledger) Find(ctx context.Context, requestID string) (RequestStatus, err
 		st.PublishedAt = &pub
 	}
 	st.Detail = detail(st)
+	if st.Status == StatusQueued || st.Status == StatusPublished || st.Status == StatusRetrying {
+		served, err := l.servedRecently(ctx)
+		if err != nil {
+			return st, err
+		}
+		st.Detail += served.Unserved(st.Target)
+	}
 	return st, nil
 }
 
+// detailUnknown is the detail of StatusUnknown. It names no tool: create
+// tools are named by configuration.
+const detailUnknown = "No request with this request_id has been stored: never accepted, still being stored by a call in progress, " +
+	"or forgotten after its retention. Calling the same create tool again with the SAME request_id and arguments is always safe " +
+	"(it never makes a second ticket); do not use a new request_id for this ticket."
+
 func detail(st RequestStatus) string {
 	switch st.Status {
+	case StatusUnknown:
+		return detailUnknown
 	case StatusQueued:
 		return "Accepted and stored; waiting to be handed to the delivery queue. Do not create it again."
 	case StatusPublished:
@@ -126,14 +152,56 @@ func detail(st RequestStatus) string {
 		return fmt.Sprintf("Attempt %d to %s failed (%s); it will be retried automatically. Do not create it again.",
 			st.Attempts, st.Target, st.LastError)
 	case StatusFailed:
-		return "Delivery to " + st.Target + " failed permanently: " + st.LastError +
-			". An operator can redrive it; creating it again with a new request_id would make a new ticket."
+		return failedDetail(st)
 	case StatusUncertain:
-		return "An attempt to deliver to " + st.Target + " ended without an answer, and " + st.Target +
-			" offers no way to check it automatically. Check " + st.Target + " for ticket " + st.TicketID +
-			" before creating it again; an operator can settle it."
+		return uncertainDetail(st)
 	}
 	return ""
+}
+
+// contentRejected matches the last error of a request the downstream
+// refused with a 4xx other than an auth error (those are "auth error"): a
+// refusal that may be about the ticket's content.
+var contentRejected = regexp.MustCompile(`^permanent error \(HTTP 4\d\d\)`)
+
+// failedDetail says what happened, from the last error the forwarder
+// recorded, and what the agent and an operator can do next. It never says
+// "permanently" of a request whose attempts may have reached the downstream.
+func failedDetail(st RequestStatus) string {
+	cmd := "`dispatcher redrive -data DIR " + st.RequestID + "`"
+	redrive := "redrive it with " + cmd + ", which resends it under the same dedupe key."
+	switch e := st.LastError; {
+	case contentRejected.MatchString(e):
+		return "Delivery to " + st.Target + " failed: " + st.Target + " rejected it (" + e + "). " +
+			"If the error is about the ticket's content, fix the arguments and create it with a NEW request_id " +
+			"(calling again with this one only repeats this answer). Otherwise (e.g. a configuration problem) do not create it again: " +
+			"an operator can " + redrive
+	case strings.HasPrefix(e, "auth error"):
+		return "Delivery to " + st.Target + " failed: " + st.Target + " refused ticketrelay's credentials (" + e + "). " +
+			"An operator must fix them and can then " + redrive +
+			" Do not create it again with a new request_id: once redriven, it would be a second ticket."
+	case strings.Contains(e, "attempts exhausted"):
+		return "Delivery to " + st.Target + " stopped after its attempts were exhausted (" + e + "). " +
+			"An attempt that timed out or got a server error may still have reached " + st.Target + ", so it may hold the ticket: " +
+			"do not create it again with a new request_id. An operator can " + redrive
+	case strings.HasPrefix(e, "settled as not delivered"):
+		return "An operator checked " + st.Target + " and settled this request as not delivered (" + e + "). " +
+			"If it was already created again with a new request_id, nothing more is needed. Otherwise either create it with a NEW request_id, " +
+			"or have an operator redrive this one with " + cmd + ": one of the two, not both."
+	}
+	return "Delivery to " + st.Target + " failed (" + st.LastError + "). An operator can " + redrive +
+		" Do not create it again with a new request_id: " + st.Target + " may hold it (a timeout or server error may have reached it)."
+}
+
+// uncertainDetail names what to check, what an operator runs, and what the
+// agent does if the downstream holds nothing.
+func uncertainDetail(st RequestStatus) string {
+	return "The outcome of an attempt to deliver to " + st.Target + " is unknown (" + st.LastError + "), and " + st.Target +
+		" offers no way to check it automatically, so it is not resent. Check " + st.Target + " for ticket " + st.TicketID +
+		" (look for its title) before creating it again. If it is there, do not create it again: an operator records it with " +
+		"`dispatcher resolve -data DIR " + st.RequestID + " -delivered EXTERNAL_ID`. If it is not, create it with a NEW request_id " +
+		"(calling again with this one only repeats this answer), and an operator settles this one with " +
+		"`dispatcher resolve -data DIR " + st.RequestID + " -failed`."
 }
 
 func timePtr(ns int64) *time.Time {

@@ -23,8 +23,18 @@ func TestFindUnknown(t *testing.T) {
 	if st.Status != ledger.StatusUnknown || st.RequestID != "never-seen" || st.TicketID != "" || st.AcceptedAt != nil {
 		t.Fatalf("Find(unknown) = %+v", st)
 	}
-	if !strings.Contains(st.Detail, "safe to call create_ticket") {
-		t.Errorf("Detail = %q", st.Detail)
+	// True while a first call is still being stored and after retention,
+	// and naming no tool (tools are named by configuration).
+	for _, want := range []string{"has been stored", "still being stored", "forgotten after its retention",
+		"SAME request_id and arguments is always safe", "do not use a new request_id"} {
+		if !strings.Contains(st.Detail, want) {
+			t.Errorf("Detail = %q, lacks %q", st.Detail, want)
+		}
+	}
+	for _, bad := range []string{"create_ticket", "was accepted", "safe to call"} {
+		if strings.Contains(st.Detail, bad) {
+			t.Errorf("Detail = %q, says %q", st.Detail, bad)
+		}
 	}
 }
 
@@ -143,7 +153,7 @@ func TestFindTerminalStates(t *testing.T) {
 		state  ledger.Status
 		detail string
 	}{
-		{ledger.StatusFailed, "failed permanently: HTTP 422: title too long"},
+		{ledger.StatusFailed, "local rejected it (permanent error (HTTP 422): title too long)"},
 		{ledger.StatusUncertain, "Check local for ticket "},
 	} {
 		id := "req-" + string(tc.state)
@@ -152,7 +162,7 @@ func TestFindTerminalStates(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: string(tc.state),
-			Attempts: 3, LastError: "HTTP 422: title too long"}); err != nil {
+			Attempts: 3, LastError: "permanent error (HTTP 422): title too long"}); err != nil {
 			t.Fatal(err)
 		}
 		st, err := e.l.Find(ctx, id)
@@ -170,6 +180,82 @@ func TestFindTerminalStates(t *testing.T) {
 		}
 		if d, ok, _ := e.l.Delivery(ctx, id); !ok || !d.Settled() {
 			t.Errorf("%s: Delivery %+v not settled", tc.state, d)
+		}
+	}
+}
+
+// TestFindSettledDetails: a failed or uncertain request's detail says what
+// happened (from the last error) and the next step: an operator's command,
+// a NEW request_id only where the downstream cannot hold the ticket (or an
+// operator found it does not), and never "permanently" of attempts that may
+// have reached the downstream.
+func TestFindSettledDetails(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	ctx := context.Background()
+	const newID = "create it with a NEW request_id"
+	const noNewID = "not create it again with a new request_id"
+	for i, tc := range []struct {
+		state     ledger.Status
+		lastError string
+		want      []string // with %s for the request id
+		not       []string
+	}{
+		{ledger.StatusFailed, "permanent error (HTTP 400): field 'title' is too long",
+			[]string{"rejected it (permanent error (HTTP 400): field 'title' is too long)", "fix the arguments and " + newID,
+				"`dispatcher redrive -data DIR %s`", "same dedupe key"},
+			[]string{"permanently"}},
+		{ledger.StatusFailed, "auth error (HTTP 401): invalid token",
+			[]string{"refused ticketrelay's credentials (auth error (HTTP 401): invalid token)", "`dispatcher redrive -data DIR %s`",
+				"same dedupe key", "Do " + noNewID},
+			[]string{"permanently", "fix the arguments", newID}},
+		{ledger.StatusFailed, "10 attempts exhausted; last error: transient error (HTTP 503): unavailable",
+			[]string{"(10 attempts exhausted; last error: transient error (HTTP 503): unavailable)", "may hold the ticket",
+				"do " + noNewID, "`dispatcher redrive -data DIR %s`", "same dedupe key"},
+			[]string{"permanently", "fix the arguments", newID}},
+		{ledger.StatusFailed, "permanent error: encoding the request: json: unsupported value",
+			[]string{"(permanent error: encoding the request: json: unsupported value)", "`dispatcher redrive -data DIR %s`",
+				"Do " + noNewID, "may hold it"},
+			[]string{"permanently", "fix the arguments", newID}},
+		{ledger.StatusFailed, "settled as not delivered by an operator",
+			[]string{"settled this request as not delivered", newID, "`dispatcher redrive -data DIR %s`", "not both"},
+			[]string{"permanently"}},
+		{ledger.StatusUncertain, "attempt 1 may have created the item (transient error (HTTP 503): unavailable) and local has no consistent lookup",
+			[]string{"outcome of an attempt to deliver to local is unknown (attempt 1 may have created the item (transient error (HTTP 503)",
+				"Check local for ticket ", "`dispatcher resolve -data DIR %s -delivered EXTERNAL_ID`",
+				"If it is not, " + newID, "only repeats this answer", "`dispatcher resolve -data DIR %s -failed`"},
+			[]string{"ended without an answer", "permanently"}},
+		{ledger.StatusUncertain, "attempt 2 ended without an answer and local has no consistent lookup",
+			[]string{"is unknown (attempt 2 ended without an answer", "`dispatcher resolve -data DIR %s -delivered EXTERNAL_ID`",
+				"If it is not, " + newID, "`dispatcher resolve -data DIR %s -failed`"},
+			[]string{"permanently"}},
+	} {
+		id := fmt.Sprintf("req-settled-%d", i)
+		if _, err := e.l.Create(ctx, request(id)); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: string(tc.state),
+			Attempts: 10, LastError: tc.lastError}); err != nil {
+			t.Fatal(err)
+		}
+		st, err := e.l.Find(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Status != tc.state || st.LastError != tc.lastError {
+			t.Fatalf("%s: Find = %+v", id, st)
+		}
+		for _, w := range tc.want {
+			if strings.Contains(w, "%s") {
+				w = fmt.Sprintf(w, id)
+			}
+			if !strings.Contains(st.Detail, w) {
+				t.Errorf("%s %s after %q: Detail = %q, lacks %q", id, tc.state, tc.lastError, st.Detail, w)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(st.Detail, n) {
+				t.Errorf("%s %s after %q: Detail = %q, says %q", id, tc.state, tc.lastError, st.Detail, n)
+			}
 		}
 	}
 }

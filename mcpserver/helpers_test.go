@@ -36,6 +36,7 @@ func testLogger() *slog.Logger {
 // env is a real ledger on a real SQLite file and the MCP server built on it.
 type env struct {
 	db  *ledger.DB
+	w   *ledger.Writer
 	l   *ledger.Ledger
 	m   *metrics.Front
 	srv *mcp.Server
@@ -65,7 +66,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatalf("mcpserver.New: %v", err)
 	}
-	return &env{db: db, l: l, m: m, srv: srv}
+	return &env{db: db, w: w, l: l, m: m, srv: srv}
 }
 
 // connect opens a real go-sdk client session over in-memory transports.
@@ -128,12 +129,15 @@ func text(res *mcp.CallToolResult) string {
 
 // createResult is the structured content of a create tool.
 type createResult struct {
-	RequestID string    `json:"request_id"`
-	TicketID  string    `json:"ticket_id"`
-	Target    string    `json:"target"`
-	Status    string    `json:"status"`
-	CreatedAt time.Time `json:"created_at"`
-	Replayed  *bool     `json:"replayed"`
+	RequestID   string    `json:"request_id"`
+	TicketID    string    `json:"ticket_id"`
+	Target      string    `json:"target"`
+	Status      string    `json:"status"`
+	CreatedAt   time.Time `json:"created_at"`
+	Replayed    *bool     `json:"replayed"`
+	ExternalID  string    `json:"external_id"`
+	ExternalURL string    `json:"external_url"`
+	Detail      string    `json:"detail"`
 }
 
 // findResult is the structured content of find_request.

@@ -32,6 +32,7 @@ func AddNoopTool(srv *mcp.Server, b Binding, m *metrics.Front, log *slog.Logger)
 }
 
 func (s *Server) noopHandler(tool string, b Binding) mcp.ToolHandler {
+	accepted := acceptedDetail(b.Target)
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		start := time.Now()
 		outcome := metrics.CallError
@@ -45,7 +46,7 @@ func (s *Server) noopHandler(tool string, b Binding) mcp.ToolHandler {
 			return s.invalid(tool, err), nil
 		}
 		outcome = metrics.CallCreated
-		return jsonResult(ledger.Result{RequestID: r.RequestID, TicketID: ticket.IDFor(r.RequestID), Target: r.Target,
-			Status: ledger.StatusQueued, CreatedAt: start.UTC()})
+		return jsonResult(createResult{Result: ledger.Result{RequestID: r.RequestID, TicketID: ticket.IDFor(r.RequestID), Target: r.Target,
+			Status: ledger.StatusQueued, CreatedAt: start.UTC()}, Detail: accepted})
 	}
 }

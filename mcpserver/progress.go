@@ -22,15 +22,6 @@ const (
 	maxPoll   = time.Second
 )
 
-// waitedResult is the answer of a create that waited for delivery: the
-// ledger's result with the status it reached and, once delivered, where.
-type waitedResult struct {
-	ledger.Result
-	ExternalID  string `json:"external_id,omitempty"`
-	ExternalURL string `json:"external_url,omitempty"`
-	Detail      string `json:"detail,omitempty"`
-}
-
 func settled(s ledger.Status) bool {
 	switch s {
 	case ledger.StatusDelivered, ledger.StatusFailed, ledger.StatusUncertain:
@@ -52,8 +43,8 @@ func checkWait(seconds int) error {
 // notifications/progress. The answer carries the latest status seen. Waiting
 // reads only: the request was accepted (or replayed) before it began, so a
 // call that gives up waiting has still created its ticket exactly once.
-func (s *Server) awaitDelivery(ctx context.Context, req *mcp.CallToolRequest, res ledger.Result, wait time.Duration) waitedResult {
-	out := waitedResult{Result: res}
+func (s *Server) awaitDelivery(ctx context.Context, req *mcp.CallToolRequest, res ledger.Result, wait time.Duration) createResult {
+	out := createResult{Result: res}
 	var token any
 	if req.Params != nil {
 		token = req.Params.GetProgressToken()

@@ -123,15 +123,19 @@ var createInputSchema = map[string]any{
 	"properties": map[string]any{
 		"request_id": map[string]any{
 			"type": "string", "minLength": 1, "maxLength": ticket.MaxRequestIDLen, "pattern": `^[!-~]+$`,
-			"description": "Idempotency key chosen by you: a fresh UUID for each new ticket; the same value on every retry of it. Visible ASCII, no spaces.",
+			"description": fmt.Sprintf("Idempotency key chosen by you: a fresh UUID for each new ticket; the same value on every retry of it. "+
+				"1 to %d visible ASCII characters, no spaces.", ticket.MaxRequestIDLen),
 		},
 		"title": map[string]any{
 			"type": "string", "minLength": 1, "maxLength": ticket.MaxTitleLen,
-			"description": "One-line summary of the ticket.",
+			"description": fmt.Sprintf("One-line summary of the ticket: at most %d characters, no line breaks.", ticket.MaxTitleLen),
 		},
 		"body": map[string]any{
+			// maxLength counts characters; the server's limit is in bytes
+			// (a character takes 1 to 4), so the description gives the rule.
 			"type": "string", "maxLength": ticket.MaxBodyLen,
-			"description": "Full description (plain text or Markdown).",
+			"description": fmt.Sprintf("Full description (plain text or Markdown). At most %d bytes (UTF-8): "+
+				"fewer characters when it holds non-ASCII text.", ticket.MaxBodyLen),
 		},
 		"priority": map[string]any{
 			"type": "string", "enum": ticket.Priorities, "default": ticket.DefaultPriority,
@@ -140,7 +144,7 @@ var createInputSchema = map[string]any{
 		"labels": map[string]any{
 			"type": "array", "maxItems": ticket.MaxLabels,
 			"items":       map[string]any{"type": "string", "minLength": 1, "maxLength": ticket.MaxLabelLen},
-			"description": "Tags for the ticket.",
+			"description": fmt.Sprintf("Tags for the ticket: at most %d, each at most %d characters.", ticket.MaxLabels, ticket.MaxLabelLen),
 		},
 		"wait_for_delivery_seconds": map[string]any{
 			"type": "integer", "minimum": 0, "maximum": MaxWaitForDelivery, "default": 0,
@@ -150,16 +154,74 @@ var createInputSchema = map[string]any{
 	},
 }
 
+// statuses lists every Status, in the order of DESIGN.md "Request status".
+var statuses = []string{string(ledger.StatusUnknown), string(ledger.StatusQueued), string(ledger.StatusPublished),
+	string(ledger.StatusDelivered), string(ledger.StatusRetrying), string(ledger.StatusFailed), string(ledger.StatusUncertain)}
+
+func schemaString(desc string) map[string]any {
+	return map[string]any{"type": "string", "description": desc}
+}
+
+func schemaTime(desc string) map[string]any {
+	return map[string]any{"type": "string", "format": "date-time", "description": desc}
+}
+
+// Fields shared by the create tools' answer and find_request's.
+var (
+	requestIDOut   = schemaString("The request_id of the call, as given.")
+	ticketIDOut    = schemaString("ticketrelay's id of the ticket, derived from request_id: the same on every repeat of the call.")
+	targetOut      = schemaString("The target the ticket is delivered to.")
+	externalIDOut  = schemaString("The target's id of the item it created, once delivered.")
+	externalURLOut = schemaString("A link to the item the target created, once delivered (if the target gives one).")
+	detailOut      = schemaString("What the status means and what to do next.")
+)
+
 var createOutputSchema = map[string]any{
 	"type":     "object",
 	"required": []string{"request_id", "ticket_id", "status", "replayed"},
 	"properties": map[string]any{
-		"request_id": map[string]any{"type": "string"},
-		"ticket_id":  map[string]any{"type": "string"},
-		"target":     map[string]any{"type": "string"},
-		"status":     map[string]any{"type": "string"},
-		"replayed":   map[string]any{"type": "boolean"},
-		"created_at": map[string]any{"type": "string"},
+		"request_id": requestIDOut,
+		"ticket_id":  ticketIDOut,
+		"target":     targetOut,
+		"status": map[string]any{"type": "string", "enum": statuses,
+			"description": "Where the request stands: queued when first accepted. A repeated call (replayed) and a call that waited " +
+				"for delivery report the current status, as find_request does."},
+		"replayed": map[string]any{"type": "boolean",
+			"description": "true if an earlier call with the same request_id and arguments had already accepted the ticket: this call created nothing."},
+		"created_at":   schemaTime("When the ticket was accepted (by the first call)."),
+		"external_id":  externalIDOut,
+		"external_url": externalURLOut,
+		"detail":       detailOut,
+	},
+}
+
+func schemaCount(desc string) map[string]any {
+	return map[string]any{"type": "integer", "minimum": 0, "description": desc}
+}
+
+// findOutputSchema describes ledger.RequestStatus.
+var findOutputSchema = map[string]any{
+	"type":     "object",
+	"required": []string{"request_id", "status", "detail"},
+	"properties": map[string]any{
+		"request_id": requestIDOut,
+		"status": map[string]any{"type": "string", "enum": statuses,
+			"description": "Where the request stands: unknown (nothing stored under this request_id), queued, published, " +
+				"delivered, retrying, failed or uncertain. detail says what it means and what to do."},
+		"ticket_id":       ticketIDOut,
+		"tool":            schemaString("The create tool that accepted the request."),
+		"target":          targetOut,
+		"accepted_at":     schemaTime("When the request was accepted and stored."),
+		"published_at":    schemaTime("When the request was handed to the delivery queue (JetStream)."),
+		"attempts":        schemaCount("Delivery calls made to the target so far."),
+		"throttled":       schemaCount("Of the attempts, how many the target's rate limit refused; they do not count toward the attempt limit."),
+		"in_progress":     map[string]any{"type": "boolean", "description": "true while a delivery call to the target is running."},
+		"next_attempt_at": schemaTime("When the next delivery attempt (or the lookup of an earlier one) is due."),
+		"last_error":      schemaString("The error of the last attempt, as recorded."),
+		"external_id":     externalIDOut,
+		"external_url":    externalURLOut,
+		"updated_at":      schemaTime("When the delivery record last changed."),
+		"detail":          detailOut,
 	},
 }
 
@@ -167,9 +229,11 @@ func findTool() *mcp.Tool {
 	return &mcp.Tool{
 		Name: FindRequestTool,
 		Description: "Report what happened to a create request, by the request_id you passed to it: " +
-			"unknown (never accepted: safe to create), queued, published, delivered (with the external id and URL), " +
-			"retrying, failed, or uncertain (check the target before creating it again). Call it after any error, " +
-			"timeout or dropped connection of a create tool, before retrying.",
+			"unknown (nothing is stored under this request_id: never accepted, still being stored by a call in progress, " +
+			"or forgotten after its retention; calling the same create tool again with the SAME request_id and arguments " +
+			"is always safe, so do not use a new request_id), queued, published, delivered (with the external id and URL), " +
+			"retrying, failed, or uncertain (its detail says what to check and do). Call it after any error, " +
+			"timeout or dropped connection of a create tool, before retrying. It only reads.",
 		Annotations: &mcp.ToolAnnotations{
 			Title:        "Find a ticket request",
 			ReadOnlyHint: true,
@@ -185,11 +249,12 @@ func findTool() *mcp.Tool {
 			"required":             []string{"request_id"},
 			"properties": map[string]any{
 				"request_id": map[string]any{
-					"type": "string", "minLength": 1, "maxLength": ticket.MaxRequestIDLen,
+					"type": "string", "minLength": 1, "maxLength": ticket.MaxRequestIDLen, "pattern": `^[!-~]+$`,
 					"description": "The request_id given to the create tool.",
 				},
 			},
 		},
+		OutputSchema: findOutputSchema,
 	}
 }
 
@@ -218,12 +283,66 @@ func decodeCreate(b Binding, raw json.RawMessage) (ticket.Request, createArgs, e
 	r := ticket.Request{RequestID: a.RequestID, Tool: b.Tool, Target: b.Target,
 		Title: a.Title, Body: a.Body, Priority: a.Priority, Labels: a.Labels}
 	if err := r.Normalize(); err != nil {
-		return r, a, err
+		return r, a, labelItem(a.Labels, err)
 	}
 	return r, a, checkWait(a.WaitForDelivery)
 }
 
+// labelItem turns Normalize's error about one of the labels into one that
+// names it by index (labels[2]). Only invalid calls pay for it.
+func labelItem(labels []string, err error) error {
+	var ie *ticket.InvalidError
+	if !errors.As(err, &ie) || ie.Argument != "labels" || len(labels) > ticket.MaxLabels {
+		return err
+	}
+	for i, l := range labels {
+		one := ticket.Request{RequestID: "-", Title: "-", Labels: []string{l}}
+		var e *ticket.InvalidError
+		if errors.As(one.Normalize(), &e) && e.Argument == "labels" {
+			reason := e.Reason
+			if strings.TrimSpace(l) == "" {
+				reason = "is empty (or only spaces)"
+			}
+			return &ticket.InvalidError{Argument: fmt.Sprintf("labels[%d]", i), Reason: reason}
+		}
+	}
+	return err
+}
+
+// createResult is a create tool's answer: the ledger's result with, where
+// known, the request's current status, where it was delivered and what it
+// means.
+type createResult struct {
+	ledger.Result
+	ExternalID  string `json:"external_id,omitempty"`
+	ExternalURL string `json:"external_url,omitempty"`
+	Detail      string `json:"detail,omitempty"`
+}
+
+// acceptedDetail is the detail of a first call's answer.
+func acceptedDetail(target string) string {
+	return "Accepted and stored; delivery to " + target + " is asynchronous: find_request (or wait_for_delivery_seconds) " +
+		"reports when it is delivered and its id/URL. Do not create it again."
+}
+
+// current is the answer to a replayed call: the first call's result with
+// the status find_request would give now (a replay is rare; first calls
+// do not pay for the read).
+func (s *Server) current(ctx context.Context, res ledger.Result) createResult {
+	out := createResult{Result: res}
+	st, err := s.ledger.Find(ctx, res.RequestID)
+	if err != nil || st.Status == ledger.StatusUnknown {
+		s.log.Warn("replay: status read failed", "request_id", res.RequestID, "status", st.Status, "err", err)
+		out.Detail = "This call repeats one that was accepted earlier; its current status could not be read: " +
+			"call find_request with the same request_id. Do not create it again."
+		return out
+	}
+	out.Status, out.ExternalID, out.ExternalURL, out.Detail = st.Status, st.ExternalID, st.ExternalURL, st.Detail
+	return out
+}
+
 func (s *Server) createHandler(b Binding) mcp.ToolHandler {
+	accepted := acceptedDetail(b.Target)
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		start := time.Now()
 		outcome := metrics.CallError
@@ -253,9 +372,12 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 			return toolError(fmt.Sprintf("the call ended before the ticket was confirmed (%v); it may have been stored. "+
 				"Call find_request with the same request_id, and retry only with the same request_id and arguments.", err)), nil
 		case err != nil:
+			// The ledger could not confirm the write (busy, closing): it may
+			// or may not have committed.
 			s.log.Error("create failed", "tool", b.Tool, "request_id", r.RequestID, "err", err)
-			return toolError(fmt.Sprintf("the ticket was not stored (%v); nothing was written. "+
-				"Retry with the same request_id and arguments, or call find_request.", err)), nil
+			return toolError(fmt.Sprintf("the ticket may not have been stored (%v). Call find_request with the same request_id: "+
+				"it tells whether it was. Repeating this call with the same request_id and arguments is safe too (it never makes "+
+				"a second ticket); do not use a new request_id.", err)), nil
 		case res.Replayed:
 			outcome = metrics.CallReplayed
 			s.metrics.Replays.WithLabelValues(b.Tool).Inc()
@@ -265,7 +387,10 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 		if a.WaitForDelivery > 0 {
 			return jsonResult(s.awaitDelivery(ctx, req, res, time.Duration(a.WaitForDelivery)*time.Second))
 		}
-		return jsonResult(res)
+		if res.Replayed {
+			return jsonResult(s.current(ctx, res))
+		}
+		return jsonResult(createResult{Result: res, Detail: accepted})
 	}
 }
 
@@ -279,11 +404,11 @@ func (s *Server) findHandler(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	var a findArgs
 	if err := decodeArgs(req.Params.Arguments, &a); err != nil {
 		outcome = metrics.CallInvalid
-		return s.invalid(FindRequestTool, err), nil
+		return s.findInvalid(err), nil
 	}
-	if err := ticket.ValidateRequestID(a.RequestID); err != nil {
+	if err := validateFindID(a.RequestID); err != nil {
 		outcome = metrics.CallInvalid
-		return s.invalid(FindRequestTool, err), nil
+		return s.findInvalid(err), nil
 	}
 	st, err := s.ledger.Find(ctx, a.RequestID)
 	if err != nil {
@@ -294,21 +419,57 @@ func (s *Server) findHandler(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	return jsonResult(st)
 }
 
+// invalid answers a create call that failed validation: nothing was
+// written, which is certain, since validation comes before the ledger.
 func (s *Server) invalid(tool string, err error) *mcp.CallToolResult {
+	s.reject(tool, err)
+	return toolError(err.Error() + "; nothing was written")
+}
+
+// requestIDFormat is what a request_id looks like, for find_request's errors.
+var requestIDFormat = fmt.Sprintf("a request_id is the one given to the create tool: 1 to %d visible ASCII characters, no spaces",
+	ticket.MaxRequestIDLen)
+
+// validateFindID checks find_request's request_id. The create tools' advice
+// about fresh ids does not apply to a read.
+func validateFindID(id string) error {
+	if id == "" {
+		return &ticket.InvalidError{Argument: "request_id", Reason: "is required"}
+	}
+	return ticket.ValidateRequestID(id)
+}
+
+// findInvalid answers a find_request call with malformed arguments. It
+// only reads, so it says nothing about writes.
+func (s *Server) findInvalid(err error) *mcp.CallToolResult {
+	arg := s.reject(FindRequestTool, err)
+	msg := err.Error()
+	if arg == "request_id" {
+		msg = "the request_id is malformed: " + msg + "; " + requestIDFormat + "."
+	}
+	return toolError(msg)
+}
+
+// reject counts an invalid call and returns the argument at fault.
+func (s *Server) reject(tool string, err error) string {
 	arg := "arguments"
 	var ie *ticket.InvalidError
 	if errors.As(err, &ie) {
 		arg = ie.Argument
 	}
 	s.metrics.Rejected.WithLabelValues(tool, boundedArg(arg)).Inc()
-	return toolError(err.Error() + "; nothing was written")
+	return arg
 }
 
-// boundedArg keeps the metric label to the known argument names.
+// boundedArg keeps the metric label to the known argument names; an item
+// of the labels (labels[3]) counts as labels.
 func boundedArg(arg string) string {
 	switch arg {
 	case "request_id", "title", "body", "priority", "labels", "wait_for_delivery_seconds":
 		return arg
+	}
+	if strings.HasPrefix(arg, "labels[") {
+		return "labels"
 	}
 	return "arguments"
 }
@@ -342,7 +503,7 @@ func decodeArgs(raw json.RawMessage, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return translateDecodeError(err)
+		return translateDecodeError(err, raw, v)
 	}
 	if dec.More() {
 		return &ticket.InvalidError{Argument: "arguments", Reason: "have trailing data after the JSON object"}
@@ -405,14 +566,19 @@ func invalidUTF8(raw json.RawMessage) error {
 	return &ticket.InvalidError{Argument: "arguments", Reason: "are not valid UTF-8"}
 }
 
-func translateDecodeError(err error) error {
+func translateDecodeError(err error, raw json.RawMessage, v any) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		if te.Field == "" {
 			return &ticket.InvalidError{Argument: "arguments", Reason: "must be a JSON object, got " + te.Value}
 		}
 		field, _, _ := strings.Cut(te.Field, ".")
-		return &ticket.InvalidError{Argument: field, Reason: fmt.Sprintf("must be of type %s, got %s", jsonType(te.Type.Kind().String()), te.Value)}
+		got := te.Value // "number 1.5", "string", "array", …
+		if got == "bool" {
+			got = "boolean" // as JSON Schema names it
+		}
+		return &ticket.InvalidError{Argument: itemName(raw, v, field, te),
+			Reason: fmt.Sprintf("must be of type %s, got %s", jsonType(te.Type.Kind()), got)}
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		return &ticket.InvalidError{Argument: "arguments", Reason: "unknown argument " + name}
@@ -424,12 +590,45 @@ func translateDecodeError(err error) error {
 	return &ticket.InvalidError{Argument: "arguments", Reason: err.Error()}
 }
 
-func jsonType(kind string) string {
-	switch kind {
-	case "slice":
-		return "array"
-	case "struct", "map":
-		return "object"
+// itemName names the argument of a type error: field itself, or, when an
+// item of an array argument (a slice field of the struct v points to) has
+// the wrong type, that item (labels[1]).
+func itemName(raw json.RawMessage, v any, field string, te *json.UnmarshalTypeError) string {
+	i := slices.Index(argNames(v), field)
+	if i < 0 || reflect.TypeOf(v).Elem().Field(i).Type.Kind() != reflect.Slice || te.Type.Kind() == reflect.Slice {
+		return field // not an array argument, or not an array at all
 	}
-	return kind
+	var args map[string]json.RawMessage
+	var items []json.RawMessage
+	if json.Unmarshal(raw, &args) != nil || json.Unmarshal(args[field], &items) != nil {
+		return field
+	}
+	want := te.Type.Kind() == reflect.String
+	for i, item := range items {
+		if string(item) == "null" {
+			continue // decodes as the zero value, without error
+		}
+		if isString := len(item) > 0 && item[0] == '"'; isString != want {
+			return fmt.Sprintf("%s[%d]", field, i)
+		}
+	}
+	return field
+}
+
+// jsonType names a Go kind as JSON Schema names the type.
+func jsonType(kind reflect.Kind) string {
+	switch kind {
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Struct, reflect.Map:
+		return "object"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "integer"
+	case reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.Bool:
+		return "boolean"
+	}
+	return kind.String() // string
 }

@@ -303,7 +303,7 @@ func TestCreateValidation(t *testing.T) {
 		{"priority critical", valid(map[string]any{"priority": "critical"}), "priority", "priority"},
 		{"labels as string", valid(map[string]any{"labels": "a,b"}), "labels", "labels"},
 		{"21 labels", valid(map[string]any{"labels": many}), "labels", "labels"},
-		{"empty label", valid(map[string]any{"labels": []string{"ok", "  "}}), "labels", "labels"},
+		{"empty label", valid(map[string]any{"labels": []string{"ok", "  "}}), `"labels[1]"`, "labels"},
 		{"unknown argument foo", valid(map[string]any{"foo": "bar"}), `"foo"`, "arguments"},
 		{"arguments null", json.RawMessage(`null`), "request_id", "request_id"},
 		{"arguments array", []any{"request_id", "title"}, "arguments", "arguments"},
@@ -352,8 +352,15 @@ func TestFindRequest(t *testing.T) {
 	if unknown.Status != "unknown" || unknown.RequestID != id {
 		t.Errorf("before create: %+v, want status unknown", unknown)
 	}
-	if !strings.Contains(strings.ToLower(unknown.Detail), "safe to") {
-		t.Errorf("unknown detail %q does not say it is safe to create", unknown.Detail)
+	// True while a first call is still being stored: it sends the agent
+	// back to the same request_id, never to a new one.
+	for _, want := range []string{"still being stored", "SAME request_id and arguments is always safe", "do not use a new request_id"} {
+		if !strings.Contains(unknown.Detail, want) {
+			t.Errorf("unknown detail %q lacks %q", unknown.Detail, want)
+		}
+	}
+	if strings.Contains(unknown.Detail, keyedTool) {
+		t.Errorf("unknown detail %q names a tool; tools are named by configuration", unknown.Detail)
 	}
 	if got := e.rows(t); got != (rows{}) {
 		t.Fatalf("find_request wrote: %+v", got)

@@ -62,6 +62,14 @@ const SubjectPrefix = "tickets"
 // SubjectFor is the subject a ticket for target is published on.
 func SubjectFor(target string) string { return SubjectPrefix + "." + target }
 
+// TargetOf is the target a subject made by SubjectFor names.
+func TargetOf(subject string) string {
+	if len(subject) > len(SubjectPrefix)+1 {
+		return subject[len(SubjectPrefix)+1:]
+	}
+	return subject
+}
+
 // Message is one outbox row.
 type Message struct {
 	ID         int64

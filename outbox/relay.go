@@ -376,7 +376,7 @@ func (r *Relay) markPublished(ctx context.Context, acked []stored) error {
 		return fmt.Errorf("outbox: mark %d rows published: %w", len(acked), err)
 	}
 	for _, m := range acked {
-		r.metrics.Dispatched.WithLabelValues(targetOf(m.Subject)).Inc()
+		r.metrics.Dispatched.WithLabelValues(TargetOf(m.Subject)).Inc()
 		r.metrics.CommitToAck.Observe(now.Sub(m.CreatedAt).Seconds())
 	}
 	return nil
@@ -394,13 +394,6 @@ func (r *Relay) refreshGauges(ctx context.Context) {
 		age = max(0, r.now().Sub(oldest).Seconds())
 	}
 	r.metrics.OutboxOldestAge.Set(age)
-}
-
-func targetOf(subject string) string {
-	if len(subject) > len(SubjectPrefix)+1 {
-		return subject[len(SubjectPrefix)+1:]
-	}
-	return subject
 }
 
 func b2f(b bool) float64 {

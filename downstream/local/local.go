@@ -11,8 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +34,7 @@ type Line struct {
 type Target struct {
 	name string
 	path string
+	url  string // file URL of the absolute path, without fragment
 	now  func() time.Time
 
 	mu   sync.Mutex
@@ -51,11 +55,15 @@ var (
 // Open opens (creating) the file at path and indexes the keys already in it.
 // A torn last line, left by a crash in the middle of a write, is cut off.
 func Open(name, path string, now func() time.Time) (*Target, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("local target: %w", err)
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("local target: %w", err)
 	}
-	t := &Target{name: name, path: path, now: now, f: f, seen: map[string]int{}}
+	t := &Target{name: name, path: path, url: fileURL(abs), now: now, f: f, seen: map[string]int{}}
 	if err := t.index(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("local target %s: %w", path, err)
@@ -183,7 +191,18 @@ func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Re
 }
 
 func (t *Target) receipt(line int) downstream.Receipt {
-	return downstream.Receipt{ExternalID: "line-" + strconv.Itoa(line), URL: "file://" + t.path + "#L" + strconv.Itoa(line)}
+	return downstream.Receipt{ExternalID: "line-" + strconv.Itoa(line), URL: t.url + "#L" + strconv.Itoa(line)}
+}
+
+// fileURL is the file URL of an absolute path ("file:///srv/data/t.jsonl"),
+// its characters escaped as a URL path needs. A relative path would read as
+// a host ("file://data/t.jsonl"): Open makes it absolute first.
+func fileURL(abs string) string {
+	p := filepath.ToSlash(abs)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p // a Windows volume: file:///C:/data/t.jsonl
+	}
+	return (&url.URL{Scheme: "file", Path: p}).String()
 }
 
 // Close closes the file.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -253,5 +254,36 @@ func TestCorruptMiddleLineFailsOpen(t *testing.T) {
 				t.Errorf("a failed Open changed the file")
 			}
 		})
+	}
+}
+
+// The receipt's URL is a valid file URL of the absolute path, whatever
+// path Open was given: a relative data dir must not read as a host
+// ("file://data/tickets.jsonl"), and characters a URL path escapes are
+// escaped.
+func TestReceiptURLIsAFileURL(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.MkdirAll(filepath.Join("data", "a b#c"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{filepath.Join("data", "tickets.jsonl"), filepath.Join("data", "a b#c", "t?.jsonl")} {
+		tg := open(t, rel)
+		r := deliver(t, tg, "req-url-"+rel)
+		abs := filepath.Join(dir, rel)
+		u, err := url.Parse(r.URL)
+		if err != nil {
+			t.Fatalf("%s: URL %q does not parse: %v", rel, r.URL, err)
+		}
+		if u.Scheme != "file" || u.Host != "" || u.Path != filepath.ToSlash(abs) || u.Fragment != "L1" || u.RawQuery != "" {
+			t.Errorf("%s: URL %q = scheme %q host %q path %q fragment %q, want file:// + %s + #L1",
+				rel, r.URL, u.Scheme, u.Host, u.Path, u.Fragment, abs)
+		}
+		if !strings.HasPrefix(r.URL, "file:///") {
+			t.Errorf("%s: URL %q does not start with file:///", rel, r.URL)
+		}
+		if f, ok, err := tg.Find(context.Background(), delivery("req-url-"+rel)); err != nil || !ok || f != r {
+			t.Errorf("%s: Find = %+v, want the Deliver receipt %+v", rel, f, r)
+		}
 	}
 }

@@ -116,31 +116,59 @@ func adminStatus(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args [
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(statusJSON{
+			Dispatchers:      s.Dispatchers,
 			Backlog:          s.Backlog,
 			OldestAgeSeconds: s.OldestAge.Seconds(),
 			Targets:          orEmpty(s.Targets),
 			Uncertain:        orEmpty(s.Uncertain),
 		})
 	}
-	fmt.Fprintf(out, "outbox backlog: %d (oldest %s)\n\n", s.Backlog, s.OldestAge.Round(time.Millisecond))
+	fmt.Fprintf(out, "dispatchers running: %d\noutbox backlog: %d (oldest %s)\n\n", s.Dispatchers, s.Backlog, s.OldestAge.Round(time.Millisecond))
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TARGET\tDELIVERED\tIN FLIGHT\tRETRYING\tFAILED\tUNCERTAIN")
+	fmt.Fprintln(tw, "TARGET\tWAITING\tDELIVERED\tIN FLIGHT\tRETRYING\tFAILED\tUNCERTAIN\t")
+	var unserved []string
 	for _, t := range s.Targets {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", t.Target, t.Delivered, t.InFlight, t.Retrying, t.Failed, t.Uncertain)
+		note := ""
+		if s.Dispatchers > 0 && !t.Served && t.Waiting+t.InFlight+t.Retrying > 0 {
+			note = "not served"
+			unserved = append(unserved, t.Target)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", t.Target, t.Waiting, t.Delivered, t.InFlight, t.Retrying, t.Failed, t.Uncertain, note)
 	}
 	tw.Flush()
+	if s.Dispatchers == 0 {
+		fmt.Fprintf(out, "\nno dispatcher is running: nothing is delivered until one runs\n")
+	}
+	if len(unserved) > 0 {
+		fmt.Fprintf(out, "\nno running dispatcher delivers to %s: their requests wait until one does "+
+			"(give every dispatcher the same -config as mcp-front)\n", strings.Join(unserved, ", "))
+	}
 	if len(s.Uncertain) > 0 {
 		fmt.Fprintf(out, "\nuncertain requests (check the target, then `dispatcher resolve ID -delivered EXTERNAL_ID` or `-failed`):\n")
 		for _, u := range s.Uncertain {
-			fmt.Fprintf(out, "  %s  ticket %s  target %s  attempts %d\n    %s\n", u.RequestID, u.TicketID, u.Target, u.Attempts, u.LastError)
+			fmt.Fprintf(out, "  %s  ticket %s  target %s  attempts %d\n    %s\n", u.RequestID, u.TicketID, u.Target, u.Attempts, printable(u.LastError))
 		}
 	}
 	return nil
 }
 
+// printable replaces the control characters of s (C0, DEL and C1, newlines
+// included) with spaces: last_error holds text a downstream answered, and an
+// ESC sequence in it would reach the operator's terminal. (-json escapes
+// them.)
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
 // statusJSON is `status -json`: snake_case keys, the age in seconds, lists
 // never null.
 type statusJSON struct {
+	Dispatchers      int                    `json:"dispatchers"`
 	Backlog          int64                  `json:"backlog"`
 	OldestAgeSeconds float64                `json:"oldest_age_seconds"`
 	Targets          []ledger.TargetCounts  `json:"targets"`

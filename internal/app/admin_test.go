@@ -127,11 +127,14 @@ func TestAdminCommands(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^outbox backlog: 1 \(oldest \S+\)$`).MatchString(out) {
 			t.Errorf("status does not show a backlog of 1:\n%s", out)
 		}
+		if !strings.Contains(out, "dispatchers running: 0") || !strings.Contains(out, "no dispatcher is running") {
+			t.Errorf("status does not say that no dispatcher runs:\n%s", out)
+		}
 		rows := map[string]string{
-			// TARGET DELIVERED IN-FLIGHT RETRYING FAILED UNCERTAIN
-			"support":  `support\s+1\s+0\s+1\s+1\s+0`,
-			"ops-jira": `ops-jira\s+0\s+0\s+0\s+2\s+0`,
-			"alerts":   `alerts\s+0\s+0\s+0\s+0\s+2`,
+			// TARGET WAITING DELIVERED IN-FLIGHT RETRYING FAILED UNCERTAIN
+			"support":  `support\s+1\s+1\s+0\s+1\s+1\s+0`,
+			"ops-jira": `ops-jira\s+0\s+0\s+0\s+0\s+2\s+0`,
+			"alerts":   `alerts\s+0\s+0\s+0\s+0\s+0\s+2`,
 		}
 		for target, re := range rows {
 			if !regexp.MustCompile(`(?m)^` + re + `\s*$`).MatchString(out) {

@@ -20,6 +20,7 @@ import (
 	"ticketrelay/forwarder"
 	"ticketrelay/internal/backoff"
 	"ticketrelay/ledger"
+	"ticketrelay/mcpserver"
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
@@ -82,11 +83,16 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		return fmt.Errorf("%w: -audit-after %s must be longer than -delivery-timeout %s: the audit must never take a request whose attempt is still running for one the forwarder let go",
 			ErrUsage, *auditAfter, *deliveryTimeout)
 	}
+	if *natsURL == "" && !mcpserver.IsLoopbackListen(*natsListen) {
+		// Whoever reaches it can read, publish and purge the stream.
+		return fmt.Errorf("%w: -nats-listen %s: the embedded nats-server has no authentication, so it listens on loopback only; "+
+			"to share the stream beyond this host, run a NATS server with credentials and give its URL as -nats", ErrUsage, *natsListen)
+	}
 	cfg, err := config.Load(*configPath, env.Lookup)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
+	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
 	// One dispatcher per data directory: a second one would share the
@@ -178,8 +184,9 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		log.Warn("the NATS server does not take atomic batches (nats-server 2.12+ does): the relay publishes message by message")
 	}
 
+	holder := holderID()
 	relay, err := outbox.NewRelay(outbox.RelayConfig{
-		Holder:       holderID(),
+		Holder:       holder,
 		LeaseTTL:     *leaseTTL,
 		PollInterval: *pollInterval,
 	}, db.Reader(), w, natsjs.NewPublisher(js, pubOpts...), log.With("component", "relay"), m, time.Now)
@@ -214,10 +221,22 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		addrs["metrics"] = ms.addr
 	}
 
+	// Say which targets this dispatcher serves before saying it runs:
+	// find_request and the audit tell a request no one will deliver.
+	names := make([]string, len(tgts))
+	for i, t := range tgts {
+		names[i] = t.Name()
+	}
+	presence := l.NewPresence(holder, names, log.With("component", "presence"))
+	if err := presence.Announce(ctx); err != nil {
+		return err
+	}
+
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	services := map[string]func(context.Context) error{"relay": relay.Run, "forwarder": fwd.Run, "retention": pruner.Run, "audit": auditor.Run}
+	services := map[string]func(context.Context) error{"relay": relay.Run, "forwarder": fwd.Run, "retention": pruner.Run,
+		"audit": auditor.Run, "presence": presence.Run}
 	errs := make(chan error, len(services))
 	for name, run := range services {
 		wg.Go(func() {

@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -191,7 +194,7 @@ func TestStatusJSONKeys(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &s); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if got, want := sortedKeys(s), []string{"backlog", "oldest_age_seconds", "targets", "uncertain"}; !slices.Equal(got, want) {
+	if got, want := sortedKeys(s), []string{"backlog", "dispatchers", "oldest_age_seconds", "targets", "uncertain"}; !slices.Equal(got, want) {
 		t.Errorf("keys %v, want %v:\n%s", got, want, out)
 	}
 	var age float64
@@ -202,10 +205,14 @@ func TestStatusJSONKeys(t *testing.T) {
 	if err := json.Unmarshal(s["targets"], &targets); err != nil || len(targets) != 2 {
 		t.Fatalf("targets %s (%v): want 2", s["targets"], err)
 	}
-	want := []string{"delivered", "failed", "in_flight", "retrying", "target", "uncertain"}
+	want := []string{"delivered", "failed", "in_flight", "retrying", "served", "target", "uncertain", "waiting"}
 	for _, tc := range targets {
 		if got := sortedKeys(tc); !slices.Equal(got, want) {
 			t.Errorf("target keys %v, want %v", got, want)
+		}
+		// req-queued waits for support, which no dispatcher serves here.
+		if tc["target"] == "support" && (tc["waiting"] != 1.0 || tc["served"] != false) {
+			t.Errorf("support: %v, want 1 waiting, not served", tc)
 		}
 	}
 	var unc []map[string]any
@@ -332,4 +339,41 @@ func queued(t *testing.T, id string) ticket.Request {
 		t.Fatal(err)
 	}
 	return req
+}
+
+// The embedded nats-server has no authentication: the dispatcher refuses to
+// open it beyond loopback, before it touches anything.
+func TestEmbeddedNATSStaysOnLoopback(t *testing.T) {
+	dir := t.TempDir()
+	for _, addr := range []string{"0.0.0.0:0", ":0", "192.0.2.1:4222"} {
+		_, _, err := runOnce(t, RunDispatcher, newEnv(), "-data", dir, "-nats-listen", addr, "-metrics-listen", "")
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "loopback only") {
+			t.Errorf("-nats-listen %s: error %v, want a usage error saying loopback only", addr, err)
+		}
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		t.Errorf("the refused starts left %v in %s (%v)", entries, dir, err)
+	}
+}
+
+// status shows what waits for a target no running dispatcher delivers to:
+// such requests have no delivery record and appeared nowhere before.
+func TestStatusShowsUnservedTargets(t *testing.T) {
+	a := newAdminDB(t)
+	if err := a.l.NewPresence("other-dispatcher", []string{"hook"}, slog.New(slog.NewTextHandler(io.Discard, nil))).Announce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.l.Create(t.Context(), queued(t, "req-waits")); err != nil { // target support
+		t.Fatal(err)
+	}
+	out, err := a.admin(t, "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{`(?m)^dispatchers running: 1$`, `(?m)^support\s+1\s+0\s+0\s+0\s+0\s+0\s+not served\s*$`,
+		`(?m)^hook\s+0\s+0\s+0\s+0\s+0\s+0\s*$`, `no running dispatcher delivers to support: `} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("status does not match %s:\n%s", re, out)
+		}
+	}
 }

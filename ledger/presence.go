@@ -1,0 +1,188 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+)
+
+// A dispatcher says, in the ledger, that it runs and which targets it
+// delivers to; mcp-front and the audit read it. Without it, a ticket bound
+// to a target that no dispatcher serves (mcp-front and the dispatcher given
+// different -config files, or no dispatcher running at all) waited as
+// "queued" or "published" for ever, and nothing said why.
+const (
+	// PresenceInterval is how often a running dispatcher renews its entry.
+	PresenceInterval = 10 * time.Second
+	// PresenceFresh is how old an entry may be and still stand for a
+	// running dispatcher: three renewals missed.
+	PresenceFresh = 3 * PresenceInterval
+	// presenceForget is how old an entry is deleted (a crashed
+	// dispatcher's, or one stopped too hard to take its own out).
+	presenceForget = 24 * time.Hour
+)
+
+// Served is what the running dispatchers deliver to.
+type Served struct {
+	Dispatchers int             // entries renewed within PresenceFresh
+	Targets     map[string]bool // the union of their targets
+}
+
+// Serves reports whether a running dispatcher delivers to target.
+func (s Served) Serves(target string) bool { return s.Targets[target] }
+
+// Presence keeps one dispatcher's entry.
+type Presence struct {
+	l       *Ledger
+	holder  string
+	targets string // JSON array, sorted
+	log     *slog.Logger
+}
+
+// NewPresence returns the entry of the dispatcher holder delivering to
+// targets.
+func (l *Ledger) NewPresence(holder string, targets []string, log *slog.Logger) *Presence {
+	t := slices.Sorted(slices.Values(targets))
+	if t == nil {
+		t = []string{}
+	}
+	b, _ := json.Marshal(t) // a []string always encodes
+	return &Presence{l: l, holder: holder, targets: string(b), log: log}
+}
+
+// Announce writes the entry (again) and deletes entries nobody renewed for
+// a day.
+func (p *Presence) Announce(ctx context.Context) error {
+	err := p.l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		now := p.l.now()
+		if _, err := tx.ExecContext(ctx, `INSERT INTO dispatchers (holder, targets, seen_at) VALUES (?, ?, ?)
+			ON CONFLICT(holder) DO UPDATE SET targets = excluded.targets, seen_at = excluded.seen_at`,
+			p.holder, p.targets, now.UnixNano()); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `DELETE FROM dispatchers WHERE seen_at < ?`, now.Add(-presenceForget).UnixNano())
+		return err
+	})
+	p.l.served.forget()
+	if err != nil {
+		return fmt.Errorf("ledger: announce dispatcher %s: %w", p.holder, err)
+	}
+	return nil
+}
+
+// Withdraw deletes the entry: the dispatcher is stopping.
+func (p *Presence) Withdraw(ctx context.Context) error {
+	err := p.l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM dispatchers WHERE holder = ?`, p.holder)
+		return err
+	})
+	p.l.served.forget()
+	if err != nil {
+		return fmt.Errorf("ledger: withdraw dispatcher %s: %w", p.holder, err)
+	}
+	return nil
+}
+
+// Run renews the entry every PresenceInterval until ctx ends, then
+// withdraws it. The first Announce is the caller's (before the dispatcher
+// says it is running).
+func (p *Presence) Run(ctx context.Context) error {
+	t := time.NewTicker(PresenceInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			return p.Withdraw(wctx)
+		case <-t.C:
+			if err := p.Announce(ctx); err != nil && ctx.Err() == nil {
+				// The next renewal tries again; PresenceFresh allows for two.
+				p.log.Warn("could not renew the dispatcher's entry in the ledger", "err", err)
+			}
+		}
+	}
+}
+
+// Served reads what the running dispatchers deliver to.
+func (l *Ledger) Served(ctx context.Context) (Served, error) {
+	s := Served{Targets: map[string]bool{}}
+	rows, err := l.db.query(ctx, `SELECT targets FROM dispatchers WHERE seen_at >= ?`,
+		l.now().Add(-PresenceFresh).UnixNano())
+	if err != nil {
+		return s, fmt.Errorf("ledger: read dispatchers: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var list string
+		if err := rows.Scan(&list); err != nil {
+			return s, fmt.Errorf("ledger: read dispatchers: %w", err)
+		}
+		var targets []string
+		if err := json.Unmarshal([]byte(list), &targets); err != nil {
+			return s, fmt.Errorf("ledger: read dispatchers: targets %q: %w", list, err)
+		}
+		s.Dispatchers++
+		for _, t := range targets {
+			s.Targets[t] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return s, fmt.Errorf("ledger: read dispatchers: %w", err)
+	}
+	return s, nil
+}
+
+// servedCache keeps what Served read for servedCacheFor: Find reads it for
+// every request still on its way, and a replayed create answers with Find.
+// Entries change every PresenceInterval at most; an Announce or Withdraw
+// through this ledger forgets it at once.
+type servedCache struct {
+	mu sync.Mutex
+	s  Served
+	at time.Time // when s was read (the machine's clock: the cache is not a rule)
+}
+
+const servedCacheFor = time.Second
+
+func (c *servedCache) forget() {
+	c.mu.Lock()
+	c.at = time.Time{}
+	c.mu.Unlock()
+}
+
+// servedRecently is Served, read at most once a second.
+func (l *Ledger) servedRecently(ctx context.Context) (Served, error) {
+	l.served.mu.Lock()
+	defer l.served.mu.Unlock()
+	if !l.served.at.IsZero() && time.Since(l.served.at) < servedCacheFor {
+		return l.served.s, nil
+	}
+	s, err := l.Served(ctx)
+	if err != nil {
+		return s, err
+	}
+	l.served.s, l.served.at = s, time.Now()
+	return s, nil
+}
+
+// Unserved is what find_request adds to the detail of a request still on
+// its way to target when no running dispatcher delivers to it; "" when one
+// does.
+func (s Served) Unserved(target string) string {
+	switch {
+	case s.Dispatchers == 0:
+		return fmt.Sprintf(" No dispatcher is running (none has renewed its entry in the last %s): it stays stored and "+
+			"will be delivered once one runs. Tell the operator.", PresenceFresh)
+	case !s.Serves(target):
+		return fmt.Sprintf(" No running dispatcher delivers to %q: its configuration (-config) has no such target. It stays "+
+			"stored and will be delivered once one does. Tell the operator: mcp-front and the dispatcher must be given "+
+			"the same -config.", target)
+	}
+	return ""
+}

@@ -1,0 +1,114 @@
+package ledger_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"ticketrelay/ledger"
+)
+
+// A dispatcher's entry says which targets it serves while it is renewed;
+// Served is the union over the running ones, and find_request tells a
+// request waiting for a target nobody serves, or for any dispatcher at all.
+func TestPresence(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	ctx := context.Background()
+	if _, err := e.l.Create(ctx, request("req-waits")); err != nil { // target "local"
+		t.Fatal(err)
+	}
+	served := func() ledger.Served {
+		t.Helper()
+		s, err := e.l.Served(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	detail := func() string {
+		t.Helper()
+		st, err := e.l.Find(ctx, "req-waits")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Detail
+	}
+
+	if s := served(); s.Dispatchers != 0 {
+		t.Fatalf("Served before any announce = %+v", s)
+	}
+	if d := detail(); !strings.Contains(d, "No dispatcher is running") {
+		t.Errorf("no dispatcher: detail %q", d)
+	}
+
+	hooks := e.l.NewPresence("d1", []string{"hook", "slack"}, discard())
+	if err := hooks.Announce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := served(); s.Dispatchers != 1 || !s.Serves("hook") || !s.Serves("slack") || s.Serves("local") {
+		t.Fatalf("Served = %+v, want d1's hook and slack", s)
+	}
+	if d := detail(); !strings.Contains(d, `No running dispatcher delivers to "local"`) || !strings.Contains(d, "same -config") {
+		t.Errorf("local unserved: detail %q", d)
+	}
+
+	local := e.l.NewPresence("d2", []string{"local"}, discard())
+	if err := local.Announce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := served(); s.Dispatchers != 2 || !s.Serves("local") || !s.Serves("hook") {
+		t.Fatalf("Served = %+v, want the union of d1 and d2", s)
+	}
+	if d := detail(); strings.Contains(d, "dispatcher") {
+		t.Errorf("local served: detail %q still speaks of dispatchers", d)
+	}
+
+	// d2 stops: its entry goes at once. d1 stops renewing: its entry stops
+	// counting after PresenceFresh.
+	if err := local.Withdraw(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := served(); s.Serves("local") {
+		t.Fatalf("Served = %+v after d2 withdrew", s)
+	}
+	e.clock.Add(ledger.PresenceFresh + time.Second)
+	if s := served(); s.Dispatchers != 0 {
+		t.Fatalf("Served = %+v after d1 missed its renewals", s)
+	}
+	// Renewing brings it back.
+	if err := hooks.Announce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := served(); s.Dispatchers != 1 {
+		t.Fatalf("Served = %+v after d1 renewed", s)
+	}
+}
+
+// Run renews the entry and withdraws it when its context ends.
+func TestPresenceRunWithdrawsOnStop(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	p := e.l.NewPresence("d1", []string{"local"}, discard())
+	if err := p.Announce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	s, err := e.l.Served(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Dispatchers != 0 {
+		t.Fatalf("Served = %+v after Run ended", s)
+	}
+}
