@@ -26,6 +26,11 @@ type attempt struct {
 	settling  bool   // the outcome is committing: its callback releases
 }
 
+// maxRetryDelay caps the wait an API may ask for (Retry-After): a date
+// centuries ahead overflowed next_attempt_at into the past, and the
+// message held its place among the target's unacknowledged ones for good.
+const maxRetryDelay = 24 * time.Hour
+
 // callEndSlack covers a downstream call's cancellation taking effect after
 // its deadline.
 const callEndSlack = time.Second
@@ -52,6 +57,15 @@ func (a *attempt) run(ctx context.Context) error {
 		a.log.Warn("forwarder: message for a request the ledger no longer holds; skipped")
 		a.f.metrics.RedeliveredSkipped.WithLabelValues(a.t.Name()).Inc()
 		return a.ack()
+	}
+	if p.Ticket.Target != a.t.Name() {
+		// The relay publishes a request on its own target's subject only:
+		// this message was published by someone else (the stream is open
+		// to whoever reaches the NATS port). The ledger says where the
+		// ticket goes; never deliver it anywhere else.
+		a.log.Error("forwarder: message on another target's subject; not delivered here", "ticket_target", p.Ticket.Target)
+		a.f.metrics.RedeliveredSkipped.WithLabelValues(a.t.Name()).Inc()
+		return a.msg.TermWithReason("wrong target")
 	}
 	caps := a.t.Capabilities()
 	d := downstream.Delivery{
@@ -233,7 +247,7 @@ func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec 
 	default:
 		rec.State = string(ledger.StatusRetrying)
 	}
-	delay := max(a.f.cfg.Retry.Delay(rec.Attempts), e.RetryAfter)
+	delay := min(max(a.f.cfg.Retry.Delay(rec.Attempts), e.RetryAfter), maxRetryDelay)
 	rec.NextAttemptAt = a.f.now().Add(delay)
 	if err := a.record(ctx, &rec); err != nil {
 		return err

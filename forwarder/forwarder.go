@@ -111,6 +111,14 @@ func (f *Forwarder) workers(t downstream.Target) int {
 	return DefaultWorkers
 }
 
+// maxAckPending bounds a target's messages that are out and not yet acked.
+// A message handed back for a later retry (NakWithDelay) counts until it
+// is delivered again, so the bound must not be near the worker count: with
+// 4×workers, 64 requests waiting out a long Retry-After stopped every other
+// delivery to their target for as long. What the client holds at once is
+// bounded by its pull requests (PullMaxMessages), not by this.
+const maxAckPending = 1 << 16
+
 // Run delivers until ctx is cancelled, then returns nil, also when that
 // happens while it is still creating its consumers. Each target has its own
 // durable consumer and workers, so a slow target never holds up another.
@@ -119,25 +127,12 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	// error stops the forwarder before any target has started.
 	consumers := make(map[string]jetstream.Consumer, len(f.targets))
 	for name := range f.targets {
-		cons, err := f.js.CreateOrUpdateConsumer(ctx, f.cfg.Stream, jetstream.ConsumerConfig{
-			Durable:       ConsumerName(name),
-			Description:   "ticketrelay forwarder for target " + name,
-			FilterSubject: outbox.SubjectFor(name),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			// Short, so that messages a crashed dispatcher had pulled come
-			// back soon; a live delivery keeps its message with InProgress.
-			AckWait: f.cfg.AckWait,
-			// The forwarder counts attempts itself (in the ledger, across
-			// crashes) and terminates the message when they are exhausted.
-			MaxDeliver:    -1,
-			MaxAckPending: 4 * f.workers(f.targets[name]),
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-		})
+		cons, err := f.consumer(ctx, name)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // stopped while starting: not an error
 			}
-			return fmt.Errorf("forwarder: consumer for %s: %w", name, err)
+			return err
 		}
 		consumers[name] = cons
 	}
@@ -160,7 +155,63 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// consumer creates (or updates) the durable consumer of target name.
+func (f *Forwarder) consumer(ctx context.Context, name string) (jetstream.Consumer, error) {
+	cons, err := f.js.CreateOrUpdateConsumer(ctx, f.cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       ConsumerName(name),
+		Description:   "ticketrelay forwarder for target " + name,
+		FilterSubject: outbox.SubjectFor(name),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		// Short, so that messages a crashed dispatcher had pulled come
+		// back soon; a live delivery keeps its message with InProgress.
+		AckWait: f.cfg.AckWait,
+		// The forwarder counts attempts itself (in the ledger, across
+		// crashes) and terminates the message when they are exhausted.
+		MaxDeliver:    -1,
+		MaxAckPending: maxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("forwarder: consumer for %s: %w", name, err)
+	}
+	return cons, nil
+}
+
+// runTarget delivers t's messages until ctx ends. If the consumer goes away
+// meanwhile (deleted by an operator or a tool, or the stream reset), its
+// iterator closes: the consumer is created again, rather than the target
+// going quiet until the next restart. A new consumer starts from the first
+// message of the stream; the ledger turns the settled ones away.
 func (f *Forwarder) runTarget(ctx context.Context, t downstream.Target, cons jetstream.Consumer) error {
+	pace := backoff.Policy{Base: 200 * time.Millisecond, Max: 10 * time.Second}
+	for attempt := 0; ; {
+		if err := f.consume(ctx, t, cons); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		f.log.Error("forwarder: the target's consumer is gone; creating it again", "target", t.Name())
+		for {
+			var err error
+			if cons, err = f.consumer(ctx, t.Name()); err == nil {
+				attempt = 0
+				break
+			}
+			attempt++
+			f.log.Warn("forwarder: could not create the consumer again; retrying", "target", t.Name(), "err", err, "attempt", attempt)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(pace.Delay(attempt)):
+			}
+		}
+	}
+}
+
+// consume runs t's workers on cons until its iterator closes: ctx ended,
+// or the consumer is gone.
+func (f *Forwarder) consume(ctx context.Context, t downstream.Target, cons jetstream.Consumer) error {
 	workers := f.workers(t)
 	it, err := cons.Messages(jetstream.PullMaxMessages(workers))
 	if err != nil {
@@ -174,6 +225,10 @@ func (f *Forwarder) runTarget(ctx context.Context, t downstream.Target, cons jet
 			for {
 				msg, err := it.Next()
 				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+					return
+				}
+				if errors.Is(err, jetstream.ErrConsumerDeleted) {
+					it.Stop()
 					return
 				}
 				if err != nil {

@@ -166,12 +166,19 @@ func TestShutdownFinishesInFlightDelivery(t *testing.T) {
 	id := e.create(t, api.name)
 	held.WaitArrived(t)
 
+	// The forwarder's pull subscription is on e.nc: when it is gone, the
+	// forwarder has seen the cancellation and drained its consumer, and all
+	// that keeps Run from returning is the call held in the API.
+	subs := e.nc.NumSubscriptions()
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
+	waitFor(t, 15*time.Second, "the forwarder to drain its consumer after the cancellation", func() bool {
+		return e.nc.NumSubscriptions() < subs
+	})
 	select {
 	case err := <-stopped:
 		t.Fatalf("Run returned (%v) while a delivery was in flight", err)
-	case <-time.After(200 * time.Millisecond):
+	default:
 	}
 	held.Open()
 	select {
@@ -216,8 +223,9 @@ func TestUndecodableMessageTerminated(t *testing.T) {
 }
 
 // Without -workers, each target gets its own concurrency: the local target
-// asks for more (downstream.Parallel), an API gets the default. The
-// consumer's MaxAckPending follows (4 per worker).
+// asks for more (downstream.Parallel), an API gets the default. Every
+// consumer has the same MaxAckPending, far above any worker count: a
+// message waiting for its retry counts against it.
 func TestWorkersPerTarget(t *testing.T) {
 	t.Parallel()
 	lt, err := local.Open("files", filepath.Join(t.TempDir(), "tickets.jsonl"), time.Now)
@@ -229,14 +237,18 @@ func TestWorkersPerTarget(t *testing.T) {
 		workers         int
 		local, apiLimit int
 	}{
-		{0, 4 * lt.Workers(), 4 * forwarder.DefaultWorkers},
-		{3, 12, 12},
+		{0, lt.Workers(), forwarder.DefaultWorkers},
+		{3, 3, 3},
 	} {
 		e := newEnv(t)
 		cfg := testConfig()
 		cfg.Workers = tc.workers
-		stop := e.startForwarder(t, cfg, lt, api)
+		f := forwarder.New(cfg, e.js, e.l, []downstream.Target{lt, api}, e.log, e.m, time.Now)
+		stop := runInBackground(t, "forwarder", f.Run)
 		for name, want := range map[string]int{lt.Name(): tc.local, api.name: tc.apiLimit} {
+			if got := f.WorkersForTest(name); got != want {
+				t.Errorf("-workers %d: %s has %d workers, want %d", tc.workers, name, got, want)
+			}
 			var got int
 			testwait.For(t, 10*time.Second, "consumer "+forwarder.ConsumerName(name), func() bool {
 				c, err := e.js.Consumer(context.Background(), "TICKETS", forwarder.ConsumerName(name))
@@ -246,8 +258,8 @@ func TestWorkersPerTarget(t *testing.T) {
 				got = c.CachedInfo().Config.MaxAckPending
 				return true
 			})
-			if got != want {
-				t.Errorf("-workers %d: %s MaxAckPending = %d, want %d", tc.workers, name, got, want)
+			if got != forwarder.MaxAckPendingForTest || got < 100*want {
+				t.Errorf("-workers %d: %s MaxAckPending = %d, want %d", tc.workers, name, got, forwarder.MaxAckPendingForTest)
 			}
 		}
 		if err := stop(); err != nil {

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -56,11 +57,17 @@ func dsn(path string, readOnly bool) string {
 }
 
 // Open opens (creating if needed) the database at path and migrates it to
-// the current schema.
+// the current schema. A new file is readable by its owner only (it holds
+// every ticket); SQLite gives its -wal and -shm files the same mode.
 func Open(ctx context.Context, path string) (*DB, error) {
 	if path == "" {
 		return nil, errors.New("ledger: empty database path")
 	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
+	}
+	f.Close()
 	w, err := sql.Open("sqlite", dsn(path, false))
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open %s: %w", path, err)

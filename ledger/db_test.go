@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -284,4 +286,22 @@ func atSchema(t *testing.T, path string, n int) *sql.DB {
 		t.Fatal(err)
 	}
 	return db
+}
+
+// The ledger holds every ticket: a new database and its -wal and -shm files
+// are readable by their owner only.
+func TestNewDatabaseIsPrivate(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	if _, err := e.l.Create(context.Background(), request("req-private")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{e.path, e.path + "-wal", e.path + "-shm"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := fi.Mode().Perm(); m != 0o600 {
+			t.Errorf("%s: mode %v, want 0600", filepath.Base(p), m)
+		}
+	}
 }

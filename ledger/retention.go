@@ -50,16 +50,24 @@ func (c RetentionConfig) Validate() error {
 	return nil
 }
 
+// pruneQuery picks the oldest settled requests. CROSS JOIN keeps requests
+// the outer loop, so SQLite walks requests_created from the oldest row and
+// stops at the cutoff or the batch; with a plain JOIN it drove from the
+// deliveries_state index instead, read every settled record and sorted them
+// (0.5 s per run on a 940,000-row ledger with nothing to prune, inside the
+// write transaction mcp-front waits on; ~0.1 ms this way).
+const pruneQuery = `
+	SELECT r.id FROM requests r CROSS JOIN deliveries d ON d.id = r.id
+	WHERE r.created_at < ? AND d.state IN (?, ?)
+	ORDER BY r.created_at LIMIT ?`
+
 // Prune removes up to batch settled requests accepted before cutoff (the
 // ledger row holds the ticket), with their outbox row and delivery record, in one transaction. It
 // returns how many requests it removed.
 func (l *Ledger) Prune(ctx context.Context, cutoff time.Time, batch int) (int, error) {
 	var n int
 	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `
-			SELECT r.id FROM requests r JOIN deliveries d ON d.id = r.id
-			WHERE r.created_at < ? AND d.state IN (?, ?)
-			ORDER BY r.created_at LIMIT ?`,
+		rows, err := tx.QueryContext(ctx, pruneQuery,
 			cutoff.UnixNano(), string(StatusDelivered), string(StatusFailed), batch)
 		if err != nil {
 			return err

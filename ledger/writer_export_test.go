@@ -25,3 +25,6 @@ func (db *DB) LimitPagesForTest(n int) error {
 // MigrationsForTest returns the first n migrations, so that a test can build
 // a database as an older binary left it.
 func MigrationsForTest(n int) []string { return migrations[:n] }
+
+// PruneQueryForTest is the query that picks the requests Prune removes.
+const PruneQueryForTest = pruneQuery

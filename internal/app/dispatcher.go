@@ -103,7 +103,7 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		return err
 	}
 	defer unlock()
-	if err := os.MkdirAll(filepath.Dir(*dbPath), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(*dbPath), 0o700); err != nil {
 		return fmt.Errorf("database directory: %w", err)
 	}
 
@@ -117,6 +117,9 @@ func RunDispatcher(ctx context.Context, env Env) error {
 	w := ledger.NewWriter(db, log, m.Writer)
 	defer w.Close()
 	l := ledger.New(db, w, time.Now)
+	if err := l.UseKeyNamespace(ctx, cfg.KeyNamespace); err != nil {
+		return err
+	}
 
 	tgts, closeTargets, err := targets.Open(cfg.Defs(), *dataDir, time.Now)
 	if err != nil {

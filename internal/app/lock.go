@@ -22,7 +22,7 @@ const lockFile = "dispatcher.lock"
 // file says, the holder's pid.
 func lockDataDir(dir string) (unlock func(), err error) {
 	path := filepath.Join(dir, lockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("data directory lock: %w", err)
 	}

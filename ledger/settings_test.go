@@ -1,0 +1,64 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"ticketrelay/ledger"
+)
+
+// The dedupe key namespace may change only while no request will be sent
+// again by itself: otherwise its retries would carry another key.
+func TestKeyNamespaceChange(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	ctx := context.Background()
+	if err := e.l.UseKeyNamespace(ctx, "prod"); err != nil {
+		t.Fatalf("first start: %v", err)
+	}
+	if err := e.l.UseKeyNamespace(ctx, "prod"); err != nil {
+		t.Fatalf("same namespace: %v", err)
+	}
+	if _, err := e.l.Create(ctx, request("req-on-its-way")); err != nil {
+		t.Fatal(err)
+	}
+	err := e.l.UseKeyNamespace(ctx, "renamed")
+	if !errors.Is(err, ledger.ErrKeyNamespaceChanged) || !strings.Contains(err.Error(), `was "prod" and is now "renamed"`) ||
+		!strings.Contains(err.Error(), "1 requests") {
+		t.Fatalf("change with a request on its way: %v", err)
+	}
+	// Refused: the recorded namespace is still the old one.
+	if err := e.l.UseKeyNamespace(ctx, "prod"); err != nil {
+		t.Fatalf("back to the old namespace: %v", err)
+	}
+	for _, state := range []string{ledger.DeliveryAttempting, string(ledger.StatusRetrying)} {
+		if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: "req-on-its-way", Target: "local", State: state, Attempts: 1, Version: version(t, e, "req-on-its-way")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.l.UseKeyNamespace(ctx, "renamed"); !errors.Is(err, ledger.ErrKeyNamespaceChanged) {
+			t.Fatalf("change while %s: %v", state, err)
+		}
+	}
+	if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: "req-on-its-way", Target: "local", State: string(ledger.StatusDelivered), Attempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.l.UseKeyNamespace(ctx, "renamed"); err != nil {
+		t.Fatalf("change once everything is delivered: %v", err)
+	}
+	if _, err := e.l.Create(ctx, request("req-next")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.l.UseKeyNamespace(ctx, "renamed"); err != nil {
+		t.Fatalf("the new namespace is the recorded one now: %v", err)
+	}
+}
+
+func version(t *testing.T, e *env, id string) int64 {
+	t.Helper()
+	d, _, err := e.l.Delivery(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Version
+}
