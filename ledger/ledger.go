@@ -40,6 +40,10 @@ type Result struct {
 	Status    Status    `json:"status"`
 	CreatedAt time.Time `json:"created_at"`
 	Replayed  bool      `json:"replayed"`
+	// Live is, on a replay, where the request stands now (what Find would
+	// answer), read in the same transaction; nil on a first call. Not
+	// stored.
+	Live *RequestStatus `json:"-"`
 }
 
 // Ledger is the idempotency ledger of one database.
@@ -83,6 +87,11 @@ func (l *Ledger) Create(ctx context.Context, req ticket.Request) (Result, error)
 	if err != nil {
 		return Result{}, err
 	}
+	if res.Live != nil {
+		if err := l.explain(ctx, res.Live); err != nil {
+			return Result{}, err
+		}
+	}
 	return res, nil
 }
 
@@ -90,12 +99,15 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// lookup answers from the existing ledger row of req: a replay, or a
+// lookup answers from the existing ledger row of req: a replay, with where
+// the request stands now (Result.Live, read in the same query), or a
 // conflict.
 func lookup(ctx context.Context, q querier, req ticket.Request, hash string) (Result, error) {
-	var storedHash, stored, tool string
-	err := q.QueryRowContext(ctx, `SELECT args_hash, result, tool FROM requests WHERE request_id = ?`,
-		req.RequestID).Scan(&storedHash, &stored, &tool)
+	var storedHash, stored string
+	var st RequestStatus
+	var row statusRow
+	err := q.QueryRowContext(ctx, `SELECT r.args_hash, r.result, `+statusColumns+` `+statusJoins+` WHERE r.request_id = ?`,
+		req.RequestID).Scan(append([]any{&storedHash, &stored}, row.dest(&st)...)...)
 	if err != nil {
 		return Result{}, fmt.Errorf("ledger: look up %s: %w", req.RequestID, err)
 	}
@@ -104,9 +116,12 @@ func lookup(ctx context.Context, q querier, req ticket.Request, hash string) (Re
 		return Result{}, fmt.Errorf("ledger: stored result of %s: %w", req.RequestID, err)
 	}
 	if storedHash != hash {
-		return Result{}, &ConflictError{RequestID: req.RequestID, TicketID: res.TicketID, Tool: tool}
+		return Result{}, &ConflictError{RequestID: req.RequestID, TicketID: res.TicketID, Tool: st.Tool}
 	}
 	res.Replayed = true
+	st.RequestID = req.RequestID
+	row.fill(&st)
+	res.Live = &st
 	return res, nil
 }
 

@@ -56,18 +56,9 @@ type RequestStatus struct {
 // StatusUnknown, not an error.
 func (l *Ledger) Find(ctx context.Context, requestID string) (RequestStatus, error) {
 	st := RequestStatus{RequestID: requestID, Status: StatusUnknown}
-	// One query: a replayed create answers with this too.
-	var (
-		created                                   int64
-		published, attempts, throttled, next, upd sql.NullInt64
-		state, lastErr, extID, extURL             sql.NullString
-	)
-	err := l.db.queryRow(ctx, `SELECT r.ticket_id, r.tool, r.target, r.created_at, o.published_at,
-			d.state, d.attempts, d.throttled, d.next_attempt_at, d.last_error, d.external_id, d.external_url, d.updated_at
-		FROM requests r LEFT JOIN outbox o ON o.id = r.id LEFT JOIN deliveries d ON d.id = r.id
-		WHERE r.request_id = ?`, requestID).
-		Scan(&st.TicketID, &st.Tool, &st.Target, &created, &published,
-			&state, &attempts, &throttled, &next, &lastErr, &extID, &extURL, &upd)
+	var row statusRow
+	err := l.db.queryRow(ctx, `SELECT `+statusColumns+` `+statusJoins+` WHERE r.request_id = ?`, requestID).
+		Scan(row.dest(&st)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		st.Detail = detail(st)
 		return st, nil
@@ -75,55 +66,81 @@ func (l *Ledger) Find(ctx context.Context, requestID string) (RequestStatus, err
 	if err != nil {
 		return st, fmt.Errorf("ledger: find %s: %w", requestID, err)
 	}
-	st.AcceptedAt = timePtr(created)
-	var pub time.Time
-	if published.Valid {
-		pub = time.Unix(0, published.Int64).UTC()
+	row.fill(&st)
+	if err := l.explain(ctx, &st); err != nil {
+		return st, err
 	}
-	found := state.Valid
-	d := Delivery{State: state.String, Attempts: int(attempts.Int64), Throttled: int(throttled.Int64),
-		LastError: lastErr.String, ExternalID: extID.String, ExternalURL: extURL.String, UpdatedAt: time.Unix(0, upd.Int64).UTC()}
-	if next.Valid {
-		d.NextAttemptAt = time.Unix(0, next.Int64).UTC()
+	return st, nil
+}
+
+// statusColumns and statusJoins read where a request stands in one query:
+// its ledger row, outbox row and delivery record (see statusRow). Find
+// uses them, and so does a replayed create, inside the writer's
+// transaction, where it reads the ledger row anyway.
+const (
+	statusColumns = `r.ticket_id, r.tool, r.target, r.created_at, o.published_at,
+		d.state, d.attempts, d.throttled, d.next_attempt_at, d.last_error, d.external_id, d.external_url, d.updated_at`
+	statusJoins = `FROM requests r LEFT JOIN outbox o ON o.id = r.id LEFT JOIN deliveries d ON d.id = r.id`
+)
+
+// statusRow holds the columns of statusColumns that are not RequestStatus
+// fields as they are.
+type statusRow struct {
+	created                                   int64
+	published, attempts, throttled, next, upd sql.NullInt64
+	state, lastErr, extID, extURL             sql.NullString
+}
+
+// dest is the Scan destination of statusColumns, filling st and r.
+func (r *statusRow) dest(st *RequestStatus) []any {
+	return []any{&st.TicketID, &st.Tool, &st.Target, &r.created, &r.published,
+		&r.state, &r.attempts, &r.throttled, &r.next, &r.lastErr, &r.extID, &r.extURL, &r.upd}
+}
+
+// fill sets st's status and delivery fields from the row.
+func (r *statusRow) fill(st *RequestStatus) {
+	st.AcceptedAt = timePtr(r.created)
+	if r.published.Valid {
+		st.PublishedAt = timePtr(r.published.Int64)
 	}
 	switch {
-	case found:
-		st.Attempts, st.Throttled = d.Attempts, d.Throttled
-		st.LastError = d.LastError
-		st.ExternalID = d.ExternalID
-		st.ExternalURL = d.ExternalURL
-		st.UpdatedAt = &d.UpdatedAt
-		if !d.NextAttemptAt.IsZero() {
-			st.NextAttemptAt = &d.NextAttemptAt
+	case r.state.Valid:
+		st.Attempts, st.Throttled = int(r.attempts.Int64), int(r.throttled.Int64)
+		st.LastError, st.ExternalID, st.ExternalURL = r.lastErr.String, r.extID.String, r.extURL.String
+		st.UpdatedAt = timePtr(r.upd.Int64)
+		if r.next.Valid {
+			st.NextAttemptAt = timePtr(r.next.Int64)
 		}
 		switch {
-		case d.State == DeliveryAttempting && d.NextAttemptAt.IsZero():
+		case r.state.String == DeliveryAttempting && !r.next.Valid:
 			st.Status = StatusPublished
 			st.InProgress = true
-		case d.State == DeliveryAttempting:
+		case r.state.String == DeliveryAttempting:
 			// The attempt ended without a known outcome; the next one looks
 			// it up before any resend.
 			st.Status = StatusRetrying
 		default:
-			st.Status = Status(d.State)
+			st.Status = Status(r.state.String)
 		}
-	case !pub.IsZero():
+	case r.published.Valid:
 		st.Status = StatusPublished
 	default:
 		st.Status = StatusQueued
 	}
-	if !pub.IsZero() {
-		st.PublishedAt = &pub
-	}
-	st.Detail = detail(st)
+}
+
+// explain writes st's detail: what the status means and what to do next,
+// and, for a request still on its way, whether anyone will deliver it.
+func (l *Ledger) explain(ctx context.Context, st *RequestStatus) error {
+	st.Detail = detail(*st)
 	if st.Status == StatusQueued || st.Status == StatusPublished || st.Status == StatusRetrying {
 		served, err := l.servedRecently(ctx)
 		if err != nil {
-			return st, err
+			return err
 		}
 		st.Detail += served.Unserved(st.Target)
 	}
-	return st, nil
+	return nil
 }
 
 // detailUnknown is the detail of StatusUnknown. It names no tool: create

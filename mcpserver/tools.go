@@ -328,16 +328,11 @@ func acceptedDetail(target string) string {
 // current is the answer to a replayed call: the first call's result with
 // the status find_request would give now (a replay is rare; first calls
 // do not pay for the read).
-func (s *Server) current(ctx context.Context, res ledger.Result) createResult {
+func (s *Server) current(res ledger.Result) createResult {
 	out := createResult{Result: res}
-	st, err := s.ledger.Find(ctx, res.RequestID)
-	if err != nil || st.Status == ledger.StatusUnknown {
-		s.log.Warn("replay: status read failed", "request_id", res.RequestID, "status", st.Status, "err", err)
-		out.Detail = "This call repeats one that was accepted earlier; its current status could not be read: " +
-			"call find_request with the same request_id. Do not create it again."
-		return out
+	if st := res.Live; st != nil {
+		out.Status, out.ExternalID, out.ExternalURL, out.Detail = st.Status, st.ExternalID, st.ExternalURL, st.Detail
 	}
-	out.Status, out.ExternalID, out.ExternalURL, out.Detail = st.Status, st.ExternalID, st.ExternalURL, st.Detail
 	return out
 }
 
@@ -388,7 +383,7 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 			return jsonResult(s.awaitDelivery(ctx, req, res, time.Duration(a.WaitForDelivery)*time.Second))
 		}
 		if res.Replayed {
-			return jsonResult(s.current(ctx, res))
+			return jsonResult(s.current(res))
 		}
 		return jsonResult(createResult{Result: res, Detail: accepted})
 	}
