@@ -59,7 +59,7 @@ func Open(name, path string, now func() time.Time) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local target: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("local target: %w", err)
 	}

@@ -287,3 +287,16 @@ func TestReceiptURLIsAFileURL(t *testing.T) {
 		}
 	}
 }
+
+// The file holds every ticket: it is created readable by its owner only.
+func TestFileIsPrivate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tickets.jsonl")
+	deliver(t, open(t, path), "req-private")
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := fi.Mode().Perm(); m != 0o600 {
+		t.Fatalf("mode %v, want 0600", m)
+	}
+}

@@ -211,7 +211,7 @@ func announce(env Env, addrFile string, addrs map[string]string) error {
 		return err
 	}
 	tmp := addrFile + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("-addr-file: %w", err)
 	}
 	return os.Rename(tmp, addrFile)

@@ -81,7 +81,7 @@ func RunFront(ctx context.Context, env Env) error {
 		return err
 	}
 
-	if err := os.MkdirAll(filepath.Dir(*dbPath), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(*dbPath), 0o700); err != nil {
 		return fmt.Errorf("database directory: %w", err)
 	}
 	db, err := ledger.Open(ctx, *dbPath)
