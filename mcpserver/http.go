@@ -179,14 +179,14 @@ func NewHTTPHandler(srv *mcp.Server, cfg HTTPConfig) *HTTPHandler {
 	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
 		Stateless:           true,
 		MaxRequestBodyBytes: cfg.MaxBodyBytes,
-		Logger:              log,
+		Logger:              sdkLogger(log),
 	})
 	var route http.Handler = stateless
 	if !cfg.Stateless {
 		opts := &mcp.StreamableHTTPOptions{
 			SessionTimeout:      cfg.SessionTimeout,
 			MaxRequestBodyBytes: cfg.MaxBodyBytes,
-			Logger:              log,
+			Logger:              sdkLogger(log),
 		}
 		if cfg.EventStoreBytes > 0 {
 			h.events = NewEventStore(cfg.EventStoreBytes)

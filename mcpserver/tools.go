@@ -64,7 +64,7 @@ func New(cfg Config, l *ledger.Ledger, m *metrics.Front, log *slog.Logger) (*mcp
 	}
 	srv := mcp.NewServer(&mcp.Implementation{Name: name, Title: "ticketrelay", Version: cfg.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
-		Logger:       log,
+		Logger:       sdkLogger(log),
 		// Prompts and resources are declared, empty, because prompts/list and
 		// resources/list are answered (with empty lists) anyway.
 		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{},
