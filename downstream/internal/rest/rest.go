@@ -214,8 +214,9 @@ func newJSONRequest(ctx context.Context, method, url string, body any, hide bool
 // an error, already a *downstream.Error: Transient, with MayHaveActed set
 // when the request had been written in full (the API may have processed it:
 // a timeout or reset while waiting for the answer), and clear when it never
-// left (connection refused, DNS) or was a GET or HEAD, which act on nothing. No error shows the URL's userinfo, query
-// or fragment, nor, with HideURL, anything of it but its scheme and host.
+// left (connection refused, DNS) or was a GET or HEAD, which act on
+// nothing. No error shows the URL's userinfo, query or fragment, nor, with
+// HideURL, anything of it but its scheme and host.
 func (c *Client) Do(req *http.Request) (*Response, error) {
 	var wrote atomic.Bool
 	trace := &httptrace.ClientTrace{
