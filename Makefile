@@ -20,7 +20,7 @@ build: ## build bin/mcp-front and bin/dispatcher
 # processes stop cleanly on either.
 run: SHELL := bash
 run: build ## run both processes with embedded defaults; Ctrl-C stops both; either one exiting stops the other
-	@mkdir -p $(DATA)
+	@mkdir -p -m 700 $(DATA)
 	@trap 'kill -TERM $$d $$f 2>/dev/null; wait $$d $$f; exit 130' INT TERM; \
 	 bin/dispatcher -data $(DATA) & d=$$!; \
 	 bin/mcp-front -db $(DATA)/tickets.db -listen $(LISTEN) & f=$$!; \
