@@ -149,7 +149,8 @@ var createInputSchema = map[string]any{
 		"wait_for_delivery_seconds": map[string]any{
 			"type": "integer", "minimum": 0, "maximum": MaxWaitForDelivery, "default": 0,
 			"description": "Optional: after accepting the ticket, wait up to this many seconds for its delivery and answer with the status reached " +
-				"(progress notifications report each change if you pass a progress token). Not part of the request: a retry may wait or not.",
+				"(progress notifications report each change if you pass a progress token). Not part of the request: a retry may wait or not. " +
+				"Keep it below your client's own time limit for a tool call: a call cut by the client was still accepted (find_request tells).",
 		},
 	},
 }
