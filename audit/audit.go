@@ -159,18 +159,17 @@ func (a *Auditor) Round(ctx context.Context) (more bool, err error) {
 			return false, nil
 		}
 		if a.due(p, now) {
-			if p.Delivery == "" {
-				// Never attempted: is anyone going to?
-				if served == nil {
-					s, err := a.store.Served(ctx)
-					if err != nil {
-						return false, err
-					}
-					served = &s
+			// Waiting (never attempted, or untouched for After): is anyone
+			// going to deliver it?
+			if served == nil {
+				s, err := a.store.Served(ctx)
+				if err != nil {
+					return false, err
 				}
-				if !served.Serves(p.Target) {
-					unserved[p.Target]++
-				}
+				served = &s
+			}
+			if !served.Serves(p.Target) {
+				unserved[p.Target]++
 			}
 			if err := a.check(ctx, p); err != nil {
 				return false, err
@@ -219,8 +218,9 @@ func (a *Auditor) check(ctx context.Context, p ledger.Published) error {
 	return nil
 }
 
-// reportUnserved counts the requests a round found waiting for a target no
-// running dispatcher delivers to, and says so in the log (once an hour per
+// reportUnserved counts the requests a round found waiting (never
+// attempted, or untouched for After) for a target no running dispatcher
+// delivers to, and says so in the log (once an hour per
 // target: a pass finds each such request once).
 func (a *Auditor) reportUnserved(unserved map[string]int, now time.Time) {
 	for target, n := range unserved {

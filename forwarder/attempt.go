@@ -31,6 +31,15 @@ type attempt struct {
 // message held its place among the target's unacknowledged ones for good.
 const maxRetryDelay = 24 * time.Hour
 
+// exhausted says that a record's attempts ran out: how many counted toward
+// the limit, and how many more a rate limit refused.
+func exhausted(d ledger.Delivery) string {
+	if d.Throttled == 0 {
+		return fmt.Sprintf("%d attempts exhausted", d.Attempts)
+	}
+	return fmt.Sprintf("%d attempts exhausted (and %d more refused by a rate limit)", d.Counted(), d.Throttled)
+}
+
 // callEndSlack covers a downstream call's cancellation taking effect after
 // its deadline.
 const callEndSlack = time.Second
@@ -57,6 +66,14 @@ func (a *attempt) run(ctx context.Context) error {
 		a.log.Warn("forwarder: message for a request the ledger no longer holds; skipped")
 		a.f.metrics.RedeliveredSkipped.WithLabelValues(a.t.Name()).Inc()
 		return a.ack()
+	}
+	if found && !prev.NextAttemptAt.IsZero() {
+		if wait := prev.NextAttemptAt.Sub(a.f.now()); wait > 0 {
+			// A copy back before its retry time (a consumer created again
+			// starts from the first message): it waits, as Retry-After and
+			// the backoff said.
+			return a.msg.NakWithDelay(wait)
+		}
 	}
 	if p.Ticket.Target != a.t.Name() {
 		// The relay publishes a request on its own target's subject only:
@@ -153,8 +170,8 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 		return true, a.delivered(ctx, prev, receipt)
 	}
 	if prev.Counted() >= a.f.cfg.MaxAttempts {
-		prev.LastError = fmt.Sprintf("%d attempts exhausted (the last one proven not to have created the item); last error: %s",
-			prev.Attempts, prev.LastError)
+		prev.LastError = fmt.Sprintf("%s (the last one proven not to have created the item); last error: %s",
+			exhausted(prev), prev.LastError)
 		return true, a.dead(ctx, prev, "exhausted")
 	}
 	return false, nil // proven absent: create it
@@ -242,7 +259,7 @@ func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec 
 		rec.Throttled++
 		rec.State = string(ledger.StatusRetrying)
 	case rec.Counted() >= a.f.cfg.MaxAttempts:
-		rec.LastError = fmt.Sprintf("%d attempts exhausted; last error: %s", rec.Attempts, rec.LastError)
+		rec.LastError = fmt.Sprintf("%s; last error: %s", exhausted(rec), rec.LastError)
 		return a.dead(ctx, rec, "exhausted")
 	default:
 		rec.State = string(ledger.StatusRetrying)

@@ -49,6 +49,10 @@ type Config struct {
 	MaxAttempts int
 	// Retry paces transient failures. Default 1s doubling up to 5m.
 	Retry backoff.Policy
+	// ConsumerCheck is how often each target's consumer is looked up, and
+	// created again if it is gone: a consumer deleted while this process
+	// was disconnected from the server sends no notice. Default 30s.
+	ConsumerCheck time.Duration
 }
 
 // WithDefaults fills zero fields.
@@ -57,6 +61,7 @@ func (c Config) WithDefaults() Config {
 	c.DeliveryTimeout = cmp.Or(c.DeliveryTimeout, 30*time.Second)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
 	c.AckWait = cmp.Or(c.AckWait, 10*time.Second)
+	c.ConsumerCheck = cmp.Or(c.ConsumerCheck, 30*time.Second)
 	if c.Retry == (backoff.Policy{}) {
 		c.Retry = backoff.Policy{Base: time.Second, Max: 5 * time.Minute}
 	}
@@ -220,6 +225,9 @@ func (f *Forwarder) consume(ctx context.Context, t downstream.Target, cons jetst
 	stop := context.AfterFunc(ctx, it.Drain)
 	defer stop()
 	var wg sync.WaitGroup
+	checked := make(chan struct{})
+	defer close(checked)
+	go f.checkConsumer(ctx, t, cons, it, checked)
 	for range workers {
 		wg.Go(func() {
 			for {
@@ -246,6 +254,31 @@ func (f *Forwarder) consume(ctx context.Context, t downstream.Target, cons jetst
 	}
 	wg.Wait()
 	return nil
+}
+
+// checkConsumer stops it if cons is gone, so that runTarget creates the
+// consumer again. The server tells a pull request that was waiting when
+// the consumer was deleted; a client that was disconnected at that moment
+// is never told, and its pulls to a consumer that no longer exists fail
+// quietly for ever. It returns when done is closed.
+func (f *Forwarder) checkConsumer(ctx context.Context, t downstream.Target, cons jetstream.Consumer, it jetstream.MessagesContext, done <-chan struct{}) {
+	tick := time.NewTicker(f.cfg.ConsumerCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := cons.Info(cctx)
+		cancel()
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			f.log.Error("forwarder: the target's consumer no longer exists", "target", t.Name())
+			it.Stop()
+			return
+		}
+	}
 }
 
 // handle delivers one message. Its context is detached from shutdown so an

@@ -250,7 +250,7 @@ func TestThrottledCallsDoNotCount(t *testing.T) {
 	}
 	id = e.create(t, api.name)
 	st = e.waitStatus(t, id, ledger.StatusFailed)
-	if st.Attempts != 3 || st.Throttled != 1 || !strings.Contains(st.LastError, "attempts exhausted") {
+	if st.Attempts != 3 || st.Throttled != 1 || !strings.Contains(st.LastError, "2 attempts exhausted (and 1 more refused by a rate limit)") {
 		t.Errorf("failed: %+v; want 2 counted attempts exhausted after 1 throttled", st)
 	}
 }

@@ -211,11 +211,12 @@ var migrations = []string{
 	// 7: of a record's attempts, how many the downstream refused for its
 	// rate limit; they do not count toward the attempt limit.
 	`ALTER TABLE deliveries ADD COLUMN throttled INTEGER NOT NULL DEFAULT 0;`,
-	// 8: running dispatchers and their targets (see Presence).
+	// 8: running dispatchers, their targets and key namespace (see Presence).
 	`CREATE TABLE dispatchers (
-		holder  TEXT PRIMARY KEY,
-		targets TEXT NOT NULL, -- JSON array of target names
-		seen_at INTEGER NOT NULL
+		holder        TEXT PRIMARY KEY,
+		targets       TEXT NOT NULL, -- JSON array of target names
+		key_namespace TEXT NOT NULL,
+		seen_at       INTEGER NOT NULL
 	);`,
 	// 9: settings the dispatcher must keep across restarts (the dedupe
 	// key namespace, see UseKeyNamespace).

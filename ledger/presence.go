@@ -41,18 +41,19 @@ type Presence struct {
 	l       *Ledger
 	holder  string
 	targets string // JSON array, sorted
+	ns      string // dedupe key namespace (see UseKeyNamespace)
 	log     *slog.Logger
 }
 
 // NewPresence returns the entry of the dispatcher holder delivering to
-// targets.
-func (l *Ledger) NewPresence(holder string, targets []string, log *slog.Logger) *Presence {
+// targets under the dedupe key namespace ns.
+func (l *Ledger) NewPresence(holder string, targets []string, ns string, log *slog.Logger) *Presence {
 	t := slices.Sorted(slices.Values(targets))
 	if t == nil {
 		t = []string{}
 	}
 	b, _ := json.Marshal(t) // a []string always encodes
-	return &Presence{l: l, holder: holder, targets: string(b), log: log}
+	return &Presence{l: l, holder: holder, targets: string(b), ns: ns, log: log}
 }
 
 // Announce writes the entry (again) and deletes entries nobody renewed for
@@ -60,9 +61,9 @@ func (l *Ledger) NewPresence(holder string, targets []string, log *slog.Logger) 
 func (p *Presence) Announce(ctx context.Context) error {
 	err := p.l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		now := p.l.now()
-		if _, err := tx.ExecContext(ctx, `INSERT INTO dispatchers (holder, targets, seen_at) VALUES (?, ?, ?)
-			ON CONFLICT(holder) DO UPDATE SET targets = excluded.targets, seen_at = excluded.seen_at`,
-			p.holder, p.targets, now.UnixNano()); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO dispatchers (holder, targets, key_namespace, seen_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT(holder) DO UPDATE SET targets = excluded.targets, key_namespace = excluded.key_namespace, seen_at = excluded.seen_at`,
+			p.holder, p.targets, p.ns, now.UnixNano()); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `DELETE FROM dispatchers WHERE seen_at < ?`, now.Add(-presenceForget).UnixNano())

@@ -42,7 +42,7 @@ func TestPresence(t *testing.T) {
 		t.Errorf("no dispatcher: detail %q", d)
 	}
 
-	hooks := e.l.NewPresence("d1", []string{"hook", "slack"}, discard())
+	hooks := e.l.NewPresence("d1", []string{"hook", "slack"}, "", discard())
 	if err := hooks.Announce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestPresence(t *testing.T) {
 		t.Errorf("local unserved: detail %q", d)
 	}
 
-	local := e.l.NewPresence("d2", []string{"local"}, discard())
+	local := e.l.NewPresence("d2", []string{"local"}, "", discard())
 	if err := local.Announce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestPresence(t *testing.T) {
 // Run renews the entry and withdraws it when its context ends.
 func TestPresenceRunWithdrawsOnStop(t *testing.T) {
 	e := openEnv(t, dbPath(t))
-	p := e.l.NewPresence("d1", []string{"local"}, discard())
+	p := e.l.NewPresence("d1", []string{"local"}, "", discard())
 	if err := p.Announce(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -55,31 +55,50 @@ func (c RetentionConfig) Validate() error {
 // stops at the cutoff or the batch; with a plain JOIN it drove from the
 // deliveries_state index instead, read every settled record and sorted them
 // (0.5 s per run on a 940,000-row ledger with nothing to prune, inside the
-// write transaction mcp-front waits on; ~0.1 ms this way).
+// write transaction mcp-front waits on; ~0.1 ms this way). It starts at a
+// position (created_at): requests older than the cutoff that never settle
+// (uncertain ones, ones no dispatcher serves) are walked past once per run,
+// not once per batch (200,000 of them: 117 ms a walk).
 const pruneQuery = `
-	SELECT r.id FROM requests r CROSS JOIN deliveries d ON d.id = r.id
-	WHERE r.created_at < ? AND d.state IN (?, ?)
+	SELECT r.id, r.created_at FROM requests r CROSS JOIN deliveries d ON d.id = r.id
+	WHERE r.created_at >= ? AND r.created_at < ? AND d.state IN (?, ?)
 	ORDER BY r.created_at LIMIT ?`
 
 // Prune removes up to batch settled requests accepted before cutoff (the
 // ledger row holds the ticket), with their outbox row and delivery record, in one transaction. It
 // returns how many requests it removed.
 func (l *Ledger) Prune(ctx context.Context, cutoff time.Time, batch int) (int, error) {
+	n, _, err := l.PruneFrom(ctx, time.Time{}, cutoff, batch)
+	return n, err
+}
+
+// PruneFrom is Prune for requests accepted at from or later. It also
+// returns where the next batch of the same run may start: the acceptance
+// time of the newest request it removed (every settled request before it
+// is gone), or from if it removed none.
+func (l *Ledger) PruneFrom(ctx context.Context, from, cutoff time.Time, batch int) (int, time.Time, error) {
 	var n int
+	next := from
+	var fromNS int64
+	if !from.IsZero() {
+		fromNS = from.UnixNano()
+	}
 	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		n, next = 0, from
 		rows, err := tx.QueryContext(ctx, pruneQuery,
-			cutoff.UnixNano(), string(StatusDelivered), string(StatusFailed), batch)
+			fromNS, cutoff.UnixNano(), string(StatusDelivered), string(StatusFailed), batch)
 		if err != nil {
 			return err
 		}
 		var ids []int64
 		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
+			var id, created int64
+			if err := rows.Scan(&id, &created); err != nil {
 				rows.Close()
 				return err
 			}
 			ids = append(ids, id)
+			next = time.Unix(0, created)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil || len(ids) == 0 {
@@ -100,9 +119,9 @@ func (l *Ledger) Prune(ctx context.Context, cutoff time.Time, batch int) (int, e
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("ledger: prune: %w", err)
+		return 0, from, fmt.Errorf("ledger: prune: %w", err)
 	}
-	return n, nil
+	return n, next, nil
 }
 
 // Pruner removes expired requests in the background.
@@ -152,8 +171,11 @@ func (p *Pruner) RunOnce(ctx context.Context) error {
 			p.log.Info("pruned expired requests", "count", total, "accepted_before", cutoff)
 		}
 	}()
+	var from time.Time
 	for ctx.Err() == nil {
-		n, err := p.ledger.Prune(ctx, cutoff, p.cfg.Batch)
+		var n int
+		var err error
+		n, from, err = p.ledger.PruneFrom(ctx, from, cutoff, p.cfg.Batch)
 		total += n
 		p.metrics.Pruned.Add(float64(n))
 		if err != nil || n < p.cfg.Batch {

@@ -199,7 +199,7 @@ func TestRedriveAndResolve(t *testing.T) {
 // transaction, growing with the ledger).
 func TestPruneWalksRequestsByAge(t *testing.T) {
 	e := openEnv(t, dbPath(t))
-	rows, err := raw(t, e.path).Query(`EXPLAIN QUERY PLAN `+ledger.PruneQueryForTest, 1, "delivered", "failed", 10)
+	rows, err := raw(t, e.path).Query(`EXPLAIN QUERY PLAN `+ledger.PruneQueryForTest, 0, 1, "delivered", "failed", 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,5 +217,37 @@ func TestPruneWalksRequestsByAge(t *testing.T) {
 	if !strings.Contains(joined, "INDEX requests_created") || strings.Contains(joined, "TEMP B-TREE") ||
 		strings.Contains(joined, "deliveries_state") {
 		t.Fatalf("prune plan %q: want requests walked by requests_created, no sort, no deliveries_state scan", joined)
+	}
+}
+
+// A run resumes each batch where the previous one stopped: requests before
+// that position were pruned or never settle, and are not walked again.
+func TestPruneFromResumes(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	ctx := context.Background()
+	var created []time.Time
+	for i := range 3 {
+		id := fmt.Sprintf("req-%d", i)
+		if _, err := e.l.Create(ctx, request(id)); err != nil {
+			t.Fatal(err)
+		}
+		created = append(created, e.clock.Now())
+		if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: string(ledger.StatusDelivered), Attempts: 1}); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Add(time.Minute)
+	}
+	cutoff := e.clock.Now()
+	n, next, err := e.l.PruneFrom(ctx, time.Time{}, cutoff, 2)
+	if err != nil || n != 2 || !next.Equal(created[1]) {
+		t.Fatalf("first batch: %d pruned, next %v, %v; want 2 and the second request's time %v", n, next, err, created[1])
+	}
+	// From a position after the last request, nothing is left to find.
+	if n, _, err := e.l.PruneFrom(ctx, created[2].Add(time.Nanosecond), cutoff, 2); err != nil || n != 0 {
+		t.Fatalf("from past the last request: %d pruned, %v; want 0", n, err)
+	}
+	n, next, err = e.l.PruneFrom(ctx, next, cutoff, 2)
+	if err != nil || n != 1 || !next.Equal(created[2]) {
+		t.Fatalf("second batch: %d pruned, next %v, %v; want the third request", n, next, err)
 	}
 }

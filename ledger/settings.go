@@ -22,8 +22,20 @@ var ErrKeyNamespaceChanged = errors.New("ledger: the dedupe key namespace change
 // an operator's redrive, which the error's text warns about).
 func (l *Ledger) UseKeyNamespace(ctx context.Context, ns string) error {
 	return l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		// Dispatchers on other data directories share this ledger and its
+		// consumers: one may take over another's retry.
+		var holder, other string
+		err := tx.QueryRowContext(ctx, `SELECT holder, key_namespace FROM dispatchers WHERE seen_at >= ? AND key_namespace != ? LIMIT 1`,
+			l.now().Add(-PresenceFresh).UnixNano(), ns).Scan(&holder, &other)
+		switch {
+		case err == nil:
+			return fmt.Errorf("%w: dispatcher %s runs with key_namespace %q, this one has %q: the dispatchers of one ledger "+
+				"take over each other's retries, and must send the same keys", ErrKeyNamespaceChanged, holder, other, ns)
+		case !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("ledger: read running dispatchers: %w", err)
+		}
 		var old string
-		err := tx.QueryRowContext(ctx, `SELECT value FROM settings WHERE name = 'key_namespace'`).Scan(&old)
+		err = tx.QueryRowContext(ctx, `SELECT value FROM settings WHERE name = 'key_namespace'`).Scan(&old)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			// First start with this ledger (or with a ledger from before the

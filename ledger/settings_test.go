@@ -62,3 +62,31 @@ func version(t *testing.T, e *env, id string) int64 {
 	}
 	return d.Version
 }
+
+// Dispatchers on separate data directories share the ledger and take over
+// each other's retries: a second one with another namespace is refused
+// while the first runs, and allowed once it has stopped.
+func TestKeyNamespaceOfRunningDispatchers(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	ctx := context.Background()
+	if err := e.l.UseKeyNamespace(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	first := e.l.NewPresence("dispatcher-a", []string{"local"}, "a", discard())
+	if err := first.Announce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err := e.l.UseKeyNamespace(ctx, "b")
+	if !errors.Is(err, ledger.ErrKeyNamespaceChanged) || !strings.Contains(err.Error(), `dispatcher dispatcher-a runs with key_namespace "a"`) {
+		t.Fatalf("second dispatcher with another namespace: %v", err)
+	}
+	if err := e.l.UseKeyNamespace(ctx, "a"); err != nil {
+		t.Fatalf("second dispatcher with the same namespace: %v", err)
+	}
+	if err := first.Withdraw(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.l.UseKeyNamespace(ctx, "b"); err != nil {
+		t.Fatalf("once the first stopped (nothing on its way): %v", err)
+	}
+}

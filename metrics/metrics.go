@@ -178,7 +178,7 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 		}),
 		Unserved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "stream_audit_unserved_total",
-			Help: "Published requests the audit found waiting, never attempted, for a target no running dispatcher delivers to (mcp-front and the dispatcher given different -config files).",
+			Help: "Published requests the audit found waiting (never attempted, or untouched for -audit-after) for a target no running dispatcher delivers to (mcp-front and the dispatcher given different -config files).",
 		}, []string{"target"}),
 		CommitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "commit_to_ack_seconds",

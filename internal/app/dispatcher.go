@@ -230,7 +230,7 @@ func RunDispatcher(ctx context.Context, env Env) error {
 	for i, t := range tgts {
 		names[i] = t.Name()
 	}
-	presence := l.NewPresence(holder, names, log.With("component", "presence"))
+	presence := l.NewPresence(holder, names, cfg.KeyNamespace, log.With("component", "presence"))
 	if err := presence.Announce(ctx); err != nil {
 		return err
 	}

@@ -84,6 +84,9 @@ func (c *Client) Redact(secrets ...downstream.Secret) *Client {
 	return c
 }
 
+// minQuerySecret is the shortest query value taken for a credential.
+const minQuerySecret = 12
+
 // secretsOf returns the client's secrets and the credentials req carries:
 // in its authorization headers, and in its URL what SafeURL leaves out
 // (the password, the query and, with HideURL, the path).
@@ -98,6 +101,16 @@ func (c *Client) secretsOf(req *http.Request) []downstream.Secret {
 		add(pass)
 	}
 	add(req.URL.RawQuery)
+	// A receiver may echo one value alone ("unknown token …"). Values too
+	// short to be a credential are left (a lookup's status_id=*, per_page=10
+	// would blank out every such character of the message).
+	for _, vs := range req.URL.Query() {
+		for _, v := range vs {
+			if len(v) >= minQuerySecret {
+				add(v)
+			}
+		}
+	}
 	if c.HideURL && req.URL.Path != "/" {
 		add(req.URL.EscapedPath())
 		add(req.URL.Path)
@@ -289,7 +302,7 @@ func (c *Client) redirected(req *http.Request, resp *http.Response) *downstream.
 		why = "it leaves the configured host or scheme, and the credentials would go along"
 	}
 	what := fmt.Sprintf("%s %s was answered %s: the endpoint redirects to %s; configure the final URL instead "+
-		"(a redirect is not followed: %s)", req.Method, SafeURL(req.URL, c.HideURL), resp.Status, to, why)
+		"(a redirect is not followed: %s)", req.Method, SafeURL(req.URL, c.HideURL), Clean(resp.Status), to, why)
 	switch {
 	case safeMethod(req.Method):
 		e.Err = errors.New(what)
