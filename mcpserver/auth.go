@@ -174,7 +174,8 @@ type subjectKey struct{}
 // Before any of that, an address that spent its cfg.FailureLimit gets 429
 // (an unauthenticated flood is refused cheaply and cannot guess tokens at
 // speed), and refusals are logged at most once a minute per address, with
-// the count of those held back.
+// the count of those held back. Both refusals close the connection after
+// the answer, so that a client refused cannot keep connections open.
 func requireToken(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refused func(string), next http.Handler) http.Handler {
 	limit := cfg.FailureLimit
 	if limit.PerSecond == 0 {
@@ -211,6 +212,7 @@ func requireToken(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refus
 						"retry_after_s", secs, "refused_since_last_warning", held)
 				}
 				w.Header().Set("Retry-After", strconv.Itoa(secs))
+				closeAfter(w)
 				writeRPCError(w, http.StatusTooManyRequests, CodeRateLimited, fmt.Sprintf(
 					"too many requests without a valid bearer token from this address; retry after %d s. Nothing was done.", secs))
 				return
@@ -246,6 +248,7 @@ func requireToken(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refus
 				challenge += fmt.Sprintf(", resource_metadata=%q", metadataURL)
 			}
 			w.Header().Set("WWW-Authenticate", challenge)
+			closeAfter(w)
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusUnauthorized)
 			json.NewEncoder(w).Encode(map[string]string{"error": "invalid_token", "error_description": reason})

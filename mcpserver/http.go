@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"mime"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,8 +44,13 @@ const (
 	// authenticated subject.
 	DefaultMaxSessionsPerSubject = 100
 	// DefaultBodyTimeout bounds the time a client takes to send a request
-	// body (1 MiB in 30 s is 35 KB/s).
+	// body, per MiB of MaxBodyBytes and at least (1 MiB in 30 s is 35 KB/s):
+	// see HTTPConfig.BodyTimeout.
 	DefaultBodyTimeout = 30 * time.Second
+	// SessionLimitRetryAfter is the Retry-After of the answers refusing a
+	// new session (503, 429): sessions end by DELETE or SessionTimeout,
+	// which no client can be told precisely.
+	SessionLimitRetryAfter = 30 * time.Second
 	// MaxSessionIDLen is the longest Mcp-Session-Id accepted (the SDK's are 26
 	// characters).
 	MaxSessionIDLen = 128
@@ -52,7 +59,10 @@ const (
 // Words passed to HTTPConfig.Refused: why this layer refused a request.
 const (
 	RefusedSessionID       = "bad_session_id"  // Mcp-Session-Id too long or not visible ASCII (400)
+	RefusedOrigin          = "foreign_origin"  // an Origin neither loopback nor allowed (403)
+	RefusedBodyTooLarge    = "body_too_large"  // a body over MaxBodyBytes (413)
 	RefusedBodyTimeout     = "body_timeout"    // the body did not arrive within BodyTimeout (408)
+	RefusedBadMessage      = "bad_message"     // a body that is not one JSON-RPC 2.0 message (400: -32700, -32600)
 	RefusedUnauthenticated = "unauthenticated" // no valid bearer token (401)
 	RefusedAuthThrottled   = "auth_throttled"  // too many of those from one address (429)
 	RefusedRateLimited     = "rate_limited"    // over RateLimit (429)
@@ -93,8 +103,10 @@ type HTTPConfig struct {
 	// BodyTimeout bounds the time to receive a request body, from the end of
 	// the headers (408 beyond, and the connection closes), so that a client
 	// sending slowly cannot hold a connection and a handler. Default
-	// DefaultBodyTimeout; negative: none. Responses are not bounded: SSE
-	// streams and calls that wait for delivery last as long as they need.
+	// DefaultBodyTimeout (30 s) per MiB of MaxBodyBytes, at least
+	// DefaultBodyTimeout, so that a larger limit does not ask for a faster
+	// client; negative: none. Responses are not bounded: SSE streams and
+	// calls that wait for delivery last as long as they need.
 	BodyTimeout time.Duration
 	// MaxSessions bounds the live sessions (protocol 2025-11-25, not
 	// Stateless): a request that would open one more gets 503 with a
@@ -110,7 +122,9 @@ type HTTPConfig struct {
 	// RateLimit bounds each client's requests (429 beyond); zero: no limit.
 	RateLimit RateLimit
 	// Refused, if set, is called with one of the Refused* words for every
-	// request a check or limit of this layer refuses (for a metric).
+	// request a check or limit of this layer refuses (for a metric): every
+	// answer of this layer itself except the SDK's own (404 for an unknown
+	// session, 403 for another subject's, 405, 415, and its Host check).
 	Refused func(reason string)
 	Now     func() time.Time // clock of the rate limiters and log gates; default time.Now
 	Logger  *slog.Logger
@@ -134,10 +148,11 @@ type HTTPConfig struct {
 // drops its connection does not cancel the call (PropagateRequestCancellation
 // stays off). A create that was accepted completes, and its retry replays it.
 type HTTPHandler struct {
-	chain    http.Handler
-	events   *EventStore
-	ka       *keepalive
-	sessions *sessionLimit // nil with Stateless
+	chain       http.Handler
+	bodyTimeout time.Duration // in effect (≤ 0: none)
+	events      *EventStore
+	ka          *keepalive
+	sessions    *sessionLimit // nil with Stateless
 }
 
 // NewHTTPHandler serves srv over streamable HTTP as cfg says. Call Close
@@ -163,7 +178,7 @@ func NewHTTPHandler(srv *mcp.Server, cfg HTTPConfig) *HTTPHandler {
 		cfg.Now = time.Now
 	}
 	if cfg.BodyTimeout == 0 {
-		cfg.BodyTimeout = DefaultBodyTimeout
+		cfg.BodyTimeout = defaultBodyTimeout(cfg.MaxBodyBytes)
 	}
 	if cfg.MaxSessions == 0 {
 		cfg.MaxSessions = DefaultMaxSessions
@@ -174,7 +189,7 @@ func NewHTTPHandler(srv *mcp.Server, cfg HTTPConfig) *HTTPHandler {
 	if cfg.Refused == nil {
 		cfg.Refused = func(string) {}
 	}
-	h := &HTTPHandler{}
+	h := &HTTPHandler{bodyTimeout: cfg.BodyTimeout}
 	getServer := func(*http.Request) *mcp.Server { return srv }
 	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
 		Stateless:           true,
@@ -226,13 +241,28 @@ func NewHTTPHandler(srv *mcp.Server, cfg HTTPConfig) *HTTPHandler {
 	if cfg.Auth != nil {
 		chain = requireToken(cfg.Auth, log, cfg.Now, cfg.Refused, chain)
 	}
-	chain = checkOrigin(cfg.AllowedOrigins, chain)
+	chain = checkOrigin(cfg.AllowedOrigins, cfg.Refused, chain)
 	chain = checkSessionID(cfg.Refused, chain)
 	h.chain = bodyDeadline(cfg.BodyTimeout, chain)
 	return h
 }
 
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.chain.ServeHTTP(w, r) }
+
+// defaultBodyTimeout is DefaultBodyTimeout per MiB of limit, at least
+// DefaultBodyTimeout.
+func defaultBodyTimeout(limit int64) time.Duration {
+	d := float64(DefaultBodyTimeout) * float64(limit) / (1 << 20)
+	if d >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return max(DefaultBodyTimeout, time.Duration(d))
+}
+
+// closeAfter makes the server close the connection once it has sent the
+// answer: for the refusals that come before any work (401, 429, 408), so
+// that a client cannot keep connections open by being refused on them.
+func closeAfter(w http.ResponseWriter) { w.Header().Set("Connection", "close") }
 
 // Close stops the keepalive pings. Sessions stay until they time out.
 func (h *HTTPHandler) Close() {
@@ -368,6 +398,7 @@ func (s *sessionLimit) refuse(w http.ResponseWriter, r *http.Request, subject st
 		s.log.Warn("new session refused: session limit reached", "subject", subject, "per_subject", !full,
 			"max", s.max, "max_per_subject", s.perSubject, "refused_since_last_warning", held, "remote", r.RemoteAddr)
 	}
+	w.Header().Set("Retry-After", strconv.Itoa(int(SessionLimitRetryAfter/time.Second)))
 	writeRPCError(w, status, CodeRateLimited, msg)
 }
 
@@ -503,35 +534,41 @@ func checkBody(limit int64, timeout time.Duration, refused func(string), next ht
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
+				refused(RefusedBodyTooLarge)
 				writeRPCError(w, http.StatusRequestEntityTooLarge, CodeInvalidRequest,
 					fmt.Sprintf("Invalid Request: the body exceeds %d bytes", mbe.Limit))
 				return
 			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				refused(RefusedBodyTimeout)
-				w.Header().Set("Connection", "close")
+				closeAfter(w)
 				writeRPCError(w, http.StatusRequestTimeout, CodeInvalidRequest,
 					fmt.Sprintf("Invalid Request: the body did not arrive within %s", timeout))
 				return
 			}
+			refused(RefusedBadMessage)
 			writeRPCError(w, http.StatusBadRequest, CodeInvalidRequest, "Invalid Request: could not read the body")
 			return
 		}
 		trimmed := bytes.TrimSpace(body)
 		switch {
 		case len(trimmed) == 0:
+			refused(RefusedBadMessage)
 			writeRPCError(w, http.StatusBadRequest, CodeInvalidRequest, "Invalid Request: empty body")
 			return
 		case !json.Valid(trimmed):
+			refused(RefusedBadMessage)
 			writeRPCError(w, http.StatusBadRequest, CodeParseError, "Parse error: the body is not valid JSON")
 			return
 		case trimmed[0] != '{' && trimmed[0] != '[':
+			refused(RefusedBadMessage)
 			writeRPCError(w, http.StatusBadRequest, CodeInvalidRequest, "Invalid Request: the body must be a JSON-RPC 2.0 message object")
 			return
 		}
 		// Batches, other version tags and deep nesting: the same JSON-RPC
 		// answer as over stdio, not the SDK's plain text.
 		if e := checkMessage(trimmed); e != nil {
+			refused(RefusedBadMessage)
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusBadRequest)
 			w.Write(e.encode())
@@ -554,10 +591,11 @@ func writeRPCError(w http.ResponseWriter, status, code int, msg string) {
 
 // checkOrigin answers 403 to any request, whatever its method, whose Origin
 // is neither loopback nor allowed: a web page must not drive the tools.
-func checkOrigin(allowed []string, next http.Handler) http.Handler {
+func checkOrigin(allowed []string, refused func(string), next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		origin := r.Header.Get("Origin")
 		if origin != "" && !originAllowed(origin, allowed) {
+			refused(RefusedOrigin)
 			http.Error(w, "Forbidden: Origin "+origin+" is not allowed", http.StatusForbidden)
 			return
 		}

@@ -38,9 +38,10 @@ const logEvery = time.Minute
 
 // buckets keeps one token bucket per key, at most max of them. Buckets
 // unused for longer than it takes them to refill are full again, so they
-// are dropped; if max are still in use, a random one goes (that client
-// starts again with a full bucket). Memory follows the number of recently
-// active clients and never exceeds max buckets.
+// are dropped, by a sweep at most once per that time; a new key while max
+// are held evicts a random one (that client starts again with a full
+// bucket) in constant time, without scanning the map. Memory follows the
+// number of recently active clients and never exceeds max buckets.
 type buckets struct {
 	cfg       RateLimit
 	now       func() time.Time
@@ -72,20 +73,26 @@ func (b *buckets) get(key string, now time.Time, create bool) *bucket {
 		if !create {
 			return nil
 		}
-		if len(b.m) >= b.max {
-			b.sweep(now)
-			for victim := range b.m { // map order is random
-				if len(b.m) < b.max {
-					break
-				}
-				delete(b.m, victim)
-			}
-		}
+		evictOne(b.m, b.max)
 		k = &bucket{lim: rate.NewLimiter(rate.Limit(b.cfg.PerSecond), b.cfg.Burst)}
 		b.m[key] = k
 	}
 	k.seen = now
 	return k
+}
+
+// evictOne makes room for one more key in m, if it holds max or more, by
+// deleting the first key a range yields: a random one (map iteration starts
+// at a random place), found in constant time. The idle sweeps, not this,
+// keep the maps small in normal operation; this only bounds them under a
+// flood of new keys, at a cost that does not grow with the map.
+func evictOne[V any](m map[string]V, max int) {
+	for k := range m {
+		if len(m) < max {
+			return
+		}
+		delete(m, k)
+	}
 }
 
 func (b *buckets) sweep(now time.Time) {
@@ -143,13 +150,17 @@ func (b *buckets) len() int {
 
 // logGate lets a warning about one key through at most once per interval
 // and counts those it held back, for the next one to report. It remembers
-// at most max keys (the oldest are forgotten first, then random ones).
+// at most max keys: at most once per interval, a sweep forgets the keys
+// whose interval has passed with nothing held back (the next warning about
+// them passes anyway); a new key while max are held evicts a random one in
+// constant time (its count of held-back warnings is lost).
 type logGate struct {
-	every time.Duration
-	max   int
-	now   func() time.Time
-	mu    sync.Mutex
-	keys  map[string]*gateEntry
+	every     time.Duration
+	max       int
+	now       func() time.Time
+	mu        sync.Mutex
+	keys      map[string]*gateEntry
+	lastSweep time.Time
 }
 
 type gateEntry struct {
@@ -167,21 +178,17 @@ func (g *logGate) pass(key string) (ok bool, held int) {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	e := g.keys[key]
-	if e == nil {
-		if len(g.keys) >= g.max {
-			for k, v := range g.keys {
-				if now.Sub(v.last) >= g.every && v.held == 0 {
-					delete(g.keys, k)
-				}
-			}
-			for k := range g.keys {
-				if len(g.keys) < g.max {
-					break
-				}
+	if now.Sub(g.lastSweep) >= g.every {
+		for k, v := range g.keys {
+			if now.Sub(v.last) >= g.every && v.held == 0 {
 				delete(g.keys, k)
 			}
 		}
+		g.lastSweep = now
+	}
+	e := g.keys[key]
+	if e == nil {
+		evictOne(g.keys, g.max)
 		g.keys[key] = &gateEntry{last: now}
 		return true, 0
 	}
@@ -233,7 +240,8 @@ func newRateLimiter(cfg RateLimit, now func() time.Time, log *slog.Logger, refus
 }
 
 // wrap answers 429 with Retry-After and a JSON-RPC error to a client over
-// its limit; the request goes no further and changes nothing. The warning
+// its limit, and closes the connection after it; the request goes no
+// further and changes nothing. The warning
 // is logged at most once a minute per client, with the count held back.
 func (l *rateLimiter) wrap(next http.Handler) http.Handler {
 	cfg := l.b.cfg
@@ -250,6 +258,7 @@ func (l *rateLimiter) wrap(next http.Handler) http.Handler {
 			l.log.Warn("rate limit exceeded", "client", key, "method", r.Method, "retry_after_s", secs, "refused_since_last_warning", held)
 		}
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		closeAfter(w)
 		writeRPCError(w, http.StatusTooManyRequests, CodeRateLimited, fmt.Sprintf(
 			"rate limit exceeded: at most %g requests per second (bursts of %d) per client; retry after %d s. Nothing was done.",
 			cfg.PerSecond, cfg.Burst, secs))

@@ -3,18 +3,34 @@ package mcpserver
 import (
 	"context"
 	"log/slog"
+	"time"
 )
+
+// maxSDKMessages bounds the distinct go-sdk messages whose repeats are
+// counted at once.
+const maxSDKMessages = 1000
 
 // sdkLogger is the logger given to go-sdk. The SDK logs several INFO lines
 // for every request without a session (protocol 2026-07-28): three per
 // call, 240 bytes, enough at ~110 calls/s to pass journald's default rate
 // limit, which then drops every line, errors included. It gets WARN and
 // above, unless the process logs at DEBUG.
-func sdkLogger(log *slog.Logger) *slog.Logger {
-	if log.Enabled(context.Background(), slog.LevelDebug) {
-		return log
+//
+// A client also makes it log at ERROR at will: "method invalid during
+// initialization" for every POST without a session that is not initialize.
+// So each distinct message at WARN and above (whatever its attributes) goes
+// through at most once a minute; the next one that passes says how many
+// were dropped since (dropped_since_last_line). Below WARN (only logged at
+// DEBUG, which an operator asks for) nothing is dropped.
+func sdkLogger(log *slog.Logger) *slog.Logger { return sdkLoggerAt(log, time.Now) }
+
+// sdkLoggerAt is sdkLogger with a clock.
+func sdkLoggerAt(log *slog.Logger, now func() time.Time) *slog.Logger {
+	var h slog.Handler = log.Handler()
+	if !log.Enabled(context.Background(), slog.LevelDebug) {
+		h = minLevel{h, slog.LevelWarn}
 	}
-	return slog.New(minLevel{log.Handler(), slog.LevelWarn})
+	return slog.New(repeatGate{h, newLogGate(logEvery, maxSDKMessages, now)})
 }
 
 // minLevel drops records below level.
@@ -33,4 +49,35 @@ func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (h minLevel) WithGroup(name string) slog.Handler {
 	return minLevel{h.Handler.WithGroup(name), h.level}
+}
+
+// repeatGate lets a record at WARN or above through only if gate passes
+// its level and message, adding the count of those dropped since the last
+// one that passed. Handlers derived by WithAttrs and WithGroup share gate.
+type repeatGate struct {
+	slog.Handler
+	gate *logGate
+}
+
+func (h repeatGate) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelWarn {
+		return h.Handler.Handle(ctx, r)
+	}
+	pass, dropped := h.gate.pass(r.Level.String() + " " + r.Message)
+	if !pass {
+		return nil
+	}
+	if dropped > 0 {
+		r = r.Clone()
+		r.AddAttrs(slog.Int("dropped_since_last_line", dropped))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h repeatGate) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return repeatGate{h.Handler.WithAttrs(attrs), h.gate}
+}
+
+func (h repeatGate) WithGroup(name string) slog.Handler {
+	return repeatGate{h.Handler.WithGroup(name), h.gate}
 }

@@ -3,9 +3,17 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"ticketrelay/internal/testio"
 )
 
 // go-sdk gets WARN and above of an INFO logger (it logs lines of its own
@@ -32,5 +40,78 @@ func TestSDKLogger(t *testing.T) {
 		if log.Enabled(context.Background(), slog.LevelInfo) != c.wantInfo {
 			t.Errorf("level %v: Enabled(INFO) = %v", c.level, !c.wantInfo)
 		}
+	}
+}
+
+// Each distinct message of the SDK at WARN and above goes through at most
+// once a minute, whatever its attributes; the next one counts those
+// dropped. Below WARN (logged only at DEBUG) nothing is dropped. The map of
+// messages is bounded.
+func TestSDKLoggerDropsRepeats(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	var buf testio.Buffer
+	log := sdkLoggerAt(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), clock)
+	lines := func(s string) int { return strings.Count(buf.String(), s) }
+	for i := range 50 {
+		log.Error("method invalid during initialization", "method", fmt.Sprintf("m%d", i))
+		log.With("session", i).Warn("other message")
+		log.Debug("sdk debug")
+	}
+	if n := lines("method invalid during initialization"); n != 1 {
+		t.Errorf("%d lines for 50 identical errors within a minute, want 1:\n%s", n, buf.String())
+	}
+	if n := lines("other message"); n != 1 {
+		t.Errorf("%d lines for 50 identical warnings, want 1", n)
+	}
+	if n := lines("sdk debug"); n != 50 {
+		t.Errorf("%d debug lines of 50 at DEBUG, want all", n)
+	}
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	log.Error("method invalid during initialization", "method", "again")
+	if n := lines("method invalid during initialization"); n != 2 || lines("method=again dropped_since_last_line=49") != 1 {
+		t.Errorf("a minute later: want a second line counting the 49 dropped:\n%s", buf.String())
+	}
+
+	g := log.Handler().(repeatGate).gate
+	for i := range 3 * maxSDKMessages {
+		log.Error(fmt.Sprintf("calling x: error %d", i))
+	}
+	if n := len(g.keys); n > maxSDKMessages {
+		t.Errorf("%d messages remembered, bound %d", n, maxSDKMessages)
+	}
+}
+
+// Over HTTP: a client that sends POSTs without a session that are not
+// initialize makes go-sdk log an ERROR for each; one line reaches the log.
+func TestSDKErrorFloodOverHTTP(t *testing.T) {
+	e := newTenv(t)
+	var buf testio.Buffer
+	srv, err := New(Config{Version: "test", Bindings: []Binding{e.bind}}, e.l, e.m,
+		slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHTTPHandler(srv, HTTPConfig{Logger: quietLog()})
+	ts := httptest.NewServer(h)
+	t.Cleanup(func() { ts.Close(); h.Close() })
+	const n = 20
+	for range n {
+		c := &wire{t: t, url: ts.URL}
+		resp := c.do(c.req(http.MethodPost, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)))
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	// The SDK logs from the sessions' goroutines: wait for the first line,
+	// then for the sessions it opened to be gone.
+	waitFor(t, 5*time.Second, "the SDK's error line", func() bool {
+		return strings.Contains(buf.String(), "method invalid during initialization")
+	})
+	waitFor(t, 5*time.Second, "the refused requests' sessions to end", func() bool { return h.Sessions() == 0 })
+	if got := strings.Count(buf.String(), "method invalid during initialization"); got != 1 {
+		t.Errorf("%d error lines for %d requests, want 1:\n%s", got, n, buf.String())
 	}
 }

@@ -108,7 +108,7 @@ func NewFront(reg prometheus.Registerer) *Front {
 		}, []string{"tool", "argument"}),
 		HTTPRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "http_refused_total",
-			Help: "HTTP requests refused by mcp-front's own checks and limits, by reason (bad_session_id, body_timeout, unauthenticated, auth_throttled, rate_limited, session_limit).",
+			Help: "HTTP requests refused by mcp-front's own checks and limits, by reason (bad_session_id, foreign_origin, body_too_large, body_timeout, bad_message, unauthenticated, auth_throttled, rate_limited, session_limit).",
 		}, []string{"reason"}),
 		Writer: newWriter(),
 	}

@@ -66,8 +66,15 @@ const (
 	httpIdleTimeout = 2 * time.Minute
 	// httpMaxHeaderBytes bounds a request's headers (431 beyond).
 	httpMaxHeaderBytes = 64 << 10
-	// DefaultMaxConns bounds the connections mcp-front serves at once.
-	DefaultMaxConns = 1024
+	// DefaultMaxConns bounds the connections mcp-front serves at once: no
+	// bound (0). A global bound is one any single client address can fill
+	// cheaply (one request, then 2 minutes idle per connection), leaving
+	// everyone else waiting to be accepted, and each session's GET stream
+	// holds a connection of its own. What bounds them is the process's file
+	// descriptor limit and httpIdleTimeout; -max-conns is there for an
+	// operator who wants a bound anyway (behind a proxy that spreads
+	// connections fairly, for instance).
+	DefaultMaxConns = 0
 )
 
 // server is an HTTP server on a listener, shut down when ctx ends.
@@ -164,9 +171,6 @@ func (l *limitListener) Close() error {
 	l.once.Do(func() { close(l.done) })
 	return l.Listener.Close()
 }
-
-// open is the number of connections accepted and not yet closed.
-func (l *limitListener) open() int { return len(l.sem) }
 
 type limitConn struct {
 	net.Conn

@@ -269,3 +269,31 @@ func TestFrontSessionAndAuthLimits(t *testing.T) {
 		t.Errorf("%d log lines for 4 refusals, want 1:\n%s", n, r.stderr)
 	}
 }
+
+// TestFrontConnsUnboundedByDefault: by default mcp-front does not bound
+// connections, so one address holding more idle keep-alive connections
+// than the old default bound (1024) does not keep a newcomer from being
+// served. A request refused for want of a token gets 401 and its
+// connection is closed, so being refused does not hold one either.
+func TestFrontConnsUnboundedByDefault(t *testing.T) {
+	const token = "alice-0123456789abcdef0123456789"
+	r := start(t, RunFront, newEnv("TICKETRELAY_AUTH_TOKENS", "alice:"+token), "-listen", "127.0.0.1:0", "-metrics-listen", "",
+		"-db", filepath.Join(t.TempDir(), "t.db"))
+	addr := r.addrs["mcp"]
+	const held = 1025
+	for i := range held {
+		conn, br := dial(t, addr)
+		if resp := rawGet(t, conn, br, addr, "/healthz"); resp.StatusCode != http.StatusOK {
+			t.Fatalf("connection %d: /healthz HTTP %d", i, resp.StatusCode)
+		}
+	}
+	conn, br := dial(t, addr)
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	resp := rawGet(t, conn, br, addr, "/mcp", "Accept: text/event-stream\r\n")
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("with %d connections held, a newcomer's GET /mcp without a token: HTTP %d, want 401", held, resp.StatusCode)
+	}
+	if !resp.Close || !closedWithin(conn, br, 5*time.Second) {
+		t.Errorf("the connection of a 401 stays open (Connection: close %v)", resp.Close)
+	}
+}
