@@ -276,16 +276,26 @@ func TestSessionLimitPerSubject(t *testing.T) {
 	}
 }
 
-// slowPOST opens a connection to ts and sends a POST whose body never
-// completes: headers, then part of the body.
-func slowPOST(t *testing.T, rawURL string, header string) (net.Conn, *bufio.Reader) {
+// dialRaw opens a TCP connection to rawURL's host, closed at cleanup.
+func dialRaw(t *testing.T, rawURL string) (net.Conn, *url.URL) {
 	t.Helper()
-	u, _ := url.Parse(rawURL)
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	conn, err := net.Dial("tcp", u.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
+	return conn, u
+}
+
+// slowPOST opens a connection to ts and sends a POST whose body never
+// completes: headers, then part of the body.
+func slowPOST(t *testing.T, rawURL string, header string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, u := dialRaw(t, rawURL)
 	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n%sContent-Length: 100000\r\n\r\n{\"jsonrpc\"",
 		u.Host, header)
 	return conn, bufio.NewReader(conn)
@@ -531,12 +541,7 @@ func TestLimiterMapsBounded(t *testing.T) {
 // the answer's head and body.
 func rawGET(t *testing.T, rawURL, header string) (*http.Response, net.Conn, *bufio.Reader) {
 	t.Helper()
-	u, _ := url.Parse(rawURL)
-	conn, err := net.Dial("tcp", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn, u := dialRaw(t, rawURL)
 	fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n%s\r\n", u.Host, header)
 	r := bufio.NewReader(conn)
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
