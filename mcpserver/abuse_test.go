@@ -357,12 +357,7 @@ func TestBodyTimeout(t *testing.T) {
 	}
 
 	// A body sent in pieces within the timeout is served.
-	u, _ := url.Parse(ts.URL)
-	conn2, err := net.Dial("tcp", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn2.Close()
+	conn2, u := dialRaw(t, ts.URL)
 	body := `{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
 		`"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"slow","version":"0"}}}}`
 	fmt.Fprintf(conn2, "POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+

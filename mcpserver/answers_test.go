@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
 	"ticketrelay/mcpserver"
 	"ticketrelay/ticket"
@@ -237,18 +238,17 @@ func TestAnswersValidateAgainstOutputSchemas(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			if st, err := e.l.Find(ctx, wid); err == nil && st.Status == ledger.StatusQueued {
-				if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: wid, Target: keyedTarget,
-					State: string(ledger.StatusDelivered), Attempts: 1, ExternalID: "line-9", ExternalURL: "file:///x#L9"}); err != nil {
-					t.Errorf("RecordDelivery: %v", err)
-				}
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !testwait.Until(10*time.Second, func() bool {
+			st, err := e.l.Find(ctx, wid)
+			return err == nil && st.Status == ledger.StatusQueued
+		}) {
+			t.Errorf("request %s never became queued", wid)
+			return
 		}
-		t.Errorf("request %s never became queued", wid)
+		if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: wid, Target: keyedTarget,
+			State: string(ledger.StatusDelivered), Attempts: 1, ExternalID: "line-9", ExternalURL: "file:///x#L9"}); err != nil {
+			t.Errorf("RecordDelivery: %v", err)
+		}
 	}()
 	got := conforms(t, "waited delivered", create, call(t, cs, keyedTool,
 		map[string]any{"request_id": wid, "title": "Wait for it", "wait_for_delivery_seconds": 10}))
