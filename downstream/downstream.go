@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"ticketrelay/ticket"
@@ -158,6 +159,19 @@ func Key(namespace, requestID string) string {
 		return k
 	}
 	return fmt.Sprintf("%s:sha256:%x", namespace, sha256.Sum256([]byte(requestID)))
+}
+
+// Printable replaces every control character of s (C0, DEL and C1,
+// newlines and tabs included) with a space, and bytes that are not UTF-8
+// with U+FFFD: text an API answered, made safe to store, log and print (an
+// ESC sequence would reach an operator's terminal).
+func Printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
+			return ' '
+		}
+		return r
+	}, s)
 }
 
 // Shorten cuts s to at most n characters, the last of them "…", and reports

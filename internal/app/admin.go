@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"ticketrelay/downstream"
 	"ticketrelay/internal/flagenv"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
@@ -146,23 +147,10 @@ func adminStatus(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args [
 	if len(s.Uncertain) > 0 {
 		fmt.Fprintf(out, "\nuncertain requests (check the target, then `dispatcher resolve ID -delivered EXTERNAL_ID` or `-failed`):\n")
 		for _, u := range s.Uncertain {
-			fmt.Fprintf(out, "  %s  ticket %s  target %s  attempts %d\n    %s\n", u.RequestID, u.TicketID, u.Target, u.Attempts, printable(u.LastError))
+			fmt.Fprintf(out, "  %s  ticket %s  target %s  attempts %d\n    %s\n", u.RequestID, u.TicketID, u.Target, u.Attempts, downstream.Printable(u.LastError)) // text a downstream answered; -json escapes it
 		}
 	}
 	return nil
-}
-
-// printable replaces the control characters of s (C0, DEL and C1, newlines
-// included) with spaces: last_error holds text a downstream answered, and an
-// ESC sequence in it would reach the operator's terminal. (-json escapes
-// them.)
-func printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
-			return ' '
-		}
-		return r
-	}, s)
 }
 
 // statusJSON is `status -json`: snake_case keys, the age in seconds, lists

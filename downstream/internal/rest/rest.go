@@ -453,12 +453,7 @@ func Clean(s string, secrets ...downstream.Secret) string {
 	for _, v := range vals {
 		s = strings.ReplaceAll(s, v, downstream.Redacted)
 	}
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
-			return ' '
-		}
-		return r
-	}, s)
+	return downstream.Printable(s)
 }
 
 // cut cuts s to at most n bytes at a character boundary, marking the cut.
