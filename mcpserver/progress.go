@@ -61,7 +61,7 @@ func (s *Server) awaitDelivery(ctx context.Context, req *mcp.CallToolRequest, re
 				s.log.Warn("wait for delivery: status read failed", "request_id", res.RequestID, "err", err)
 			}
 		} else {
-			out.Status, out.ExternalID, out.ExternalURL, out.Detail = st.Status, st.ExternalID, st.ExternalURL, st.Detail
+			out.now(st)
 			if st.Status != last {
 				last = st.Status
 				if token != nil && req.Session != nil {

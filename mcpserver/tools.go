@@ -326,13 +326,19 @@ func acceptedDetail(target string) string {
 		"reports when it is delivered and its id/URL. Do not create it again."
 }
 
+// now sets what st, the request's status as find_request gives it, says
+// of it now: the status, where it was delivered, what it means.
+func (c *createResult) now(st ledger.RequestStatus) {
+	c.Status, c.ExternalID, c.ExternalURL, c.Detail = st.Status, st.ExternalID, st.ExternalURL, st.Detail
+}
+
 // current is the answer to a replayed call: the first call's result with
-// the status find_request would give now (a replay is rare; first calls
-// do not pay for the read).
+// the status the ledger read in the same statement that found it
+// (Result.Live).
 func (s *Server) current(res ledger.Result) createResult {
 	out := createResult{Result: res}
-	if st := res.Live; st != nil {
-		out.Status, out.ExternalID, out.ExternalURL, out.Detail = st.Status, st.ExternalID, st.ExternalURL, st.Detail
+	if res.Live != nil {
+		out.now(*res.Live)
 	}
 	return out
 }
