@@ -9,11 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"net/url"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -206,14 +204,12 @@ func requireToken(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refus
 		if fails != nil {
 			if wait := fails.empty(ip); wait > 0 {
 				refused(RefusedAuthThrottled)
-				secs := int(math.Ceil(wait.Seconds()))
+				secs := wholeSeconds(wait)
 				if pass, held := logs.pass(ip); pass {
 					log.Warn("unauthenticated requests refused: too many from this address", "client", ip, "method", r.Method,
 						"retry_after_s", secs, "refused_since_last_warning", held)
 				}
-				w.Header().Set("Retry-After", strconv.Itoa(secs))
-				closeAfter(w)
-				writeRPCError(w, http.StatusTooManyRequests, CodeRateLimited, fmt.Sprintf(
+				tooManyRequests(w, secs, fmt.Sprintf(
 					"too many requests without a valid bearer token from this address; retry after %d s. Nothing was done.", secs))
 				return
 			}

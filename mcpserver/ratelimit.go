@@ -239,6 +239,18 @@ func newRateLimiter(cfg RateLimit, now func() time.Time, log *slog.Logger, refus
 		logs: newLogGate(logEvery, maxTrackedClients, now), refused: refused}
 }
 
+// wholeSeconds is wait rounded up to whole seconds, as Retry-After takes it.
+func wholeSeconds(wait time.Duration) int { return int(math.Ceil(wait.Seconds())) }
+
+// tooManyRequests answers 429 to a request refused before any work:
+// Retry-After secs, msg as a JSON-RPC error, and the connection closed
+// after the answer, so that being refused holds no connection.
+func tooManyRequests(w http.ResponseWriter, secs int, msg string) {
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	closeAfter(w)
+	writeRPCError(w, http.StatusTooManyRequests, CodeRateLimited, msg)
+}
+
 // wrap answers 429 with Retry-After and a JSON-RPC error to a client over
 // its limit, and closes the connection after it; the request goes no
 // further and changes nothing. The warning
@@ -253,13 +265,11 @@ func (l *rateLimiter) wrap(next http.Handler) http.Handler {
 			return
 		}
 		l.refused(RefusedRateLimited)
-		secs := int(math.Ceil(wait.Seconds()))
+		secs := wholeSeconds(wait)
 		if pass, held := l.logs.pass(key); pass {
 			l.log.Warn("rate limit exceeded", "client", key, "method", r.Method, "retry_after_s", secs, "refused_since_last_warning", held)
 		}
-		w.Header().Set("Retry-After", strconv.Itoa(secs))
-		closeAfter(w)
-		writeRPCError(w, http.StatusTooManyRequests, CodeRateLimited, fmt.Sprintf(
+		tooManyRequests(w, secs, fmt.Sprintf(
 			"rate limit exceeded: at most %g requests per second (bursts of %d) per client; retry after %d s. Nothing was done.",
 			cfg.PerSecond, cfg.Burst, secs))
 	})
