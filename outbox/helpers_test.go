@@ -145,6 +145,14 @@ func newNode(t *testing.T, name, path string, js jetstream.JetStream, cfg outbox
 
 func newNodeWith(t *testing.T, name, path string, pub outbox.Publisher, cfg outbox.RelayConfig, now func() time.Time) *node {
 	t.Helper()
+	return newNodeTx(t, name, path, pub, cfg, now, nil)
+}
+
+// newNodeTx is newNodeWith whose relay writes through wrap(writer) (nil:
+// the writer itself).
+func newNodeTx(t *testing.T, name, path string, pub outbox.Publisher, cfg outbox.RelayConfig, now func() time.Time,
+	wrap func(outbox.TxRunner) outbox.TxRunner) *node {
+	t.Helper()
 	db, err := ledger.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +171,11 @@ func newNodeWith(t *testing.T, name, path string, pub outbox.Publisher, cfg outb
 	if cfg.ErrorBackoff == (backoff.Policy{}) {
 		cfg.ErrorBackoff = backoff.Policy{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}
 	}
-	relay, err := outbox.NewRelay(cfg, db.Reader(), w, pub, log, m, now)
+	var tx outbox.TxRunner = w
+	if wrap != nil {
+		tx = wrap(w)
+	}
+	relay, err := outbox.NewRelay(cfg, db.Reader(), tx, pub, log, m, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,8 +45,7 @@ type RelayConfig struct {
 	BatchSize int
 	// Pipeline is how many full batches may be in flight at once: while
 	// one waits for its acknowledgements and its mark, the next is read and
-	// published. Only a backlog fills it: a round that reads less than a full
-	// batch waits for every batch in flight. Default 8: 4,096 messages with
+	// published. Default 8: 4,096 messages with
 	// the default batch, the publisher's async window (make bench scenario 4:
 	// 0.80x raw publish with 4 batches, 0.93x with 8).
 	Pipeline int
@@ -68,6 +67,12 @@ type RelayConfig struct {
 	LeaseTTL time.Duration
 	// GaugeInterval is how often the backlog gauges are refreshed. Default 1s.
 	GaugeInterval time.Duration
+	// RescanEvery bounds how long rows keep flowing before a round that
+	// found less than a full batch waits for every batch in flight and
+	// reads from the start again (rows whose publish failed are picked up
+	// at once anyway; an operator's redrive waits for this). A backlog
+	// of full batches is read through first. Default 1s.
+	RescanEvery time.Duration
 	// ErrorBackoff paces rounds after a failure. Default 50ms up to 5s.
 	ErrorBackoff backoff.Policy
 }
@@ -81,6 +86,7 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 	c.BusyFor = cmp.Or(c.BusyFor, time.Second)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, 15*time.Second)
 	c.GaugeInterval = cmp.Or(c.GaugeInterval, time.Second)
+	c.RescanEvery = cmp.Or(c.RescanEvery, time.Second)
 	if c.ErrorBackoff == (backoff.Policy{}) {
 		c.ErrorBackoff = backoff.Policy{Base: 50 * time.Millisecond, Max: 5 * time.Second}
 	}
@@ -155,6 +161,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		failures   int
 		after      int64     // rows up to this id are in flight: read past them
 		lastRows   time.Time // when a round last found rows
+		rescanned  time.Time // when a round last read from the start
 	)
 	for {
 		now := r.now()
@@ -196,13 +203,17 @@ func (r *Relay) Run(ctx context.Context) error {
 			// than the duplicate window stored twice.
 			fl.start(ctx, func() error { return r.publish(context.WithoutCancel(ctx), msgs) })
 		}
-		if err == nil && len(msgs) == r.cfg.BatchSize {
-			err = fl.err() // a full batch: there is more, go on at once
-		} else {
-			// A partial batch or none: wait for every batch in flight and
-			// read from the start again, which also picks up rows whose
-			// publish failed and rows an operator redrove.
+		full := len(msgs) == r.cfg.BatchSize
+		// Batches in flight are waited for only to read from the start
+		// again: when none is left, or RescanEvery after the last time.
+		// Otherwise the next round reads past them at once, so rows
+		// committed while a batch waits for its acks and its mark (the
+		// write lock is busy) go out without waiting for it.
+		rescan := err != nil || (!full && (fl.idle() || now.Sub(rescanned) >= r.cfg.RescanEvery))
+		if rescan {
 			err = errors.Join(err, fl.drain())
+		} else {
+			err = fl.err()
 		}
 		var wait time.Duration
 		switch {
@@ -210,23 +221,30 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			fl.drain()
-			after = 0
+			after, rescanned = 0, now
 			failures++
 			wait = r.cfg.ErrorBackoff.Delay(failures)
 			r.log.Warn("relay round failed", "err", err, "failures", failures, "retry_in", wait)
-		case len(msgs) == r.cfg.BatchSize:
-			failures = 0
-			after = msgs[len(msgs)-1].ID
-		case len(msgs) == 0 && now.Sub(lastRows) >= r.cfg.BusyFor:
-			failures = 0
-			after = 0
-			wait = r.cfg.PollInterval
 		default:
-			// Tickets are flowing: look again soon, so a busy system's
-			// commit→ack lag is not the idle poll interval.
 			failures = 0
-			after = 0
-			wait = r.cfg.BusyPollInterval
+			switch {
+			case rescan:
+				// Reading from the start picks up rows whose publish
+				// failed and rows an operator redrove.
+				after, rescanned = 0, now
+			case len(msgs) > 0:
+				after = msgs[len(msgs)-1].ID
+			}
+			switch {
+			case full:
+				// There is more: go on at once.
+			case len(msgs) == 0 && now.Sub(lastRows) >= r.cfg.BusyFor:
+				wait = r.cfg.PollInterval
+			default:
+				// Tickets are flowing: look again soon, so a busy system's
+				// commit→ack lag is not the idle poll interval.
+				wait = r.cfg.BusyPollInterval
+			}
 		}
 		if len(msgs) > 0 {
 			lastRows = now
@@ -293,6 +311,9 @@ func (f *inflight) start(ctx context.Context, fn func() error) {
 		}
 	})
 }
+
+// idle reports whether no batch is in flight.
+func (f *inflight) idle() bool { return len(f.slots) == 0 }
 
 // err takes the first error of the batches finished so far.
 func (f *inflight) err() error {

@@ -6,7 +6,9 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -322,5 +324,137 @@ func TestRelayPipelinesABacklogWithoutRepeats(t *testing.T) {
 	}
 	if p := pub.peak.Load(); p < 2 || p > 3 {
 		t.Errorf("at most %d batches were in flight at once, want 2 or 3 (Pipeline 3)", p)
+	}
+}
+
+// markGate holds the first transaction asked for after it is armed until
+// released: a batch's mark waiting for the write lock.
+type markGate struct {
+	outbox.TxRunner
+	armed   atomic.Bool
+	held    chan struct{} // closed once a transaction is held
+	release chan struct{}
+}
+
+func (g *markGate) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if g.armed.CompareAndSwap(true, false) {
+		close(g.held)
+		<-g.release
+	}
+	return g.TxRunner.InTx(ctx, fn)
+}
+
+// While a batch waits for its mark (mcp-front holds the write lock), rows
+// committed meanwhile are read past it and published at once: the lag of
+// a steady stream is not the mark's wait.
+func TestRelayPublishesPastABatchWaitingForItsMark(t *testing.T) {
+	b := startBroker(t)
+	js := b.connect(t)
+	path := filepath.Join(t.TempDir(), "tickets.db")
+	gate := &markGate{held: make(chan struct{}), release: make(chan struct{})}
+	// No lease renewal and no rescan during the test: the one transaction
+	// the gate holds is the second row's mark.
+	cfg := outbox.RelayConfig{LeaseTTL: time.Hour, RescanEvery: time.Hour, BusyFor: time.Hour}
+	n := newNodeTx(t, "relay-past", path, natsjs.NewPublisher(js), cfg, time.Now,
+		func(w outbox.TxRunner) outbox.TxRunner { gate.TxRunner = w; return gate })
+	db := raw(t, path)
+	marked := func(id string) bool {
+		at, _, err := publishedAt(t, db, id)
+		return err == nil && !at.IsZero()
+	}
+	n.create(t, "first")
+	n.run(t)
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(gate.release) }) }) // before the relay stops
+	waitFor(t, 10*time.Second, "the first row to be marked", func() bool { return marked("first") })
+
+	gate.armed.Store(true)
+	n.create(t, "second")
+	select {
+	case <-gate.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second row's mark was never asked for")
+	}
+	n.create(t, "third")
+	waitFor(t, 10*time.Second, "the third row in the stream while the second's mark waits", func() bool {
+		return len(streamMessages(t, js)["third"]) == 1
+	})
+	if marked("second") {
+		t.Fatal("the second row was marked while its mark was held")
+	}
+	once.Do(func() { close(gate.release) })
+	waitFor(t, 10*time.Second, "every row to be marked", func() bool { return backlog(t, db) == 0 })
+	if byID := streamMessages(t, js); len(byID) != 3 || countMsgs(byID) != 3 {
+		t.Errorf("stream holds %d messages under %d ids, want 3 under 3", countMsgs(byID), len(byID))
+	}
+}
+
+// slowPublisher is the real publisher, each batch taking at least delay:
+// with rows arriving more often than that, a batch is always in flight.
+type slowPublisher struct {
+	outbox.Publisher
+	delay time.Duration
+}
+
+func (p slowPublisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox.PublishResult {
+	time.Sleep(p.delay)
+	return p.Publisher.Publish(ctx, msgs)
+}
+
+// A steady stream keeps a batch in flight all the time, so the relay never
+// finds the pipeline empty; it still reads from the start every
+// RescanEvery, and an operator's redrive goes out during the stream.
+func TestRelayRescansWhileRowsKeepFlowing(t *testing.T) {
+	b := startBroker(t)
+	js := b.connect(t)
+	path := filepath.Join(t.TempDir(), "tickets.db")
+	cfg := outbox.RelayConfig{RescanEvery: 100 * time.Millisecond, BusyFor: time.Hour}
+	n := newNodeWith(t, "relay-rescan", path, slowPublisher{natsjs.NewPublisher(js), 20 * time.Millisecond}, cfg, time.Now)
+	db := raw(t, path)
+	n.create(t, "first")
+	n.run(t)
+	waitFor(t, 10*time.Second, "the first row to be marked", func() bool {
+		at, _, err := publishedAt(t, db, "first")
+		return err == nil && !at.IsZero()
+	})
+
+	stop := make(chan struct{})
+	flowing := make(chan error, 1)
+	go func() { // a row every 5 ms, at most 2,000
+		defer close(flowing)
+		for i := range 2000 {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if _, err := n.l.Create(testCtx(t), request(fmt.Sprintf("flow-%04d", i), "local")); err != nil {
+				flowing <- err
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		if err := <-flowing; err != nil {
+			t.Errorf("creating the stream's rows: %v", err)
+		}
+	}()
+	waitFor(t, 10*time.Second, "the stream to be flowing", func() bool { return value(t, n.m.CommitToAck) >= 20 })
+	var id int64
+	if err := db.QueryRowContext(testCtx(t), `SELECT id FROM outbox WHERE request_id = 'first'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.w.InTx(testCtx(t), func(ctx context.Context, tx *sql.Tx) error { return outbox.RedriveTx(ctx, tx, id) }); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the redriven row to be published again while rows keep flowing", func() bool {
+		at, _, err := publishedAt(t, db, "first")
+		return err == nil && !at.IsZero()
+	})
+	select {
+	case err := <-flowing:
+		t.Fatalf("the stream of rows ended before the redrive went out (%v): the test did not run under a steady stream", err)
+	default:
 	}
 }
