@@ -43,11 +43,11 @@ type RelayConfig struct {
 	Holder string
 	// BatchSize is the most rows read and published per round. Default 512.
 	BatchSize int
-	// Pipeline is how many full batches may be in flight at once: while
-	// one waits for its acknowledgements and its mark, the next is read and
-	// published. Default 8: 4,096 messages with
-	// the default batch, the publisher's async window (make bench scenario 4:
-	// 0.80x raw publish with 4 batches, 0.93x with 8).
+	// Pipeline is how many batches may be in flight at once: while one
+	// waits for its acknowledgements and its mark, the next is read and
+	// published. Default 8: 4,096 messages with the default batch, the
+	// publisher's async window (make bench scenario 4: 0.80x raw publish
+	// with 4 batches, 0.93x with 8).
 	Pipeline int
 	// PollInterval is the wait after a round that found nothing. Default 20ms.
 	PollInterval time.Duration
