@@ -97,7 +97,7 @@ func (c RelayConfig) validate() error {
 	if c.Holder == "" {
 		return errors.New("outbox: relay needs a Holder")
 	}
-	if c.BatchSize < 1 || c.Pipeline < 1 || c.PollInterval <= 0 || c.LeaseTTL < time.Second {
+	if c.BatchSize < 1 || c.Pipeline < 1 || c.PollInterval <= 0 || c.RescanEvery <= 0 || c.LeaseTTL < time.Second {
 		return fmt.Errorf("outbox: invalid relay config %+v", c)
 	}
 	return nil
@@ -161,7 +161,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		failures   int
 		after      int64     // rows up to this id are in flight: read past them
 		lastRows   time.Time // when a round last found rows
-		rescanned  time.Time // when a round last read from the start
+		rescanned  time.Time // when the pipeline was last drained to read from the start
 	)
 	for {
 		now := r.now()
@@ -205,11 +205,13 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		full := len(msgs) == r.cfg.BatchSize
 		// Batches in flight are waited for only to read from the start
-		// again: when none is left, or RescanEvery after the last time.
-		// Otherwise the next round reads past them at once, so rows
-		// committed while a batch waits for its acks and its mark (the
-		// write lock is busy) go out without waiting for it.
-		rescan := err != nil || (!full && (fl.idle() || now.Sub(rescanned) >= r.cfg.RescanEvery))
+		// again: when none is left, or RescanEvery after the last time,
+		// and every round while recovering from a failure, so the retry's
+		// outcome is known before the next one (else the backoff would
+		// restart at its first step). Otherwise the next round reads past
+		// them at once, so rows committed while a batch waits for its acks
+		// and its mark (the write lock is busy) go out without waiting.
+		rescan := err != nil || failures > 0 || (!full && (fl.idle() || now.Sub(rescanned) >= r.cfg.RescanEvery))
 		if rescan {
 			err = errors.Join(err, fl.drain())
 		} else {
@@ -221,7 +223,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			fl.drain()
-			after, rescanned = 0, now
+			after, rescanned = 0, r.now()
 			failures++
 			wait = r.cfg.ErrorBackoff.Delay(failures)
 			r.log.Warn("relay round failed", "err", err, "failures", failures, "retry_in", wait)
@@ -231,7 +233,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			case rescan:
 				// Reading from the start picks up rows whose publish
 				// failed and rows an operator redrove.
-				after, rescanned = 0, now
+				after, rescanned = 0, r.now()
 			case len(msgs) > 0:
 				after = msgs[len(msgs)-1].ID
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"ticketrelay/internal/backoff"
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
 	"ticketrelay/ticket"
@@ -241,6 +242,7 @@ func TestRelayConfigValidation(t *testing.T) {
 		"negative batch":  {Holder: "h", BatchSize: -1},
 		"negative poll":   {Holder: "h", PollInterval: -time.Second},
 		"lease under 1 s": {Holder: "h", LeaseTTL: 500 * time.Millisecond},
+		"negative rescan": {Holder: "h", RescanEvery: -time.Second},
 	} {
 		if _, err := outbox.NewRelay(cfg, nil, nil, nil, discard(), nil, time.Now); err == nil {
 			t.Errorf("%s: NewRelay accepted %+v", name, cfg)
@@ -248,7 +250,7 @@ func TestRelayConfigValidation(t *testing.T) {
 	}
 	d := outbox.RelayConfig{}.WithDefaults()
 	if d.BatchSize != 512 || d.PollInterval != 20*time.Millisecond || d.BusyPollInterval != 2*time.Millisecond ||
-		d.BusyFor != time.Second || d.LeaseTTL != 15*time.Second || d.GaugeInterval != time.Second {
+		d.BusyFor != time.Second || d.LeaseTTL != 15*time.Second || d.GaugeInterval != time.Second || d.RescanEvery != time.Second {
 		t.Errorf("defaults = %+v", d)
 	}
 }
@@ -296,8 +298,8 @@ func (o *overlapCounter) Publish(ctx context.Context, msgs []outbox.Message) []o
 }
 
 // A backlog goes out in overlapping batches, each row once: a batch in
-// flight is not read again by the next, and the last partial batch drains
-// the pipeline.
+// flight is not read again by the next, not even by the rounds after the
+// backlog that read from the start again.
 func TestRelayPipelinesABacklogWithoutRepeats(t *testing.T) {
 	b := startBroker(t)
 	js := b.connect(t)
@@ -387,18 +389,35 @@ func TestRelayPublishesPastABatchWaitingForItsMark(t *testing.T) {
 	if byID := streamMessages(t, js); len(byID) != 3 || countMsgs(byID) != 3 {
 		t.Errorf("stream holds %d messages under %d ids, want 3 under 3", countMsgs(byID), len(byID))
 	}
+	if got := value(t, n.m.DuplicateAcks); got != 0 {
+		t.Errorf("%v duplicate acks: a row in flight was read and published again", got)
+	}
 }
 
-// slowPublisher is the real publisher, each batch taking at least delay:
-// with rows arriving more often than that, a batch is always in flight.
-type slowPublisher struct {
+// chainPublisher is the real publisher, each batch then held until the
+// next one starts (or hold has passed): while rows keep coming, a batch is
+// always in flight by construction, not by timing.
+type chainPublisher struct {
 	outbox.Publisher
-	delay time.Duration
+	hold time.Duration
+	mu   sync.Mutex
+	next chan struct{} // closed when the batch after the last one starts
 }
 
-func (p slowPublisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox.PublishResult {
-	time.Sleep(p.delay)
-	return p.Publisher.Publish(ctx, msgs)
+func (p *chainPublisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox.PublishResult {
+	mine := make(chan struct{})
+	p.mu.Lock()
+	if p.next != nil {
+		close(p.next)
+	}
+	p.next = mine
+	p.mu.Unlock()
+	res := p.Publisher.Publish(ctx, msgs)
+	select {
+	case <-mine:
+	case <-time.After(p.hold):
+	}
+	return res
 }
 
 // A steady stream keeps a batch in flight all the time, so the relay never
@@ -409,7 +428,9 @@ func TestRelayRescansWhileRowsKeepFlowing(t *testing.T) {
 	js := b.connect(t)
 	path := filepath.Join(t.TempDir(), "tickets.db")
 	cfg := outbox.RelayConfig{RescanEvery: 100 * time.Millisecond, BusyFor: time.Hour}
-	n := newNodeWith(t, "relay-rescan", path, slowPublisher{natsjs.NewPublisher(js), 20 * time.Millisecond}, cfg, time.Now)
+	// A batch is released by the next one: only a stream that stalls for
+	// half a second empties the pipeline (and rescans regardless).
+	n := newNodeWith(t, "relay-rescan", path, &chainPublisher{Publisher: natsjs.NewPublisher(js), hold: 500 * time.Millisecond}, cfg, time.Now)
 	db := raw(t, path)
 	n.create(t, "first")
 	n.run(t)
@@ -456,5 +477,52 @@ func TestRelayRescansWhileRowsKeepFlowing(t *testing.T) {
 	case err := <-flowing:
 		t.Fatalf("the stream of rows ended before the redrive went out (%v): the test did not run under a steady stream", err)
 	default:
+	}
+}
+
+// failingPublisher refuses every message at once, as a stream that refuses
+// writes does, and notes when each batch came.
+type failingPublisher struct {
+	mu    sync.Mutex
+	calls []time.Time
+}
+
+func (p *failingPublisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox.PublishResult {
+	p.mu.Lock()
+	p.calls = append(p.calls, time.Now())
+	p.mu.Unlock()
+	out := make([]outbox.PublishResult, len(msgs))
+	for i := range out {
+		out[i].Err = errors.New("stream refuses writes")
+	}
+	return out
+}
+
+func (p *failingPublisher) times() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]time.Time(nil), p.calls...)
+}
+
+// A relay whose publishes keep failing waits longer after each failure:
+// the retry's outcome is known before the next round, so the backoff grows
+// instead of starting again from its first step.
+func TestRelayBacksOffWhilePublishesFail(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tickets.db")
+	pub := &failingPublisher{}
+	policy := backoff.Policy{Base: 20 * time.Millisecond, Max: 2 * time.Second}
+	n := newNodeWith(t, "relay-backoff", path, pub, outbox.RelayConfig{ErrorBackoff: policy}, time.Now)
+	n.create(t, "refused")
+	n.run(t)
+	const failures = 5
+	waitFor(t, 20*time.Second, "six publish attempts", func() bool { return len(pub.times()) > failures })
+	calls := pub.times()
+	// After the fifth failure the relay waits at least half the backoff's
+	// fifth ceiling (20 ms doubled four times): a lower bound, which a busy
+	// machine only makes longer.
+	want := policy.Ceiling(failures) / 2
+	if gap := calls[failures].Sub(calls[failures-1]); gap < want {
+		t.Errorf("attempt %d came %v after attempt %d, want at least %v (attempts at %v)",
+			failures+1, gap, failures, want, calls)
 	}
 }
