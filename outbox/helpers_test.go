@@ -322,3 +322,10 @@ func publishedAt(t *testing.T, db *sql.DB, requestID string) (time.Time, bool, e
 	}
 	return outbox.PublishedAt(testCtx(t), db, id)
 }
+
+// marked reports whether requestID's row is marked published.
+func marked(t *testing.T, db *sql.DB, requestID string) bool {
+	t.Helper()
+	at, _, err := publishedAt(t, db, requestID)
+	return err == nil && !at.IsZero()
+}

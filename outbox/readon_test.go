@@ -50,15 +50,11 @@ func TestRelayPublishesPastABatchWaitingForItsMark(t *testing.T) {
 	n := newNodeTx(t, "relay-past", path, natsjs.NewPublisher(js), cfg, time.Now,
 		func(w outbox.TxRunner) outbox.TxRunner { gate.TxRunner = w; return gate })
 	db := raw(t, path)
-	marked := func(id string) bool {
-		at, _, err := publishedAt(t, db, id)
-		return err == nil && !at.IsZero()
-	}
 	n.create(t, "first")
 	n.run(t)
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(gate.release) }) }) // before the relay stops
-	waitFor(t, 10*time.Second, "the first row to be marked", func() bool { return marked("first") })
+	waitFor(t, 10*time.Second, "the first row to be marked", func() bool { return marked(t, db, "first") })
 
 	gate.armed.Store(true)
 	n.create(t, "second")
@@ -71,7 +67,7 @@ func TestRelayPublishesPastABatchWaitingForItsMark(t *testing.T) {
 	waitFor(t, 10*time.Second, "the third row in the stream while the second's mark waits", func() bool {
 		return len(streamMessages(t, js)["third"]) == 1
 	})
-	if marked("second") {
+	if marked(t, db, "second") {
 		t.Fatal("the second row was marked while its mark was held")
 	}
 	once.Do(func() { close(gate.release) })
@@ -124,10 +120,7 @@ func TestRelayRescansWhileRowsKeepFlowing(t *testing.T) {
 	db := raw(t, path)
 	n.create(t, "first")
 	n.run(t)
-	waitFor(t, 10*time.Second, "the first row to be marked", func() bool {
-		at, _, err := publishedAt(t, db, "first")
-		return err == nil && !at.IsZero()
-	})
+	waitFor(t, 10*time.Second, "the first row to be marked", func() bool { return marked(t, db, "first") })
 
 	stop := make(chan struct{})
 	flowing := make(chan error, 1)
@@ -160,8 +153,7 @@ func TestRelayRescansWhileRowsKeepFlowing(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the redriven row to be published again while rows keep flowing", func() bool {
-		at, _, err := publishedAt(t, db, "first")
-		return err == nil && !at.IsZero()
+		return marked(t, db, "first")
 	})
 	select {
 	case err := <-flowing:

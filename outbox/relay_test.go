@@ -263,12 +263,7 @@ func TestRelayStaysBusyAfterPublishing(t *testing.T) {
 	n := newNode(t, "relay-busy", path, b.connect(t),
 		outbox.RelayConfig{PollInterval: time.Minute, BusyFor: time.Minute, GaugeInterval: time.Nanosecond}, time.Now)
 	db := raw(t, path)
-	published := func(id string) func() bool {
-		return func() bool {
-			at, _, err := publishedAt(t, db, id)
-			return err == nil && !at.IsZero()
-		}
-	}
+	published := func(id string) func() bool { return func() bool { return marked(t, db, id) } }
 	n.create(t, "first")
 	n.run(t)
 	waitFor(t, 10*time.Second, "the first row to be published", published("first"))
