@@ -42,12 +42,13 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
 	# clients' dev dependencies in a source checkout, so scripts stay off.
 	cp "$here/package-lock.json" "$work/package-lock.pinned"
 	(cd "$here" && npm install --prefix "$here" --no-audit --no-fund --ignore-scripts --loglevel=error)
-	if ! node "$here/lockcheck.js" "$work/package-lock.pinned" "$here/package-lock.json"; then
-		cp "$work/package-lock.pinned" "$here/package-lock.json"
+	changed=0
+	node "$here/lockcheck.js" "$work/package-lock.pinned" "$here/package-lock.json" || changed=$?
+	cp "$work/package-lock.pinned" "$here/package-lock.json"
+	if ((changed != 0)); then
 		echo "interop: npm changed interop/package-lock.json: the pinned versions are not what it installed" >&2
 		exit 1
 	fi
-	cp "$work/package-lock.pinned" "$here/package-lock.json"
 	echo "$want" >"$stamp"
 fi
 export PATH="$here/node_modules/.bin:$PATH"
