@@ -8,6 +8,7 @@ import (
 )
 
 func main() {
+	app.StopMemProfile(os.LookupEnv)
 	app.TuneGC(os.LookupEnv, app.DispatcherGC)
 	app.Main(app.RunDispatcher)
 }

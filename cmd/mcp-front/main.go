@@ -8,6 +8,7 @@ import (
 )
 
 func main() {
+	app.StopMemProfile(os.LookupEnv)
 	app.TuneGC(os.LookupEnv, app.FrontGC)
 	app.Main(app.RunFront)
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -159,6 +160,26 @@ func TestTuneGC(t *testing.T) {
 		TuneGC(tc.env.Lookup, tc.gc)
 		if p, l := current(); p != tc.wantPercent || l>>20 != tc.wantLimitMiB {
 			t.Errorf("%+v with %v: GOGC %d, limit %d MiB; want %d, %d MiB", tc.gc, tc.env.Asked(), p, l>>20, tc.wantPercent, tc.wantLimitMiB)
+		}
+	}
+}
+
+// TestStopMemProfile: sampling stops unless the operator asked for a rate.
+func TestStopMemProfile(t *testing.T) {
+	rate := runtime.MemProfileRate
+	t.Cleanup(func() { runtime.MemProfileRate = rate })
+	for _, tc := range []struct {
+		env  *fakeEnv
+		want int
+	}{
+		{newEnv(), 0},
+		{newEnv("GODEBUG", "gctrace=1"), 0},
+		{newEnv("GODEBUG", "gctrace=1,memprofilerate=4096"), 512 << 10},
+	} {
+		runtime.MemProfileRate = 512 << 10
+		StopMemProfile(tc.env.Lookup)
+		if runtime.MemProfileRate != tc.want {
+			t.Errorf("with %v: MemProfileRate %d, want %d", tc.env.Asked(), runtime.MemProfileRate, tc.want)
 		}
 	}
 }
