@@ -151,7 +151,7 @@ func TestTuneGC(t *testing.T) {
 		wantLimitMiB int64
 	}{
 		{newEnv(), FrontGC, 400, 32},
-		{newEnv(), DispatcherGC, 50, math.MaxInt64 >> 20},
+		{newEnv(), DispatcherGC, 25, math.MaxInt64 >> 20},
 		{newEnv("GOGC", "100"), FrontGC, 100, 32},
 		{newEnv("GOMEMLIMIT", "1GiB"), FrontGC, 400, math.MaxInt64 >> 20},
 	} {

@@ -43,13 +43,17 @@ type GC struct {
 // (57 MB at 40 MiB, same throughput; 24 MiB cost 7%).
 var FrontGC = GC{Percent: 400, Limit: 32 << 20}
 
-// DispatcherGC collects at 1.5× the live heap, which is mostly the embedded
-// nats-server's block buffers (the blocks written in the last seconds, 4 MB
-// each): make bench scenario 7's peak RSS median went from 67 to 61 MB (with
-// the 8 MB blocks of then) for 2–6% more dispatcher CPU. No memory limit:
-// the duplicate window makes the live heap grow with the ticket rate, and a
-// fixed limit starved a backlog's relay.
-var DispatcherGC = GC{Percent: 50}
+// DispatcherGC collects at 1.25× the live heap, which is mostly the embedded
+// nats-server's block buffers (4 MB each, held for the blocks read or written
+// in the last ~10 s) and its duplicate window. make bench scenario 7 (peak
+// RSS under scenario 1's load, ~3,400 tickets/s), alternated runs: 66.5 MB
+// at GOGC=50 (3 runs), 60.3 MB at 25 (6 runs). The price is CPU: +3 % a
+// ticket in scenario 7, +8 % in scenario 5 (lag p50 still ≤ 7.3 ms), and a
+// backlog relays at 63–73k rows/s instead of 79–87k (scenario 4; still
+// ~11× raw publish). No memory limit: the duplicate window makes the live
+// heap grow with the ticket rate, and a fixed limit starved a backlog's
+// relay.
+var DispatcherGC = GC{Percent: 25}
 
 // TuneGC applies gc unless the operator set GOGC or GOMEMLIMIT.
 func TuneGC(lookup func(string) (string, bool), gc GC) {
