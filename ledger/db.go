@@ -30,6 +30,7 @@ type DB struct {
 	Path      string
 	write     *sql.DB
 	read      *sql.DB
+	ckpt      *sql.DB // the Writer's checkpoints (checkpoint.go)
 	readStmts readStmts
 }
 
@@ -51,6 +52,7 @@ func dsn(path string, readOnly bool) string {
 		q.Add("_pragma", "query_only(1)")
 	} else {
 		q.Add("_pragma", "busy_timeout(0)")
+		q.Add("_pragma", fmt.Sprintf("wal_autocheckpoint(%d)", autoCheckpointPages))
 		q.Set("_txlock", "immediate")
 	}
 	return "file:" + filepath.ToSlash(path) + "?" + q.Encode()
@@ -87,12 +89,20 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	}
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
-	return &DB{Path: path, write: w, read: r}, nil
+	c, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("ledger: open %s for checkpoints: %w", path, err)
+	}
+	c.SetMaxOpenConns(1)
+	c.SetMaxIdleConns(1)
+	return &DB{Path: path, write: w, read: r, ckpt: c}, nil
 }
 
-// Close closes both pools.
+// Close closes the pools.
 func (db *DB) Close() error {
-	return errors.Join(db.readStmts.close(), db.read.Close(), db.write.Close())
+	return errors.Join(db.readStmts.close(), db.read.Close(), db.ckpt.Close(), db.write.Close())
 }
 
 // queryRow runs a query of the ledger's own on the read pool, prepared.

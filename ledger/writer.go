@@ -50,9 +50,11 @@ type Writer struct {
 	closed  bool
 	done    chan struct{}
 	stmts   stmtCache // used on the writer goroutine only
+	ckpt    *checkpointer
 }
 
-// NewWriter starts the writer goroutine on db's write pool.
+// NewWriter starts the writer goroutine on db's write pool, and its
+// checkpoints on their own connection (checkpoint.go).
 func NewWriter(db *DB, log *slog.Logger, m *metrics.Writer) *Writer {
 	w := &Writer{
 		db:      db.write,
@@ -60,6 +62,7 @@ func NewWriter(db *DB, log *slog.Logger, m *metrics.Writer) *Writer {
 		metrics: m,
 		jobs:    make(chan job, MaxBatch),
 		done:    make(chan struct{}),
+		ckpt:    startCheckpointer(db.ckpt, log, m),
 	}
 	go w.loop()
 	return w
@@ -117,6 +120,7 @@ func (w *Writer) Close() {
 	}
 	w.mu.Unlock()
 	<-w.done
+	w.ckpt.close()
 }
 
 func (w *Writer) loop() {

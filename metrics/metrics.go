@@ -34,9 +34,11 @@ func SessionsFunc(reg prometheus.Registerer, sessions func() int) {
 
 // Writer holds the collectors of the group-commit writer (both processes).
 type Writer struct {
-	BatchSize      prometheus.Histogram
-	CommitDuration prometheus.Histogram
-	CommitErrors   prometheus.Counter
+	BatchSize          prometheus.Histogram
+	CommitDuration     prometheus.Histogram
+	CommitErrors       prometheus.Counter
+	CheckpointDuration prometheus.Histogram
+	WALPendingFrames   prometheus.Gauge
 }
 
 // Dispatcher holds the collectors of the dispatcher: relay and forwarder.
@@ -133,11 +135,20 @@ func newWriter() *Writer {
 			Namespace: namespace, Name: "sqlite_commit_errors_total",
 			Help: "Group-commit batches whose transaction failed as a whole.",
 		}),
+		CheckpointDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "sqlite_checkpoint_duration_seconds",
+			Help:    "Time of one background WAL checkpoint (PASSIVE) of this process.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}),
+		WALPendingFrames: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "sqlite_wal_pending_frames",
+			Help: "WAL frames not yet copied into the database file after this process's last checkpoint; grows while a reader holds an old snapshot.",
+		}),
 	}
 }
 
 func (w *Writer) register(reg prometheus.Registerer) {
-	reg.MustRegister(w.BatchSize, w.CommitDuration, w.CommitErrors)
+	reg.MustRegister(w.BatchSize, w.CommitDuration, w.CommitErrors, w.CheckpointDuration, w.WALPendingFrames)
 }
 
 // NewDispatcher creates the dispatcher collectors and registers them on reg.
