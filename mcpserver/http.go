@@ -449,18 +449,3 @@ func originAllowed(origin string, allowed []string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
-
-// IsLoopbackListen reports whether a listen address ("host:port") accepts
-// only loopback connections: 127.0.0.0/8, ::1 or "localhost". An empty host
-// (all interfaces) or any other name is not loopback.
-func IsLoopbackListen(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}

@@ -307,14 +307,3 @@ func TestOriginAndHostOnEveryPath(t *testing.T) {
 		}
 	}
 }
-
-func TestIsLoopbackListen(t *testing.T) {
-	for addr, want := range map[string]bool{
-		"127.0.0.1:8080": true, "127.1.2.3:0": true, "[::1]:80": true, "localhost:8080": true,
-		":8080": false, "0.0.0.0:8080": false, "[::]:80": false, "10.0.0.5:80": false, "example.com:80": false, "bad": false,
-	} {
-		if got := IsLoopbackListen(addr); got != want {
-			t.Errorf("IsLoopbackListen(%q) = %v", addr, got)
-		}
-	}
-}

@@ -1,4 +1,4 @@
-// Command profwrap is mcp-front (the same code: internal/app.RunFront) with
+// Command profwrap is mcp-front (the same code: internal/app/front.Run) with
 // a net/http/pprof listener on $BENCH_PPROF_ADDR, for `loadgen -pprof` to
 // profile the server under load. Benchmarks only: the production binaries
 // have no pprof listener.
@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/app/front"
 )
 
 func main() {
@@ -18,5 +19,5 @@ func main() {
 		go func() { log.Println(http.ListenAndServe(addr, http.DefaultServeMux)) }()
 	}
 	app.TuneGC(os.LookupEnv, app.FrontGC)
-	app.Main(app.RunFront)
+	app.Main(front.Run)
 }

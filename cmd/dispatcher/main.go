@@ -5,10 +5,11 @@ import (
 	"os"
 
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/app/dispatcher"
 )
 
 func main() {
 	app.StopMemProfile(os.LookupEnv)
 	app.TuneGC(os.LookupEnv, app.DispatcherGC)
-	app.Main(app.RunDispatcher)
+	app.Main(dispatcher.Run)
 }

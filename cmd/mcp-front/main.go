@@ -5,10 +5,11 @@ import (
 	"os"
 
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/app/front"
 )
 
 func main() {
 	app.StopMemProfile(os.LookupEnv)
 	app.TuneGC(os.LookupEnv, app.FrontGC)
-	app.Main(app.RunFront)
+	app.Main(front.Run)
 }

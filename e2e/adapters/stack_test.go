@@ -13,6 +13,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/app/dispatcher"
+	"ticketrelay/internal/app/front"
 	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/testio"
 	"ticketrelay/internal/testwait"
@@ -88,12 +90,12 @@ func startStack(t *testing.T, config string, env map[string]string) *stack {
 	s := &stack{}
 	// The dispatcher first: it creates the database, so the two processes
 	// never race to migrate a fresh file.
-	s.dispatcher = run(t, "dispatcher", app.RunDispatcher, env,
+	s.dispatcher = run(t, "dispatcher", dispatcher.Run, env,
 		"-db", db, "-data", filepath.Join(dir, "data"), "-config", cfg,
 		"-nats-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0",
 		"-retry-base", "20ms", "-retry-max", "200ms", "-delivery-timeout", "2s",
 		"-lease-ttl", "2s", "-poll-interval", "5ms")
-	s.front = run(t, "mcp-front", app.RunFront, nil,
+	s.front = run(t, "mcp-front", front.Run, nil,
 		"-db", db, "-config", cfg, "-listen", "127.0.0.1:0", "-metrics-listen", "")
 
 	s.cs = e2eproc.Connect(t, "http://"+s.front.addrs["mcp"]+"/mcp")

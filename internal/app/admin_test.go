@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"ticketrelay/internal/app"
+	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/ticket"
@@ -95,7 +97,7 @@ func (a *adminDB) outboxRow(t *testing.T, id string) (publishedAt sql.NullInt64,
 func (a *adminDB) admin(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	args = append(slices.Clone(args), "-db", a.path)
-	stdout, _, err := runOnce(t, RunDispatcher, newEnv(), args...)
+	stdout, _, err := runOnce(t, dispatcher.Run, newEnv(), args...)
 	return stdout, err
 }
 
@@ -186,7 +188,7 @@ func TestAdminCommands(t *testing.T) {
 		for _, id := range []string{"req-delivered", "req-uncertain", "req-retrying"} {
 			before := a.find(t, id)
 			_, err := a.admin(t, "redrive", id)
-			if err == nil || errors.Is(err, ErrUsage) || !errors.Is(err, ledger.ErrState) {
+			if err == nil || errors.Is(err, app.ErrUsage) || !errors.Is(err, ledger.ErrState) {
 				t.Errorf("redrive of %s (%s): error %v; want a state error", id, before.Status, err)
 			}
 			if after := a.find(t, id); after.Status != before.Status || after.Attempts != before.Attempts {
@@ -244,7 +246,7 @@ func TestAdminCommands(t *testing.T) {
 		for _, id := range []string{"req-delivered", "req-retrying", "req-uncertain"} {
 			before := a.find(t, id)
 			_, err := a.admin(t, "resolve", id, "-delivered", "X-1")
-			if err == nil || errors.Is(err, ErrUsage) || !errors.Is(err, ledger.ErrState) {
+			if err == nil || errors.Is(err, app.ErrUsage) || !errors.Is(err, ledger.ErrState) {
 				t.Errorf("resolve of %s (%s): error %v; want a state error", id, before.Status, err)
 			}
 			if after := a.find(t, id); after.Status != before.Status || after.ExternalID != before.ExternalID {
@@ -269,11 +271,11 @@ func TestAdminCommands(t *testing.T) {
 			{"resolve", "a", "b", "-failed"},
 		} {
 			_, err := a.admin(t, args...)
-			if !errors.Is(err, ErrUsage) {
-				t.Errorf("%v: error %v, want ErrUsage", args, err)
+			if !errors.Is(err, app.ErrUsage) {
+				t.Errorf("%v: error %v, want app.ErrUsage", args, err)
 			}
 		}
-		if _, stderr, err := runOnce(t, RunDispatcher, newEnv(), "status", "-help"); err != nil || !strings.Contains(stderr, "dispatcher resolve") {
+		if _, stderr, err := runOnce(t, dispatcher.Run, newEnv(), "status", "-help"); err != nil || !strings.Contains(stderr, "dispatcher resolve") {
 			t.Errorf("status -help: %v\n%s", err, stderr)
 		}
 	})

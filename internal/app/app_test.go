@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"ticketrelay/internal/app"
 	"ticketrelay/internal/testio"
 )
 
@@ -58,13 +59,13 @@ type running struct {
 
 // start runs a process in-process until it announces its addresses, and
 // stops it (expecting a clean exit) when the test ends.
-func start(t *testing.T, run func(context.Context, Env) error, env *fakeEnv, args ...string) *running {
+func start(t *testing.T, run func(context.Context, app.Env) error, env *fakeEnv, args ...string) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{stderr: &testio.Buffer{}, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan map[string]string, 1)
 	go func() {
-		r.done <- run(ctx, Env{
+		r.done <- run(ctx, app.Env{
 			Args: args, Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: r.stderr, Lookup: env.Lookup,
 			Ready: func(a map[string]string) { ready <- a },
 		})
@@ -94,14 +95,14 @@ func start(t *testing.T, run func(context.Context, Env) error, env *fakeEnv, arg
 
 // runOnce runs a process that is expected to return by itself (a config
 // error, -help, an admin command) and returns its error and output.
-func runOnce(t *testing.T, run func(context.Context, Env) error, env *fakeEnv, args ...string) (stdout, stderr string, err error) {
+func runOnce(t *testing.T, run func(context.Context, app.Env) error, env *fakeEnv, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var out, errb testio.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, Env{Args: args, Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Lookup: env.Lookup,
+		done <- run(ctx, app.Env{Args: args, Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Lookup: env.Lookup,
 			Ready: func(map[string]string) { t.Errorf("%v: the process started serving; it should have stopped", args) }})
 	}()
 	select {
@@ -146,18 +147,18 @@ func TestTuneGC(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		env          *fakeEnv
-		gc           GC
+		gc           app.GC
 		wantPercent  int
 		wantLimitMiB int64
 	}{
-		{newEnv(), FrontGC, 400, 32},
-		{newEnv(), DispatcherGC, 25, math.MaxInt64 >> 20},
-		{newEnv("GOGC", "100"), FrontGC, 100, 32},
-		{newEnv("GOMEMLIMIT", "1GiB"), FrontGC, 400, math.MaxInt64 >> 20},
+		{newEnv(), app.FrontGC, 400, 32},
+		{newEnv(), app.DispatcherGC, 25, math.MaxInt64 >> 20},
+		{newEnv("GOGC", "100"), app.FrontGC, 100, 32},
+		{newEnv("GOMEMLIMIT", "1GiB"), app.FrontGC, 400, math.MaxInt64 >> 20},
 	} {
 		debug.SetGCPercent(100)
 		debug.SetMemoryLimit(math.MaxInt64)
-		TuneGC(tc.env.Lookup, tc.gc)
+		app.TuneGC(tc.env.Lookup, tc.gc)
 		if p, l := current(); p != tc.wantPercent || l>>20 != tc.wantLimitMiB {
 			t.Errorf("%+v with %v: GOGC %d, limit %d MiB; want %d, %d MiB", tc.gc, tc.env.Asked(), p, l>>20, tc.wantPercent, tc.wantLimitMiB)
 		}
@@ -177,9 +178,20 @@ func TestStopMemProfile(t *testing.T) {
 		{newEnv("GODEBUG", "gctrace=1,memprofilerate=4096"), 512 << 10},
 	} {
 		runtime.MemProfileRate = 512 << 10
-		StopMemProfile(tc.env.Lookup)
+		app.StopMemProfile(tc.env.Lookup)
 		if runtime.MemProfileRate != tc.want {
 			t.Errorf("with %v: MemProfileRate %d, want %d", tc.env.Asked(), runtime.MemProfileRate, tc.want)
+		}
+	}
+}
+
+func TestIsLoopbackListen(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8080": true, "127.1.2.3:0": true, "[::1]:80": true, "localhost:8080": true,
+		":8080": false, "0.0.0.0:8080": false, "[::]:80": false, "10.0.0.5:80": false, "example.com:80": false, "bad": false,
+	} {
+		if got := app.IsLoopbackListen(addr); got != want {
+			t.Errorf("IsLoopbackListen(%q) = %v", addr, got)
 		}
 	}
 }

@@ -1,5 +1,10 @@
-// Package app builds the two processes from their flags: it is the one place
-// where configuration becomes components. cmd/*/main.go only call into it.
+// Package app is what both processes share: their environment (Env), the
+// run loop with its signals and exit statuses (Main), flag parsing with
+// environment twins, logging, metrics registry and HTTP listeners, and the
+// garbage-collector settings. Each process's wiring is a package of its own
+// (internal/app/front, internal/app/dispatcher), so that neither binary
+// links the other's dependencies: the dispatcher has no MCP SDK in it, and
+// mcp-front no nats-server.
 package app
 
 import (
@@ -26,6 +31,9 @@ import (
 	"ticketrelay/internal/flagenv"
 )
 
+// ErrUsage marks a command-line error (exit status 2).
+var ErrUsage = errors.New("usage")
+
 // Version is set at build time (-ldflags "-X ticketrelay/internal/app.Version=…").
 var Version = "dev"
 
@@ -49,7 +57,8 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
-func newRegistry() *prometheus.Registry {
+// NewRegistry is a metrics registry with the Go and process collectors.
+func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
@@ -66,53 +75,45 @@ const (
 	httpIdleTimeout = 2 * time.Minute
 	// httpMaxHeaderBytes bounds a request's headers (431 beyond).
 	httpMaxHeaderBytes = 64 << 10
-	// DefaultMaxConns bounds the connections mcp-front serves at once: no
-	// bound (0). A global bound is one any single client address can fill
-	// cheaply (one request, then 2 minutes idle per connection), leaving
-	// everyone else waiting to be accepted, and each session's GET stream
-	// holds a connection of its own. What bounds them is the process's file
-	// descriptor limit and httpIdleTimeout; -max-conns is there for an
-	// operator who wants a bound anyway (behind a proxy that spreads
-	// connections fairly, for instance).
-	DefaultMaxConns = 0
 )
 
-// server is an HTTP server on a listener, shut down when ctx ends.
-type server struct {
-	addr string
+// Server is an HTTP server on a listener, shut down when ctx ends.
+type Server struct {
+	Addr string // the address it listens on
 	srv  *http.Server
 	done chan error
 }
 
-func serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (*server, error) {
-	return serveLimits(ctx, addr, h, log, httpLimits{})
+// Serve serves h on addr with the default limits.
+func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (*Server, error) {
+	return ServeLimits(ctx, addr, h, log, HTTPLimits{})
 }
 
-// httpLimits are the limits of a server; zero values take the defaults above.
-type httpLimits struct {
-	maxConns int           // connections open at once; ≤ 0: no bound
-	idle     time.Duration // httpIdleTimeout
+// HTTPLimits are the limits of a server; zero values take the defaults above.
+type HTTPLimits struct {
+	MaxConns int           // connections open at once; ≤ 0: no bound
+	Idle     time.Duration // httpIdleTimeout
 }
 
-// serveLimits is serve with lim. With lim.maxConns, new connections beyond
+// ServeLimits is Serve with lim. With lim.MaxConns, new connections beyond
 // it wait in the kernel's accept queue until one closes.
-func serveLimits(ctx context.Context, addr string, h http.Handler, log *slog.Logger, lim httpLimits) (*server, error) {
+func ServeLimits(ctx context.Context, addr string, h http.Handler, log *slog.Logger, lim HTTPLimits) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
-	if lim.maxConns > 0 {
-		ln = newLimitListener(ln, lim.maxConns)
+	if lim.MaxConns > 0 {
+		ln = newLimitListener(ln, lim.MaxConns)
 	}
-	if lim.idle <= 0 {
-		lim.idle = httpIdleTimeout
+	if lim.Idle <= 0 {
+		lim.Idle = httpIdleTimeout
 	}
-	s := &server{
-		addr: ln.Addr().String(),
+	s := &Server{
+		Addr: ln.Addr().String(),
 		srv: &http.Server{
 			Handler:           h,
 			ReadHeaderTimeout: httpReadHeaderTimeout,
-			IdleTimeout:       lim.idle,
+			IdleTimeout:       lim.Idle,
 			MaxHeaderBytes:    httpMaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 			BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
@@ -129,9 +130,9 @@ func serveLimits(ctx context.Context, addr string, h http.Handler, log *slog.Log
 	return s, nil
 }
 
-// shutdown stops accepting, lets running requests finish for up to grace,
+// Shutdown stops accepting, lets running requests finish for up to grace,
 // then closes what is left (long-lived SSE streams).
-func (s *server) shutdown(grace time.Duration) error {
+func (s *Server) Shutdown(grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := s.srv.Shutdown(ctx); err != nil {
@@ -184,14 +185,16 @@ func (c *limitConn) Close() error {
 	return err
 }
 
-func metricsHandler(reg *prometheus.Registry) http.Handler {
+// MetricsHandler serves /metrics from reg and /healthz.
+func MetricsHandler(reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	return mux
 }
 
-func splitList(s string) []string {
+// SplitList splits a comma-separated flag value, dropping empty items.
+func SplitList(s string) []string {
 	var out []string
 	for p := range strings.SplitSeq(s, ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -201,9 +204,9 @@ func splitList(s string) []string {
 	return out
 }
 
-// announce reports the listening addresses to the in-process caller and, if
+// Announce reports the listening addresses to the in-process caller and, if
 // asked, writes them atomically to addrFile as a JSON object.
-func announce(env Env, addrFile string, addrs map[string]string) error {
+func Announce(env Env, addrFile string, addrs map[string]string) error {
 	if env.Ready != nil {
 		env.Ready(addrs)
 	}
@@ -221,13 +224,13 @@ func announce(env Env, addrFile string, addrs map[string]string) error {
 	return os.Rename(tmp, addrFile)
 }
 
-// parseStart parses a process's flags (with their environment twins), arms the
+// ParseStart parses a process's flags (with their environment twins), arms the
 // failpoints and builds the stderr logger from the -log-level flag. help is
 // true when -help was asked: the caller has nothing more to do. An argument
 // left after the flags (a mistyped subcommand, a flag after a stray word: the
 // flag package stops at the first non-flag) is a usage error; commands, if
 // any, are listed in its message.
-func parseStart(fs *flag.FlagSet, env Env, logLevel *string, commands ...string) (set map[string]bool, log *slog.Logger, help bool, err error) {
+func ParseStart(fs *flag.FlagSet, env Env, logLevel *string, commands ...string) (set map[string]bool, log *slog.Logger, help bool, err error) {
 	set, err = flagenv.Parse(fs, env.Args, env.Lookup)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil, nil, true, nil
@@ -259,4 +262,19 @@ func leftoverError(prog, arg string, commands []string) error {
 		msg += fmt.Sprintf(": %s takes flags only (%s -help)", prog, prog)
 	}
 	return fmt.Errorf("%w: %s", ErrUsage, msg)
+}
+
+// IsLoopbackListen reports whether a listen address ("host:port") accepts
+// only loopback connections: 127.0.0.0/8, ::1 or "localhost". An empty host
+// (all interfaces) or any other name is not loopback.
+func IsLoopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"ticketrelay/internal/app"
+	"ticketrelay/internal/app/dispatcher"
+	"ticketrelay/internal/app/front"
 )
 
 func TestConfigErrorsStopBothProcesses(t *testing.T) {
@@ -24,11 +27,11 @@ func TestConfigErrorsStopBothProcesses(t *testing.T) {
 			cfg := writeFile(t, "bad.yaml", c.yaml)
 			dir := t.TempDir()
 			procs := map[string]struct {
-				run  func(context.Context, Env) error
+				run  func(context.Context, app.Env) error
 				args []string
 			}{
-				"mcp-front": {RunFront, []string{"-config", cfg, "-listen", "127.0.0.1:0", "-metrics-listen", "", "-db", filepath.Join(dir, "f.db")}},
-				"dispatcher": {RunDispatcher, []string{"-config", cfg, "-data", dir, "-nats-listen", "127.0.0.1:0",
+				"mcp-front": {front.Run, []string{"-config", cfg, "-listen", "127.0.0.1:0", "-metrics-listen", "", "-db", filepath.Join(dir, "f.db")}},
+				"dispatcher": {dispatcher.Run, []string{"-config", cfg, "-data", dir, "-nats-listen", "127.0.0.1:0",
 					"-metrics-listen", ""}},
 			}
 			for name, p := range procs {
@@ -37,7 +40,7 @@ func TestConfigErrorsStopBothProcesses(t *testing.T) {
 					t.Fatalf("%s started with a bad config", name)
 				}
 				checkOneLine(t, name, err, append([]string{cfg}, c.want...)...)
-				if errors.Is(err, ErrUsage) {
+				if errors.Is(err, app.ErrUsage) {
 					t.Errorf("%s: a config error is not a usage error: %v", name, err)
 				}
 			}
@@ -53,7 +56,7 @@ func TestConfigErrorsStopBothProcesses(t *testing.T) {
 			"T_ZENDESK_TOKEN", "zd", "T_PAGERDUTY_KEY", "0123456789abcdef0123456789abcdef",
 			"T_GITHUB_TOKEN", "gh", "T_SLACK_URL", "http://127.0.0.1:9/services/T/B/x") // no T_JIRA_TOKEN
 		dir := t.TempDir()
-		_, _, err := runOnce(t, RunDispatcher, env, "-config", cfg, "-data", dir, "-nats-listen", "127.0.0.1:0", "-metrics-listen", "")
+		_, _, err := runOnce(t, dispatcher.Run, env, "-config", cfg, "-data", dir, "-nats-listen", "127.0.0.1:0", "-metrics-listen", "")
 		if err == nil {
 			t.Fatal("the dispatcher started without T_JIRA_TOKEN")
 		}

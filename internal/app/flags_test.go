@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"ticketrelay/internal/app"
+	"ticketrelay/internal/app/dispatcher"
+	"ticketrelay/internal/app/front"
 	"ticketrelay/internal/flagenv"
 )
 
@@ -36,11 +39,11 @@ func helpFlags(out string) map[string]string {
 func TestFlags(t *testing.T) {
 	procs := []struct {
 		name string
-		run  func(context.Context, Env) error
+		run  func(context.Context, app.Env) error
 		core []string // flags that must be listed
 	}{
-		{"mcp-front", RunFront, []string{"db", "listen", "metrics-listen", "stdio", "config", "log-level", "allowed-origins", "stateless", "addr-file"}},
-		{"dispatcher", RunDispatcher, []string{"db", "data", "nats", "nats-listen", "metrics-listen", "config", "log-level",
+		{"mcp-front", front.Run, []string{"db", "listen", "metrics-listen", "stdio", "config", "log-level", "allowed-origins", "stateless", "addr-file"}},
+		{"dispatcher", dispatcher.Run, []string{"db", "data", "nats", "nats-listen", "metrics-listen", "config", "log-level",
 			"lease-ttl", "dup-window", "workers", "max-attempts", "retry-base", "retry-max", "delivery-timeout", "retention", "poll-interval", "audit-after", "addr-file"}},
 	}
 	for _, p := range procs {
@@ -67,23 +70,23 @@ func TestFlags(t *testing.T) {
 		t.Run(p.name+" bad flag", func(t *testing.T) {
 			for _, args := range [][]string{{"-no-such-flag"}, {"-log-level", "loud"}, {"-metrics-listen"}} {
 				_, _, err := runOnce(t, p.run, newEnv(), args...)
-				if !errors.Is(err, ErrUsage) {
-					t.Errorf("%v: error %v, want ErrUsage", args, err)
+				if !errors.Is(err, app.ErrUsage) {
+					t.Errorf("%v: error %v, want app.ErrUsage", args, err)
 				}
 			}
 			// A malformed environment twin is a usage error too.
 			_, _, err := runOnce(t, p.run, newEnv("TICKETRELAY_LOG_LEVEL", "loud"))
-			if !errors.Is(err, ErrUsage) {
-				t.Errorf("TICKETRELAY_LOG_LEVEL=loud: error %v, want ErrUsage", err)
+			if !errors.Is(err, app.ErrUsage) {
+				t.Errorf("TICKETRELAY_LOG_LEVEL=loud: error %v, want app.ErrUsage", err)
 			}
 		})
 	}
 	t.Run("dispatcher bad durations", func(t *testing.T) {
 		for _, args := range [][]string{{"-retry-base", "soon"}, {"-dup-window", "1m"}, {"-dup-window", "2h", "-retention", "1h"},
 			{"-audit-after", "30s"}, {"-audit-after", "2m", "-delivery-timeout", "3m"}, {"-audit-after", "-1m"}} {
-			_, _, err := runOnce(t, RunDispatcher, newEnv(), append(args, "-data", t.TempDir())...)
-			if !errors.Is(err, ErrUsage) {
-				t.Errorf("%v: error %v, want ErrUsage", args, err)
+			_, _, err := runOnce(t, dispatcher.Run, newEnv(), append(args, "-data", t.TempDir())...)
+			if !errors.Is(err, app.ErrUsage) {
+				t.Errorf("%v: error %v, want app.ErrUsage", args, err)
 			}
 		}
 	})
@@ -92,7 +95,7 @@ func TestFlags(t *testing.T) {
 		port := freePort(t)
 		dir := t.TempDir()
 		env := newEnv("TICKETRELAY_LISTEN", port, "TICKETRELAY_METRICS_LISTEN", "", "TICKETRELAY_DB", filepath.Join(dir, "env.db"))
-		r := start(t, RunFront, env)
+		r := start(t, front.Run, env)
 		if r.addrs["mcp"] != port {
 			t.Fatalf("listening on %s, want %s from TICKETRELAY_LISTEN", r.addrs["mcp"], port)
 		}

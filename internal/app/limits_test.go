@@ -1,4 +1,4 @@
-package app
+package app_test
 
 // Limits of the HTTP servers against an abusive client: idle connections,
 // header size, connections at once, sessions, failed authentication.
@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"ticketrelay/internal/app"
+	"ticketrelay/internal/app/front"
 	"ticketrelay/internal/testwait"
 )
 
@@ -76,33 +78,33 @@ func TestServeLimits(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := serveLimits(ctx, "127.0.0.1:0", mux, slog.New(slog.DiscardHandler), httpLimits{idle: idle})
+	s, err := app.ServeLimits(ctx, "127.0.0.1:0", mux, slog.New(slog.DiscardHandler), app.HTTPLimits{Idle: idle})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.shutdown(time.Second) })
-	if s.srv.WriteTimeout != 0 || s.srv.ReadTimeout != 0 || s.srv.IdleTimeout != idle || s.srv.MaxHeaderBytes != 64<<10 {
-		t.Errorf("server timeouts: write %s, read %s, idle %s, max header bytes %d", s.srv.WriteTimeout, s.srv.ReadTimeout, s.srv.IdleTimeout, s.srv.MaxHeaderBytes)
+	t.Cleanup(func() { s.Shutdown(time.Second) })
+	if app.ServerOf(s).WriteTimeout != 0 || app.ServerOf(s).ReadTimeout != 0 || app.ServerOf(s).IdleTimeout != idle || app.ServerOf(s).MaxHeaderBytes != 64<<10 {
+		t.Errorf("server timeouts: write %s, read %s, idle %s, max header bytes %d", app.ServerOf(s).WriteTimeout, app.ServerOf(s).ReadTimeout, app.ServerOf(s).IdleTimeout, app.ServerOf(s).MaxHeaderBytes)
 	}
-	if d, err := serve(ctx, "127.0.0.1:0", mux, slog.New(slog.DiscardHandler)); err != nil {
+	if d, err := app.Serve(ctx, "127.0.0.1:0", mux, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	} else {
-		if d.srv.IdleTimeout != httpIdleTimeout || httpIdleTimeout < 2*time.Minute || d.srv.MaxHeaderBytes != httpMaxHeaderBytes || d.srv.WriteTimeout != 0 {
-			t.Errorf("default server: idle %s, max header bytes %d, write timeout %s", d.srv.IdleTimeout, d.srv.MaxHeaderBytes, d.srv.WriteTimeout)
+		if app.ServerOf(d).IdleTimeout != app.HTTPIdleTimeout || app.HTTPIdleTimeout < 2*time.Minute || app.ServerOf(d).MaxHeaderBytes != app.HTTPMaxHeaderBytes || app.ServerOf(d).WriteTimeout != 0 {
+			t.Errorf("default server: idle %s, max header bytes %d, write timeout %s", app.ServerOf(d).IdleTimeout, app.ServerOf(d).MaxHeaderBytes, app.ServerOf(d).WriteTimeout)
 		}
-		d.shutdown(time.Second)
+		d.Shutdown(time.Second)
 	}
 
-	conn, r := dial(t, s.addr)
-	if resp := rawGet(t, conn, r, s.addr, "/plain"); resp.StatusCode != http.StatusOK {
+	conn, r := dial(t, s.Addr)
+	if resp := rawGet(t, conn, r, s.Addr, "/plain"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("/plain: HTTP %d", resp.StatusCode)
 	}
 	if !closedWithin(conn, r, 10*idle) {
 		t.Error("an idle keep-alive connection stays open past the idle timeout")
 	}
 
-	conn, r = dial(t, s.addr)
-	fmt.Fprintf(conn, "GET /sse HTTP/1.1\r\nHost: %s\r\n\r\n", s.addr)
+	conn, r = dial(t, s.Addr)
+	fmt.Fprintf(conn, "GET /sse HTTP/1.1\r\nHost: %s\r\n\r\n", s.Addr)
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	resp, err := http.ReadResponse(r, nil)
 	if err != nil {
@@ -116,8 +118,8 @@ func TestServeLimits(t *testing.T) {
 		t.Errorf("the event came after %s, before the silence ended", time.Since(start))
 	}
 
-	conn, r = dial(t, s.addr)
-	if resp := rawGet(t, conn, r, s.addr, "/plain", "X-Big: "+strings.Repeat("a", 100<<10)+"\r\n"); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+	conn, r = dial(t, s.Addr)
+	if resp := rawGet(t, conn, r, s.Addr, "/plain", "X-Big: "+strings.Repeat("a", 100<<10)+"\r\n"); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 		t.Errorf("100 KiB of headers: HTTP %d, want 431", resp.StatusCode)
 	}
 }
@@ -126,7 +128,7 @@ func TestServeLimits(t *testing.T) {
 // while two are open, and is served as soon as one closes. mcp-front's
 // headers are bounded (431 for a 100 KiB Mcp-Session-Id).
 func TestFrontMaxConns(t *testing.T) {
-	r := start(t, RunFront, newEnv(), "-listen", "127.0.0.1:0", "-metrics-listen", "", "-db", filepath.Join(t.TempDir(), "t.db"), "-max-conns", "2")
+	r := start(t, front.Run, newEnv(), "-listen", "127.0.0.1:0", "-metrics-listen", "", "-db", filepath.Join(t.TempDir(), "t.db"), "-max-conns", "2")
 	addr := r.addrs["mcp"]
 	c1, r1 := dial(t, addr)
 	c2, r2 := dial(t, addr)
@@ -157,7 +159,7 @@ func TestFrontMaxConns(t *testing.T) {
 		t.Errorf("100 KiB Mcp-Session-Id: HTTP %d, want 431", resp.StatusCode)
 	}
 
-	if _, _, err := runOnce(t, RunFront, newEnv(), "-listen", "127.0.0.1:0", "-max-sessions", "-1"); !errors.Is(err, ErrUsage) {
+	if _, _, err := runOnce(t, front.Run, newEnv(), "-listen", "127.0.0.1:0", "-max-sessions", "-1"); !errors.Is(err, app.ErrUsage) {
 		t.Errorf("-max-sessions -1: %v, want a usage error", err)
 	}
 }
@@ -173,7 +175,7 @@ func frontPost(t *testing.T, url, token, session string, body string) *http.Resp
 	}
 	if session != "" {
 		req.Header.Set("Mcp-Session-Id", session)
-		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		req.Header.Set("Mcp-Protocol-app.Version", "2025-11-25")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
@@ -214,7 +216,7 @@ func TestFrontSessionAndAuthLimits(t *testing.T) {
 		carol = "carol-0123456789abcdef0123456789"
 	)
 	env := newEnv("TICKETRELAY_AUTH_TOKENS", "alice:"+alice+",bob:"+bob+",carol:"+carol)
-	r := start(t, RunFront, env, "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "t.db"),
+	r := start(t, front.Run, env, "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "t.db"),
 		"-max-sessions", "2", "-max-sessions-per-subject", "1", "-auth-failures", "2")
 	url, metrics := "http://"+r.addrs["mcp"]+"/mcp", r.addrs["metrics"]
 	open := func(token string, want int) string {
@@ -244,7 +246,7 @@ func TestFrontSessionAndAuthLimits(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodDelete, url, nil)
 	req.Header.Set("Authorization", "Bearer "+alice)
 	req.Header.Set("Mcp-Session-Id", aliceSession)
-	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	req.Header.Set("Mcp-Protocol-app.Version", "2025-11-25")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("DELETE: %v, %v", resp, err)
@@ -277,7 +279,7 @@ func TestFrontSessionAndAuthLimits(t *testing.T) {
 // connection is closed, so being refused does not hold one either.
 func TestFrontConnsUnboundedByDefault(t *testing.T) {
 	const token = "alice-0123456789abcdef0123456789"
-	r := start(t, RunFront, newEnv("TICKETRELAY_AUTH_TOKENS", "alice:"+token), "-listen", "127.0.0.1:0", "-metrics-listen", "",
+	r := start(t, front.Run, newEnv("TICKETRELAY_AUTH_TOKENS", "alice:"+token), "-listen", "127.0.0.1:0", "-metrics-listen", "",
 		"-db", filepath.Join(t.TempDir(), "t.db"))
 	addr := r.addrs["mcp"]
 	const held = 1025

@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"encoding/json"
@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"ticketrelay/internal/app"
+	"ticketrelay/internal/app/dispatcher"
+	"ticketrelay/internal/app/front"
 	"ticketrelay/ledger"
 	"ticketrelay/ticket"
 )
@@ -55,8 +58,8 @@ func TestLeftoverArgumentsAreRefused(t *testing.T) {
 		{"command after flags", dispatcherArgs(dir, "status"), []string{`"status"`, "before the flags"}},
 	} {
 		t.Run("dispatcher "+c.name, func(t *testing.T) {
-			_, _, err := runOnce(t, RunDispatcher, newEnv(), c.args...)
-			if !errors.Is(err, ErrUsage) {
+			_, _, err := runOnce(t, dispatcher.Run, newEnv(), c.args...)
+			if !errors.Is(err, app.ErrUsage) {
 				t.Fatalf("%v: error %v, want a usage error", c.args, err)
 			}
 			for _, w := range c.want {
@@ -75,8 +78,8 @@ func TestLeftoverArgumentsAreRefused(t *testing.T) {
 	})
 	t.Run("mcp-front", func(t *testing.T) {
 		args := []string{"-listen", "127.0.0.1:0", "-metrics-listen", "", "-db", filepath.Join(dir, "f.db"), "serve", "-stdio"}
-		_, _, err := runOnce(t, RunFront, newEnv(), args...)
-		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), `unknown command or argument "serve"`) {
+		_, _, err := runOnce(t, front.Run, newEnv(), args...)
+		if !errors.Is(err, app.ErrUsage) || !strings.Contains(err.Error(), `unknown command or argument "serve"`) {
 			t.Fatalf("%v: error %v, want a usage error naming \"serve\"", args, err)
 		}
 	})
@@ -87,11 +90,11 @@ func TestLeftoverArgumentsAreRefused(t *testing.T) {
 // beside the first, and the lock goes with the process that held it.
 func TestDataDirectoryLock(t *testing.T) {
 	dir := t.TempDir()
-	first := start(t, RunDispatcher, newEnv(), dispatcherArgs(dir)...)
+	first := start(t, dispatcher.Run, newEnv(), dispatcherArgs(dir)...)
 
 	began := time.Now()
-	_, _, err := runOnce(t, RunDispatcher, newEnv(), dispatcherArgs(dir)...)
-	if err == nil || errors.Is(err, ErrUsage) {
+	_, _, err := runOnce(t, dispatcher.Run, newEnv(), dispatcherArgs(dir)...)
+	if err == nil || errors.Is(err, app.ErrUsage) {
 		t.Fatalf("a second dispatcher on %s: error %v, want a plain error", dir, err)
 	}
 	for _, w := range []string{dir, "in use", fmt.Sprintf("pid %d", os.Getpid()), "dispatcher.lock"} {
@@ -103,7 +106,7 @@ func TestDataDirectoryLock(t *testing.T) {
 		t.Errorf("the second dispatcher took %s to stop", took)
 	}
 	// The admin commands do not take the lock.
-	out, _, err := runOnce(t, RunDispatcher, newEnv(), "status", "-data", dir)
+	out, _, err := runOnce(t, dispatcher.Run, newEnv(), "status", "-data", dir)
 	if err != nil || !strings.Contains(out, "outbox backlog: 0") {
 		t.Fatalf("status beside a running dispatcher: %v\n%s", err, out)
 	}
@@ -114,31 +117,7 @@ func TestDataDirectoryLock(t *testing.T) {
 		t.Fatalf("first dispatcher: %v\n%s", err, stderr)
 	}
 	// Released with its holder: a new dispatcher takes the directory.
-	start(t, RunDispatcher, newEnv(), dispatcherArgs(dir)...)
-}
-
-func TestLockDataDir(t *testing.T) {
-	dir := t.TempDir()
-	unlock, err := lockDataDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, lockFile))
-	if err != nil || strings.TrimSpace(string(b)) != fmt.Sprint(os.Getpid()) {
-		t.Errorf("lock file holds %q (%v), want the pid %d", b, err, os.Getpid())
-	}
-	if _, err := lockDataDir(dir); err == nil {
-		t.Fatal("a held lock was taken twice")
-	}
-	unlock()
-	unlock2, err := lockDataDir(dir)
-	if err != nil {
-		t.Fatalf("after unlock: %v", err)
-	}
-	unlock2()
-	if _, err := lockDataDir(filepath.Join(dir, "missing")); err == nil {
-		t.Error("locked a directory that does not exist")
-	}
+	start(t, dispatcher.Run, newEnv(), dispatcherArgs(dir)...)
 }
 
 // A busy -nats-listen port stops the dispatcher at once with the listen error.
@@ -149,7 +128,7 @@ func TestDispatcherNATSPortInUse(t *testing.T) {
 	}
 	defer ln.Close()
 	began := time.Now()
-	_, _, err = runOnce(t, RunDispatcher, newEnv(), "-data", t.TempDir(), "-nats-listen", ln.Addr().String(), "-metrics-listen", "")
+	_, _, err = runOnce(t, dispatcher.Run, newEnv(), "-data", t.TempDir(), "-nats-listen", ln.Addr().String(), "-metrics-listen", "")
 	if err == nil || !strings.Contains(err.Error(), "address already in use") || !strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Fatalf("error %v: want the listen error on %s", err, ln.Addr())
 	}
@@ -167,8 +146,8 @@ func TestAdminNeedsAnExistingDatabase(t *testing.T) {
 		{"redrive", "-failed", "-db", filepath.Join(dir, "tickest.db")},
 		{"resolve", "x", "-failed", "-data", dir},
 	} {
-		_, _, err := runOnce(t, RunDispatcher, newEnv(), args...)
-		if err == nil || errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "no database at "+dir) {
+		_, _, err := runOnce(t, dispatcher.Run, newEnv(), args...)
+		if err == nil || errors.Is(err, app.ErrUsage) || !strings.Contains(err.Error(), "no database at "+dir) {
 			t.Errorf("%v: error %v, want \"no database at PATH\"", args, err)
 		}
 	}
@@ -260,7 +239,7 @@ func TestRedriveUnknowns(t *testing.T) {
 	}
 
 	out, err := a.admin(t, "redrive", "-failed", "-target", "suport")
-	if err == nil || errors.Is(err, ErrUsage) {
+	if err == nil || errors.Is(err, app.ErrUsage) {
 		t.Fatalf("redrive -failed -target suport: %v, output %q; want an error", err, out)
 	}
 	for _, w := range []string{`"suport"`, "ops, support"} {
@@ -288,28 +267,28 @@ func TestAdminFlagsIgnoreTheEnvironment(t *testing.T) {
 	env := newEnv("TICKETRELAY_FAILED", "true", "TICKETRELAY_TARGET", "support", "TICKETRELAY_JSON", "true",
 		"TICKETRELAY_DELIVERED", "X-9", "TICKETRELAY_DB", a.path)
 
-	if _, _, err := runOnce(t, RunDispatcher, env, "redrive"); !errors.Is(err, ErrUsage) {
+	if _, _, err := runOnce(t, dispatcher.Run, env, "redrive"); !errors.Is(err, app.ErrUsage) {
 		t.Errorf("bare redrive with TICKETRELAY_FAILED=true: %v; want a usage error", err)
 	}
 	if st := a.find(t, "req-failed"); st.Status != ledger.StatusFailed {
 		t.Errorf("req-failed is %s: the environment redrove it", st.Status)
 	}
-	out, _, err := runOnce(t, RunDispatcher, env, "status")
+	out, _, err := runOnce(t, dispatcher.Run, env, "status")
 	if err != nil || strings.HasPrefix(strings.TrimSpace(out), "{") || !strings.Contains(out, "outbox backlog") {
 		t.Errorf("status with TICKETRELAY_JSON=true (and the database from TICKETRELAY_DB): %v\n%s", err, out)
 	}
-	if _, _, err := runOnce(t, RunDispatcher, env, "resolve", "req-uncertain"); !errors.Is(err, ErrUsage) {
+	if _, _, err := runOnce(t, dispatcher.Run, env, "resolve", "req-uncertain"); !errors.Is(err, app.ErrUsage) {
 		t.Errorf("resolve with TICKETRELAY_DELIVERED and TICKETRELAY_FAILED: %v; want a usage error", err)
 	}
 	if st := a.find(t, "req-uncertain"); st.Status != ledger.StatusUncertain {
 		t.Errorf("req-uncertain is %s: the environment resolved it", st.Status)
 	}
-	_, stderr, err := runOnce(t, RunDispatcher, env, "redrive", "-help")
+	_, stderr, err := runOnce(t, dispatcher.Run, env, "redrive", "-help")
 	if err != nil {
 		t.Fatal(err)
 	}
 	entries := helpFlags(stderr)
-	for _, f := range adminOnlyFlags {
+	for _, f := range []string{"json", "failed", "target", "delivered"} {
 		if e, ok := entries[f]; !ok || strings.Contains(e, "TICKETRELAY_") {
 			t.Errorf("-help entry of -%s: %q; want listed, without a twin", f, e)
 		}
@@ -321,7 +300,7 @@ func TestAdminFlagsIgnoreTheEnvironment(t *testing.T) {
 
 // A clean shutdown is not a warning.
 func TestDispatcherStopsQuietly(t *testing.T) {
-	r := start(t, RunDispatcher, newEnv(), dispatcherArgs(t.TempDir())...)
+	r := start(t, dispatcher.Run, newEnv(), dispatcherArgs(t.TempDir())...)
 	stderr, err := stop(t, r)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
@@ -346,8 +325,8 @@ func queued(t *testing.T, id string) ticket.Request {
 func TestEmbeddedNATSStaysOnLoopback(t *testing.T) {
 	dir := t.TempDir()
 	for _, addr := range []string{"0.0.0.0:0", ":0", "192.0.2.1:4222"} {
-		_, _, err := runOnce(t, RunDispatcher, newEnv(), "-data", dir, "-nats-listen", addr, "-metrics-listen", "")
-		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "loopback only") {
+		_, _, err := runOnce(t, dispatcher.Run, newEnv(), "-data", dir, "-nats-listen", addr, "-metrics-listen", "")
+		if !errors.Is(err, app.ErrUsage) || !strings.Contains(err.Error(), "loopback only") {
 			t.Errorf("-nats-listen %s: error %v, want a usage error saying loopback only", addr, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"ticketrelay/internal/app/front"
 	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/flagenv"
 )
@@ -72,7 +73,7 @@ var (
 
 func startFront(t *testing.T, env *fakeEnv, args ...string) (*running, string) {
 	t.Helper()
-	r := start(t, RunFront, env, append([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "",
+	r := start(t, front.Run, env, append([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "",
 		"-db", filepath.Join(t.TempDir(), "tickets.db")}, args...)...)
 	return r, "http://" + r.addrs["mcp"] + "/mcp"
 }

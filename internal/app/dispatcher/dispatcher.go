@@ -1,4 +1,7 @@
-package app
+// Package dispatcher builds the dispatcher from its flags (and runs its
+// status, redrive and resolve commands): it is the one place where its
+// configuration becomes components. cmd/dispatcher only calls Run.
+package dispatcher
 
 import (
 	"context"
@@ -10,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"ticketrelay/internal/app"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,15 +24,14 @@ import (
 	"ticketrelay/forwarder"
 	"ticketrelay/internal/backoff"
 	"ticketrelay/ledger"
-	"ticketrelay/mcpserver"
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
 	"ticketrelay/targets"
 )
 
-// RunDispatcher runs the dispatcher (relay and forwarder) until ctx is cancelled.
-func RunDispatcher(ctx context.Context, env Env) error {
+// Run runs the dispatcher (relay and forwarder) until ctx is cancelled.
+func Run(ctx context.Context, env app.Env) error {
 	if len(env.Args) > 0 && adminCommands[env.Args[0]] != nil {
 		return runAdmin(ctx, env.Args[0], env)
 	}
@@ -60,7 +63,7 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		fmt.Fprintf(fs.Output(), "Usage: dispatcher [flags]\n\nRelays accepted tickets to JetStream and delivers them to their targets.\n\n%s\nFlags:\n", adminUsage)
 		fs.PrintDefaults()
 	}
-	_, log, help, err := parseStart(fs, env, logLevel, adminCommandNames...)
+	_, log, help, err := app.ParseStart(fs, env, logLevel, adminCommandNames...)
 	if help || err != nil {
 		return err
 	}
@@ -69,24 +72,24 @@ func RunDispatcher(ctx context.Context, env Env) error {
 	}
 	streamCfg := natsjs.StreamConfig{Duplicates: *dupWindow, MaxAge: *maxAge}.WithDefaults()
 	if err := streamCfg.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", ErrUsage, err)
+		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
 	retentionCfg := ledger.RetentionConfig{Keep: *retention}.WithDefaults()
 	if err := retentionCfg.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", ErrUsage, err)
+		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
 	if streamCfg.Duplicates > retentionCfg.Keep {
 		return fmt.Errorf("%w: -dup-window %s is longer than -retention %s: the ledger must remember a request at least as long as JetStream does",
-			ErrUsage, streamCfg.Duplicates, retentionCfg.Keep)
+			app.ErrUsage, streamCfg.Duplicates, retentionCfg.Keep)
 	}
 	if *auditAfter <= *deliveryTimeout {
 		return fmt.Errorf("%w: -audit-after %s must be longer than -delivery-timeout %s: the audit must never take a request whose attempt is still running for one the forwarder let go",
-			ErrUsage, *auditAfter, *deliveryTimeout)
+			app.ErrUsage, *auditAfter, *deliveryTimeout)
 	}
-	if *natsURL == "" && !mcpserver.IsLoopbackListen(*natsListen) {
+	if *natsURL == "" && !app.IsLoopbackListen(*natsListen) {
 		// Whoever reaches it can read, publish and purge the stream.
 		return fmt.Errorf("%w: -nats-listen %s: the embedded nats-server has no authentication, so it listens on loopback only; "+
-			"to share the stream beyond this host, run a NATS server with credentials and give its URL as -nats", ErrUsage, *natsListen)
+			"to share the stream beyond this host, run a NATS server with credentials and give its URL as -nats", app.ErrUsage, *natsListen)
 	}
 	cfg, err := config.Load(*configPath, env.Lookup)
 	if err != nil {
@@ -107,7 +110,7 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		return fmt.Errorf("database directory: %w", err)
 	}
 
-	reg := newRegistry()
+	reg := app.NewRegistry()
 	m := metrics.NewDispatcher(reg)
 	db, err := ledger.Open(ctx, *dbPath)
 	if err != nil {
@@ -194,7 +197,7 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		PollInterval: *pollInterval,
 	}, db.Reader(), w, natsjs.NewPublisher(js, pubOpts...), log.With("component", "relay"), m, time.Now)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUsage, err)
+		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
 	fwd := forwarder.New(forwarder.Config{
 		Stream:          streamCfg.Name,
@@ -207,21 +210,21 @@ func RunDispatcher(ctx context.Context, env Env) error {
 
 	pruner, err := ledger.NewPruner(retentionCfg, l, log.With("component", "retention"), m)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUsage, err)
+		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
 	auditor, err := audit.New(audit.Config{After: *auditAfter}, l, natsjs.NewStreamChecker(js, streamCfg.Name),
 		relay.Leading, log.With("component", "audit"), m, time.Now)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUsage, err)
+		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
 
 	if *metricsListen != "" {
-		ms, err := serve(ctx, *metricsListen, metricsHandler(reg), log)
+		ms, err := app.Serve(ctx, *metricsListen, app.MetricsHandler(reg), log)
 		if err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}
-		defer ms.shutdown(2 * time.Second)
-		addrs["metrics"] = ms.addr
+		defer ms.Shutdown(2 * time.Second)
+		addrs["metrics"] = ms.Addr
 	}
 
 	// Say which targets this dispatcher serves before saying it runs:
@@ -250,7 +253,7 @@ func RunDispatcher(ctx context.Context, env Env) error {
 		})
 	}
 	log.Info("dispatcher running", "db", *dbPath, "nats", url, "targets", len(tgts), "metrics", addrs["metrics"])
-	if err := announce(env, *addrFile, addrs); err != nil {
+	if err := app.Announce(env, *addrFile, addrs); err != nil {
 		return err
 	}
 	<-runCtx.Done()

@@ -1,4 +1,4 @@
-package app
+package dispatcher
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"ticketrelay/internal/app"
 	"time"
 
 	"ticketrelay/downstream"
@@ -47,7 +48,7 @@ const adminUsage = `Usage:
   dispatcher resolve [-db PATH | -data DIR] REQUEST_ID (-delivered EXTERNAL_ID | -failed)
 `
 
-func runAdmin(ctx context.Context, name string, env Env) error {
+func runAdmin(ctx context.Context, name string, env app.Env) error {
 	cmd := adminCommands[name]
 	fs := flag.NewFlagSet("dispatcher "+name, flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
@@ -64,7 +65,7 @@ func runAdmin(ctx context.Context, name string, env Env) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return fmt.Errorf("%w: %v", ErrUsage, err)
+		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
 	if *dbPath == "" {
 		*dbPath = filepath.Join(*dataDir, "tickets.db")
@@ -107,7 +108,7 @@ func flagValue(fs *flag.FlagSet, name string) string { return fs.Lookup(name).Va
 
 func adminStatus(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args []string, out io.Writer) error {
 	if len(args) > 0 {
-		return fmt.Errorf("%w: status takes no arguments", ErrUsage)
+		return fmt.Errorf("%w: status takes no arguments", app.ErrUsage)
 	}
 	s, err := l.Summarize(ctx)
 	if err != nil {
@@ -175,9 +176,9 @@ func adminRedrive(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args 
 	target := flagValue(fs, "target")
 	switch {
 	case all && len(args) > 0, !all && len(args) == 0:
-		return fmt.Errorf("%w: redrive takes REQUEST_IDs or -failed", ErrUsage)
+		return fmt.Errorf("%w: redrive takes REQUEST_IDs or -failed", app.ErrUsage)
 	case target != "" && !all:
-		return fmt.Errorf("%w: -target goes with -failed", ErrUsage)
+		return fmt.Errorf("%w: -target goes with -failed", app.ErrUsage)
 	}
 	if all {
 		ids, err := l.RedriveFailed(ctx, target)
@@ -231,7 +232,7 @@ func adminResolve(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args 
 	ext := flagValue(fs, "delivered")
 	failed := flagValue(fs, "failed") == "true"
 	if len(args) != 1 || (ext == "") == !failed {
-		return fmt.Errorf("%w: resolve takes one REQUEST_ID and either -delivered EXTERNAL_ID or -failed", ErrUsage)
+		return fmt.Errorf("%w: resolve takes one REQUEST_ID and either -delivered EXTERNAL_ID or -failed", app.ErrUsage)
 	}
 	if err := l.Resolve(ctx, args[0], !failed, ext); err != nil {
 		return err

@@ -1,4 +1,6 @@
-package app
+// Package front builds mcp-front from its flags: it is the one place where
+// its configuration becomes components. cmd/mcp-front only calls Run.
+package front
 
 import (
 	"context"
@@ -8,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"ticketrelay/internal/app"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -18,11 +21,18 @@ import (
 	"ticketrelay/metrics"
 )
 
-// ErrUsage marks a command-line error (exit status 2).
-var ErrUsage = errors.New("usage")
+// DefaultMaxConns bounds the connections mcp-front serves at once: no
+// bound (0). A global bound is one any single client address can fill
+// cheaply (one request, then 2 minutes idle per connection), leaving
+// everyone else waiting to be accepted, and each session's GET stream
+// holds a connection of its own. What bounds them is the process's file
+// descriptor limit and httpIdleTimeout; -max-conns is there for an
+// operator who wants a bound anyway (behind a proxy that spreads
+// connections fairly, for instance).
+const DefaultMaxConns = 0
 
-// RunFront runs mcp-front until ctx is cancelled (or stdin closes, in stdio mode).
-func RunFront(ctx context.Context, env Env) error {
+// Run runs mcp-front until ctx is cancelled (or stdin closes, in stdio mode).
+func Run(ctx context.Context, env app.Env) error {
 	fs := flag.NewFlagSet("mcp-front", flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
 	var (
@@ -58,13 +68,13 @@ func RunFront(ctx context.Context, env Env) error {
 		fmt.Fprintf(fs.Output(), "Usage: mcp-front [flags]\n\nServes the ticketrelay MCP tools (create_ticket, find_request).\n\n")
 		fs.PrintDefaults()
 	}
-	set, log, help, err := parseStart(fs, env, logLevel)
+	set, log, help, err := app.ParseStart(fs, env, logLevel)
 	if help || err != nil {
 		return err
 	}
 	for _, n := range []*int{maxSessions, maxSubjectSess, maxConns, authFailures} {
 		if *n < 0 {
-			return fmt.Errorf("%w: -max-sessions, -max-sessions-per-subject, -max-conns and -auth-failures take a count ≥ 0", ErrUsage)
+			return fmt.Errorf("%w: -max-sessions, -max-sessions-per-subject, -max-conns and -auth-failures take a count ≥ 0", app.ErrUsage)
 		}
 	}
 	if *stdio && !set["metrics-listen"] {
@@ -89,12 +99,12 @@ func RunFront(ctx context.Context, env Env) error {
 		return err
 	}
 	defer db.Close()
-	reg := newRegistry()
+	reg := app.NewRegistry()
 	m := metrics.NewFront(reg)
 	w := ledger.NewWriter(db, log, m.Writer)
 	defer w.Close()
 	l := ledger.New(db, w, time.Now)
-	srv, err := mcpserver.New(mcpserver.Config{Version: Version, Bindings: toolBindings}, l, m, log)
+	srv, err := mcpserver.New(mcpserver.Config{Version: app.Version, Bindings: toolBindings}, l, m, log)
 	if err != nil {
 		return err
 	}
@@ -106,17 +116,17 @@ func RunFront(ctx context.Context, env Env) error {
 
 	addrs := map[string]string{}
 	if *metricsListen != "" {
-		ms, err := serve(ctx, *metricsListen, metricsHandler(reg), log)
+		ms, err := app.Serve(ctx, *metricsListen, app.MetricsHandler(reg), log)
 		if err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}
-		defer ms.shutdown(2 * time.Second)
-		addrs["metrics"] = ms.addr
+		defer ms.Shutdown(2 * time.Second)
+		addrs["metrics"] = ms.Addr
 	}
 
 	if *stdio {
 		log.Info("mcp-front serving MCP on stdio", "db", *dbPath)
-		if err := announce(env, *addrFile, addrs); err != nil {
+		if err := app.Announce(env, *addrFile, addrs); err != nil {
 			return err
 		}
 		// The guard answers malformed lines itself, so one bad line from a
@@ -135,11 +145,11 @@ func RunFront(ctx context.Context, env Env) error {
 		return nil
 	}
 
-	authCfg, err := frontAuth(env, *tokensFile, *tokensEnv, *authResource, splitList(*authServers))
+	authCfg, err := frontAuth(env, *tokensFile, *tokensEnv, *authResource, app.SplitList(*authServers))
 	if err != nil {
 		return err
 	}
-	loopback := mcpserver.IsLoopbackListen(*listen)
+	loopback := app.IsLoopbackListen(*listen)
 	switch {
 	case authCfg != nil:
 		log.Info("bearer-token authentication on", "subjects", authCfg.Tokens.Subjects())
@@ -149,7 +159,7 @@ func RunFront(ctx context.Context, env Env) error {
 		}
 	case !loopback && !*insecure:
 		return fmt.Errorf("%w: refusing to serve %s beyond loopback without authentication: give -auth-tokens-file or $%s, or pass -insecure",
-			ErrUsage, *listen, *tokensEnv)
+			app.ErrUsage, *listen, *tokensEnv)
 	case !loopback:
 		log.Warn("serving beyond loopback WITHOUT authentication (-insecure)", "listen", *listen)
 	}
@@ -169,7 +179,7 @@ func RunFront(ctx context.Context, env Env) error {
 		}
 	}
 	h := mcpserver.NewHTTPHandler(srv, mcpserver.HTTPConfig{
-		AllowedOrigins:        splitList(*allowedOrigins),
+		AllowedOrigins:        app.SplitList(*allowedOrigins),
 		Stateless:             *stateless,
 		SessionTimeout:        *sessionTimeout,
 		EventStoreBytes:       *eventBytes,
@@ -193,16 +203,16 @@ func RunFront(ctx context.Context, env Env) error {
 			mux.Handle("/.well-known/oauth-protected-resource", mcpserver.ResourceMetadataHandler(authCfg))
 		}
 	}
-	hs, err := serveLimits(ctx, *listen, mux, log, httpLimits{maxConns: *maxConns})
+	hs, err := app.ServeLimits(ctx, *listen, mux, log, app.HTTPLimits{MaxConns: *maxConns})
 	if err != nil {
 		return err
 	}
-	addrs["mcp"] = hs.addr
-	log.Info("mcp-front serving MCP over streamable HTTP", "url", "http://"+hs.addr+"/mcp", "metrics", addrs["metrics"], "db", *dbPath)
-	if err := announce(env, *addrFile, addrs); err != nil {
+	addrs["mcp"] = hs.Addr
+	log.Info("mcp-front serving MCP over streamable HTTP", "url", "http://"+hs.Addr+"/mcp", "metrics", addrs["metrics"], "db", *dbPath)
+	if err := app.Announce(env, *addrFile, addrs); err != nil {
 		return err
 	}
 	<-ctx.Done()
 	log.Info("mcp-front shutting down")
-	return hs.shutdown(5 * time.Second)
+	return hs.Shutdown(5 * time.Second)
 }
