@@ -185,8 +185,22 @@ func (c *limitConn) Close() error {
 	return err
 }
 
-// MetricsHandler serves /metrics from reg and /healthz.
-func MetricsHandler(reg *prometheus.Registry) http.Handler {
+// ServeMetrics serves metricsHandler(reg) on addr, unless addr is empty, and
+// records where it listens in addrs["metrics"]. stop shuts it down.
+func ServeMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger, addrs map[string]string) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	s, err := Serve(ctx, addr, metricsHandler(reg), log)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	addrs["metrics"] = s.Addr
+	return func() { s.Shutdown(2 * time.Second) }, nil
+}
+
+// metricsHandler serves /metrics from reg and /healthz.
+func metricsHandler(reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })

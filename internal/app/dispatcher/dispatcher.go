@@ -218,14 +218,11 @@ func Run(ctx context.Context, env app.Env) error {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
 
-	if *metricsListen != "" {
-		ms, err := app.Serve(ctx, *metricsListen, app.MetricsHandler(reg), log)
-		if err != nil {
-			return fmt.Errorf("metrics: %w", err)
-		}
-		defer ms.Shutdown(2 * time.Second)
-		addrs["metrics"] = ms.Addr
+	stopMetrics, err := app.ServeMetrics(ctx, *metricsListen, reg, log, addrs)
+	if err != nil {
+		return err
 	}
+	defer stopMetrics()
 
 	// Say which targets this dispatcher serves before saying it runs:
 	// find_request and the audit tell a request no one will deliver.

@@ -115,14 +115,11 @@ func Run(ctx context.Context, env app.Env) error {
 	}
 
 	addrs := map[string]string{}
-	if *metricsListen != "" {
-		ms, err := app.Serve(ctx, *metricsListen, app.MetricsHandler(reg), log)
-		if err != nil {
-			return fmt.Errorf("metrics: %w", err)
-		}
-		defer ms.Shutdown(2 * time.Second)
-		addrs["metrics"] = ms.Addr
+	stopMetrics, err := app.ServeMetrics(ctx, *metricsListen, reg, log, addrs)
+	if err != nil {
+		return err
 	}
+	defer stopMetrics()
 
 	if *stdio {
 		log.Info("mcp-front serving MCP on stdio", "db", *dbPath)
