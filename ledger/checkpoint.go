@@ -14,18 +14,21 @@ import (
 // one inside the commit that takes the WAL past wal_autocheckpoint pages,
 // and there it held up the writer goroutine, so every caller of that batch
 // and of the batches queued behind it. On a large ledger a checkpoint writes
-// random pages of a large file and fsyncs it: with a million rows, make
-// bench's A/B measured 1.08–1.14× create_ticket throughput and 0.66–0.99×
-// p99 with checkpoints on a connection of their own (1.02–1.10× on an
-// empty ledger, same CPU per call).
+// random pages of a large file and fsyncs it. With checkpoints on a
+// connection of their own once a second, make bench's A/B (32 sessions,
+// alternated) measured 1.09–1.10× create_ticket throughput on a million
+// rows (p99 0.72–0.83×) and 1.04–1.05× on an empty ledger, at the same CPU
+// per call.
 const (
-	// checkpointEvery is the pause between two checkpoints. A checkpoint
-	// with nothing to copy reads the WAL index and returns, so an idle
-	// process pays ten cheap queries a second.
-	checkpointEvery = 100 * time.Millisecond
+	// checkpointEvery is the pause between two checkpoints. Every 100 ms
+	// gained as much on a large ledger, but its fsyncs, beside the commits'
+	// of both processes, raised scenario 5's lag p99 from ~36 to ~46 ms
+	// (once a second: ~42, within the noise; four alternated runs each).
+	// A checkpoint with nothing to copy reads the WAL index and returns.
+	checkpointEvery = time.Second
 	// autoCheckpointPages is the write connections' wal_autocheckpoint: a
 	// backstop for a checkpointer that falls behind (~40 MB of WAL), not
-	// the normal path (~600 pages arrive in 100 ms at 5,000 creates/s).
+	// the normal path (~6,000 pages arrive in a second at 5,000 creates/s).
 	autoCheckpointPages = 10000
 )
 
