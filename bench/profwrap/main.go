@@ -1,7 +1,8 @@
 // Command profwrap is mcp-front (the same code: internal/app/front.Run) with
 // a net/http/pprof listener on $BENCH_PPROF_ADDR, for `loadgen -pprof` to
 // profile the server under load. Benchmarks only: the production binaries
-// have no pprof listener.
+// have no pprof listener, and turn Go's heap-profile sampling off
+// (app.StopMemProfile), which profwrap keeps for its heap profiles.
 package main
 
 import (
