@@ -119,6 +119,10 @@ func NewFront(reg prometheus.Registerer) *Front {
 	return f
 }
 
+// sqliteSeconds are the buckets of the writer's SQLite durations: a commit
+// and a checkpoint, from half a millisecond to a second.
+var sqliteSeconds = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+
 func newWriter() *Writer {
 	return &Writer{
 		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -129,7 +133,7 @@ func newWriter() *Writer {
 		CommitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "sqlite_commit_duration_seconds",
 			Help:    "Time from BEGIN to a durable COMMIT of one group-commit batch.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+			Buckets: sqliteSeconds,
 		}),
 		CommitErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "sqlite_commit_errors_total",
@@ -138,7 +142,7 @@ func newWriter() *Writer {
 		CheckpointDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "sqlite_checkpoint_duration_seconds",
 			Help:    "Time of one background WAL checkpoint (PASSIVE) of this process.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+			Buckets: sqliteSeconds,
 		}),
 		WALPendingFrames: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "sqlite_wal_pending_frames",
