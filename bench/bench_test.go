@@ -146,7 +146,7 @@ func TestPrefill(t *testing.T) {
 			t.Fatal(err)
 		}
 		w := ledger.NewWriter(db, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.NewFront(prometheus.NewRegistry()).Writer)
-		st, err := ledger.New(db, w, time.Now).Find(ctx, rid)
+		st, err := ledger.New(db, w, time.Now).Find(ctx, "", rid)
 		if err != nil {
 			t.Fatal(err)
 		}

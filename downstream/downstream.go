@@ -146,17 +146,22 @@ func Classify(err error) *Error {
 // MaxKeyLen is the longest dedupe key any supported API accepts.
 const MaxKeyLen = 255
 
-// Key derives the dedupe key sent downstream from a request id. With a
-// namespace (one per deployment sharing a downstream account) the key is
-// "namespace:request_id", hashed if that would exceed MaxKeyLen. The same
-// inputs always give the same key, on every attempt and every instance.
+// Key derives the dedupe key sent downstream from a request's scoped id
+// (ticket.ScopedID). With a namespace (one per deployment sharing a
+// downstream account) the key is "namespace:id". A key that would exceed
+// MaxKeyLen (a subject's scoped id can) is hashed: "namespace:sha256:hex",
+// or "sha256:hex" without a namespace. The same inputs always give the same
+// key, on every attempt and every instance.
 func Key(namespace, requestID string) string {
-	if namespace == "" {
-		return requestID
+	k := requestID
+	if namespace != "" {
+		k = namespace + ":" + requestID
 	}
-	k := namespace + ":" + requestID
 	if len(k) <= MaxKeyLen {
 		return k
+	}
+	if namespace == "" {
+		return fmt.Sprintf("sha256:%x", sha256.Sum256([]byte(requestID)))
 	}
 	return fmt.Sprintf("%s:sha256:%x", namespace, sha256.Sum256([]byte(requestID)))
 }

@@ -172,7 +172,7 @@ func (e *env) create(t *testing.T, target string) string {
 
 func (e *env) find(t *testing.T, id string) ledger.RequestStatus {
 	t.Helper()
-	st, err := e.l.Find(context.Background(), id)
+	st, err := e.l.Find(context.Background(), "", id)
 	if err != nil {
 		t.Fatalf("find %s: %v", id, err)
 	}

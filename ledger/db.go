@@ -234,6 +234,12 @@ var migrations = []string{
 		name  TEXT PRIMARY KEY,
 		value TEXT NOT NULL
 	);`,
+	// 10: the subject each request belongs to (ticket.Request.Subject).
+	// request_id now holds the scoped id (ticket.ScopedID), which for the
+	// anonymous subject is the request id itself: every row from before
+	// is the anonymous subject's, under the name it always had, so it
+	// replays, and is delivered under the same keys, as it did.
+	`ALTER TABLE requests ADD COLUMN subject TEXT NOT NULL DEFAULT '';`,
 }
 
 // migrateRetrying runs migrate, retrying SQLITE_BUSY for about 10 s. When

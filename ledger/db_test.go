@@ -52,7 +52,7 @@ func TestReopenKeepsDataAndSchemaVersion(t *testing.T) {
 	if res.Live = nil; res != want {
 		t.Fatalf("Create after reopen = %+v, want replay of %+v", res, first)
 	}
-	st, err := e2.l.Find(ctx, "req-persist")
+	st, err := e2.l.Find(ctx, "", "req-persist")
 	if err != nil || st.Status != ledger.StatusQueued || st.TicketID != first.TicketID {
 		t.Fatalf("Find after reopen = %+v, %v", st, err)
 	}
@@ -128,7 +128,7 @@ func TestTwoHandlesOnOneFile(t *testing.T) {
 	// Each handle sees what the other wrote.
 	for _, id := range []string{"req-01-1", "req-01-0"} {
 		for name, e := range map[string]*env{"a": a, "b": b} {
-			if st, err := e.l.Find(ctx, id); err != nil || st.Status != ledger.StatusQueued {
+			if st, err := e.l.Find(ctx, "", id); err != nil || st.Status != ledger.StatusQueued {
 				t.Errorf("handle %s Find(%s) = %+v, %v", name, id, st, err)
 			}
 		}
@@ -205,7 +205,7 @@ func TestMigrationKeepsTicketsOfSchema2(t *testing.T) {
 	if title != req.Title || body != req.Body || priority != req.Priority || labels != `["disk","ops"]` {
 		t.Fatalf("ticket after migration = %q %q %q %q", title, body, priority, labels)
 	}
-	if st, err := e.l.Find(ctx, req.RequestID); err != nil || st.TicketID != "tkt_old" || st.Status != ledger.StatusQueued {
+	if st, err := e.l.Find(ctx, "", req.RequestID); err != nil || st.TicketID != "tkt_old" || st.Status != ledger.StatusQueued {
 		t.Fatalf("Find after migration = %+v, %v", st, err)
 	}
 }
@@ -249,7 +249,7 @@ func TestMigrationKeepsDeliveriesOfSchema4(t *testing.T) {
 	for id, want := range map[string]ledger.Status{
 		"req-delivered": ledger.StatusDelivered, "req-failed": ledger.StatusFailed, "req-queued": ledger.StatusPublished,
 	} {
-		st, err := e.l.Find(ctx, id)
+		st, err := e.l.Find(ctx, "", id)
 		if err != nil || st.Status != want {
 			t.Fatalf("Find(%s) after migration = %+v, %v; want %s", id, st, err, want)
 		}
@@ -264,7 +264,7 @@ func TestMigrationKeepsDeliveriesOfSchema4(t *testing.T) {
 	if err := e.l.Redrive(ctx, "req-failed"); err != nil {
 		t.Fatalf("Redrive after migration: %v", err)
 	}
-	if st, err := e.l.Find(ctx, "req-failed"); err != nil || st.Status != ledger.StatusRetrying {
+	if st, err := e.l.Find(ctx, "", "req-failed"); err != nil || st.Status != ledger.StatusRetrying {
 		t.Fatalf("Find after redrive = %+v, %v; want retrying", st, err)
 	}
 	if n := count(t, raw(t, path), `SELECT count(*) FROM deliveries WHERE id IN (10, 11)`); n != 2 {

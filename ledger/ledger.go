@@ -31,6 +31,11 @@ func (e *ConflictError) Error() string {
 
 func (e *ConflictError) Unwrap() error { return ErrConflict }
 
+// ErrOtherSubject: the scoped id of a request (ticket.ScopedID) names
+// another subject's request. Only an anonymous request_id that spells
+// "subject:id" can meet it; the answer says nothing of the other request.
+var ErrOtherSubject = errors.New("request_id is in use by another caller; nothing was written. Use a fresh request_id")
+
 // Result is the answer to a create: it is saved with the ledger row and
 // replayed, unchanged but for Replayed, to every repeat of the request.
 type Result struct {
@@ -103,13 +108,16 @@ type querier interface {
 // the request stands now (Result.Live, read in the same query), or a
 // conflict.
 func lookup(ctx context.Context, q querier, req ticket.Request, hash string) (Result, error) {
-	var storedHash, stored string
+	var storedHash, stored, subject string
 	var st RequestStatus
 	var row statusRow
-	err := q.QueryRowContext(ctx, `SELECT r.args_hash, r.result, `+statusColumns+` `+statusJoins+` WHERE r.request_id = ?`,
-		req.RequestID).Scan(append([]any{&storedHash, &stored}, row.dest(&st)...)...)
+	err := q.QueryRowContext(ctx, `SELECT r.args_hash, r.result, r.subject, `+statusColumns+` `+statusJoins+` WHERE r.request_id = ?`,
+		req.Scoped()).Scan(append([]any{&storedHash, &stored, &subject}, row.dest(&st)...)...)
 	if err != nil {
 		return Result{}, fmt.Errorf("ledger: look up %s: %w", req.RequestID, err)
+	}
+	if subject != req.Subject {
+		return Result{}, ErrOtherSubject
 	}
 	var res Result
 	if err := json.Unmarshal([]byte(stored), &res); err != nil {
@@ -119,7 +127,7 @@ func lookup(ctx context.Context, q querier, req ticket.Request, hash string) (Re
 		return Result{}, &ConflictError{RequestID: req.RequestID, TicketID: res.TicketID, Tool: st.Tool}
 	}
 	res.Replayed = true
-	st.RequestID = req.RequestID
+	st.RequestID, st.scoped = req.RequestID, req.Scoped()
 	row.fill(&st)
 	res.Live = &st
 	return res, nil
@@ -130,13 +138,14 @@ func lookup(ctx context.Context, q querier, req ticket.Request, hash string) (Re
 // writes nothing and reports false.
 func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash string) (res Result, inserted bool, err error) {
 	now := l.now()
-	t := ticket.Ticket{Request: req, ID: ticket.IDFor(req.RequestID), CreatedAt: now.UTC()}
+	scoped := req.Scoped()
+	t := ticket.Ticket{Request: req, ID: ticket.IDFor(scoped), CreatedAt: now.UTC()}
 	res = Result{RequestID: req.RequestID, TicketID: t.ID, Target: req.Target, Status: StatusQueued, CreatedAt: t.CreatedAt}
 	stored, err := json.Marshal(res)
 	if err != nil {
 		return Result{}, false, err
 	}
-	payload, err := json.Marshal(ticket.Ref{RequestID: t.RequestID, TicketID: t.ID})
+	payload, err := json.Marshal(ticket.Ref{RequestID: scoped, TicketID: t.ID})
 	if err != nil {
 		return Result{}, false, err
 	}
@@ -147,9 +156,9 @@ func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash
 	// The ticket is stored in the ledger row, and the outbox row takes its
 	// id: one insert at a random key per create (see migration 3).
 	ins, err := tx.ExecContext(ctx,
-		`INSERT INTO requests (request_id, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(request_id) DO NOTHING`,
-		req.RequestID, req.Tool, req.Target, hash, t.ID, string(stored), now.UnixNano(),
+		`INSERT INTO requests (request_id, subject, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(request_id) DO NOTHING`,
+		scoped, req.Subject, req.Tool, req.Target, hash, t.ID, string(stored), now.UnixNano(),
 		req.Title, req.Body, req.Priority, string(labels))
 	if err != nil {
 		return Result{}, false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
@@ -163,7 +172,7 @@ func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash
 	}
 	if err := outbox.InsertTx(ctx, tx, outbox.Message{
 		ID:        id,
-		RequestID: req.RequestID,
+		RequestID: scoped,
 		Subject:   outbox.SubjectFor(req.Target),
 		Payload:   payload,
 		CreatedAt: now,

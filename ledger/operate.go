@@ -236,7 +236,7 @@ func (l *Ledger) Summarize(ctx context.Context) (Summary, error) {
 	}
 	urows.Close()
 	for _, id := range uncertain {
-		st, err := l.Find(ctx, id)
+		st, err := l.FindScoped(ctx, id)
 		if err != nil {
 			return s, err
 		}

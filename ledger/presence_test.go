@@ -28,7 +28,7 @@ func TestPresence(t *testing.T) {
 	}
 	detail := func() string {
 		t.Helper()
-		st, err := e.l.Find(ctx, "req-waits")
+		st, err := e.l.Find(ctx, "", "req-waits")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -159,7 +159,7 @@ func TestRedriveAndResolve(t *testing.T) {
 	if err := e.l.Redrive(ctx, "failed-1"); err != nil {
 		t.Fatal(err)
 	}
-	st, err := e.l.Find(ctx, "failed-1")
+	st, err := e.l.Find(ctx, "", "failed-1")
 	if err != nil || st.Status != ledger.StatusRetrying || st.Attempts != 0 {
 		t.Fatalf("after redrive: %+v, %v; want retrying with 0 attempts", st, err)
 	}
@@ -188,7 +188,7 @@ func TestRedriveAndResolve(t *testing.T) {
 	if err := e.l.Resolve(ctx, "uncertain-1", true, "ZD-42"); err != nil {
 		t.Fatal(err)
 	}
-	st, err = e.l.Find(ctx, "uncertain-1")
+	st, err = e.l.Find(ctx, "", "uncertain-1")
 	if err != nil || st.Status != ledger.StatusDelivered || st.ExternalID != "ZD-42" {
 		t.Fatalf("after resolve: %+v, %v", st, err)
 	}

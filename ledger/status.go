@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -8,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"ticketrelay/ticket"
 )
 
 // Status is where a request stands (DESIGN.md "Request status").
@@ -50,21 +53,34 @@ type RequestStatus struct {
 	ExternalURL   string     `json:"external_url,omitempty"`    // a link to it, once delivered
 	UpdatedAt     *time.Time `json:"updated_at,omitempty"`      // when the delivery record last changed
 	Detail        string     `json:"detail"`                    // what the status means and what to do next
+	scoped        string     // the name operators know it by (ticket.ScopedID), for the detail's commands
 }
 
-// Find reports the status of requestID. An id never accepted is
-// StatusUnknown, not an error.
-func (l *Ledger) Find(ctx context.Context, requestID string) (RequestStatus, error) {
-	st := RequestStatus{RequestID: requestID, Status: StatusUnknown}
+// Find reports the status of subject's requestID. An id never accepted is
+// StatusUnknown, not an error, and so is another subject's.
+func (l *Ledger) Find(ctx context.Context, subject, requestID string) (RequestStatus, error) {
+	scoped := ticket.ScopedID(subject, requestID)
+	return l.find(ctx, requestID, scoped, `r.request_id = ? AND r.subject = ?`, scoped, subject)
+}
+
+// FindScoped reports the status of the request whose scoped id
+// (ticket.ScopedID) is id: operators name requests so, whoever made them.
+func (l *Ledger) FindScoped(ctx context.Context, id string) (RequestStatus, error) {
+	return l.find(ctx, id, id, `r.request_id = ?`, id)
+}
+
+// find reports the status of the request where selects, under the name
+// shown; scoped is its scoped id.
+func (l *Ledger) find(ctx context.Context, shown, scoped, where string, args ...any) (RequestStatus, error) {
+	st := RequestStatus{RequestID: shown, Status: StatusUnknown, scoped: scoped}
 	var row statusRow
-	err := l.db.queryRow(ctx, `SELECT `+statusColumns+` `+statusJoins+` WHERE r.request_id = ?`, requestID).
-		Scan(row.dest(&st)...)
+	err := l.db.queryRow(ctx, `SELECT `+statusColumns+` `+statusJoins+` WHERE `+where, args...).Scan(row.dest(&st)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		st.Detail = detail(st)
 		return st, nil
 	}
 	if err != nil {
-		return st, fmt.Errorf("ledger: find %s: %w", requestID, err)
+		return st, fmt.Errorf("ledger: find %s: %w", shown, err)
 	}
 	row.fill(&st)
 	if err := l.explain(ctx, &st); err != nil {
@@ -185,7 +201,7 @@ var contentRejected = regexp.MustCompile(`^permanent error \(HTTP 4\d\d\)`)
 // recorded, and what the agent and an operator can do next. It never says
 // "permanently" of a request whose attempts may have reached the downstream.
 func failedDetail(st RequestStatus) string {
-	cmd := "`dispatcher redrive -data DIR " + st.RequestID + "`"
+	cmd := "`dispatcher redrive -data DIR " + st.operatorName() + "`"
 	redrive := "redrive it with " + cmd + ", which resends it under the same dedupe key."
 	switch e := st.LastError; {
 	case contentRejected.MatchString(e):
@@ -216,10 +232,14 @@ func uncertainDetail(st RequestStatus) string {
 	return "The outcome of an attempt to deliver to " + st.Target + " is unknown (" + st.LastError + "), and " + st.Target +
 		" offers no way to check it automatically, so it is not resent. Check " + st.Target + " for ticket " + st.TicketID +
 		" (look for its title) before creating it again. If it is there, do not create it again: an operator records it with " +
-		"`dispatcher resolve -data DIR " + st.RequestID + " -delivered EXTERNAL_ID`. If it is not, create it with a NEW request_id " +
+		"`dispatcher resolve -data DIR " + st.operatorName() + " -delivered EXTERNAL_ID`. If it is not, create it with a NEW request_id " +
 		"(calling again with this one only repeats this answer), and an operator settles this one with " +
-		"`dispatcher resolve -data DIR " + st.RequestID + " -failed`."
+		"`dispatcher resolve -data DIR " + st.operatorName() + " -failed`."
 }
+
+// operatorName is the name the dispatcher's commands take for st: its
+// scoped id (ticket.ScopedID).
+func (st RequestStatus) operatorName() string { return cmp.Or(st.scoped, st.RequestID) }
 
 func timePtr(ns int64) *time.Time {
 	t := time.Unix(0, ns).UTC()

@@ -16,7 +16,7 @@ import (
 
 func TestFindUnknown(t *testing.T) {
 	e := openEnv(t, dbPath(t))
-	st, err := e.l.Find(context.Background(), "never-seen")
+	st, err := e.l.Find(context.Background(), "", "never-seen")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestFindFollowsTheRequest(t *testing.T) {
 
 	find := func() ledger.RequestStatus {
 		t.Helper()
-		st, err := e.l.Find(ctx, "req-life")
+		st, err := e.l.Find(ctx, "", "req-life")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +165,7 @@ func TestFindTerminalStates(t *testing.T) {
 			Attempts: 3, LastError: "permanent error (HTTP 422): title too long"}); err != nil {
 			t.Fatal(err)
 		}
-		st, err := e.l.Find(ctx, id)
+		st, err := e.l.Find(ctx, "", id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +237,7 @@ func TestFindSettledDetails(t *testing.T) {
 			Attempts: 10, LastError: tc.lastError}); err != nil {
 			t.Fatal(err)
 		}
-		st, err := e.l.Find(ctx, id)
+		st, err := e.l.Find(ctx, "", id)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -179,14 +179,19 @@ func TestAnswersValidateAgainstOutputSchemas(t *testing.T) {
 		}
 	}
 	rt := reflect.TypeFor[ledger.RequestStatus]()
+	onWire := 0 // fields that reach the JSON answer
 	for i := range rt.NumField() {
+		if !rt.Field(i).IsExported() {
+			continue
+		}
+		onWire++
 		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
 		if _, ok := find.Schema().Properties[name]; !ok {
 			t.Errorf("find_request output schema lacks RequestStatus field %s", name)
 		}
 	}
-	if len(find.Schema().Properties) != rt.NumField() {
-		t.Errorf("find_request output schema has %d properties, RequestStatus %d fields", len(find.Schema().Properties), rt.NumField())
+	if len(find.Schema().Properties) != onWire {
+		t.Errorf("find_request output schema has %d properties, RequestStatus %d fields on the wire", len(find.Schema().Properties), onWire)
 	}
 
 	id := newID()
@@ -239,7 +244,7 @@ func TestAnswersValidateAgainstOutputSchemas(t *testing.T) {
 	go func() {
 		defer close(done)
 		if !testwait.Until(10*time.Second, func() bool {
-			st, err := e.l.Find(ctx, wid)
+			st, err := e.l.Find(ctx, "", wid)
 			return err == nil && st.Status == ledger.StatusQueued
 		}) {
 			t.Errorf("request %s never became queued", wid)

@@ -43,7 +43,7 @@ func checkWait(seconds int) error {
 // notifications/progress. The answer carries the latest status seen. Waiting
 // reads only: the request was accepted (or replayed) before it began, so a
 // call that gives up waiting has still created its ticket exactly once.
-func (s *Server) awaitDelivery(ctx context.Context, req *mcp.CallToolRequest, res ledger.Result, wait time.Duration) createResult {
+func (s *Server) awaitDelivery(ctx context.Context, req *mcp.CallToolRequest, subject string, res ledger.Result, wait time.Duration) createResult {
 	out := createResult{Result: res}
 	var token any
 	if req.Params != nil {
@@ -55,7 +55,7 @@ func (s *Server) awaitDelivery(ctx context.Context, req *mcp.CallToolRequest, re
 	var last ledger.Status
 	sent := 0
 	for {
-		st, err := s.ledger.Find(ctx, res.RequestID)
+		st, err := s.ledger.Find(ctx, subject, res.RequestID)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("wait for delivery: status read failed", "request_id", res.RequestID, "err", err)

@@ -351,6 +351,7 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 			outcome = metrics.CallInvalid
 			return s.invalid(b.Tool, err), nil
 		}
+		r.Subject = callerSubject(req)
 		res, err := s.ledger.Create(ctx, r)
 		if err == nil {
 			failpoint.Hit(failpoint.FrontAfterCommit) // committed, not yet answered
@@ -361,6 +362,10 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 			outcome = metrics.CallConflict
 			s.metrics.Conflicts.WithLabelValues(b.Tool).Inc()
 			return toolError("idempotency_key_conflict: " + conflict.Error()), nil
+		case errors.Is(err, ledger.ErrOtherSubject):
+			outcome = metrics.CallConflict
+			s.metrics.Conflicts.WithLabelValues(b.Tool).Inc()
+			return toolError("idempotency_key_conflict: " + err.Error()), nil
 		case err != nil && (ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 			// The write was queued and completes without its caller: do not
 			// claim that nothing was written.
@@ -381,7 +386,7 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 			outcome = metrics.CallCreated
 		}
 		if a.WaitForDelivery > 0 {
-			return jsonResult(s.awaitDelivery(ctx, req, res, time.Duration(a.WaitForDelivery)*time.Second))
+			return jsonResult(s.awaitDelivery(ctx, req, r.Subject, res, time.Duration(a.WaitForDelivery)*time.Second))
 		}
 		if res.Replayed {
 			return jsonResult(s.current(res))
@@ -406,13 +411,23 @@ func (s *Server) findHandler(ctx context.Context, req *mcp.CallToolRequest) (*mc
 		outcome = metrics.CallInvalid
 		return s.findInvalid(err), nil
 	}
-	st, err := s.ledger.Find(ctx, a.RequestID)
+	st, err := s.ledger.Find(ctx, callerSubject(req), a.RequestID)
 	if err != nil {
 		s.log.Error("find failed", "request_id", a.RequestID, "err", err)
 		return toolError(fmt.Sprintf("could not read the status (%v); try again", err)), nil
 	}
 	outcome = metrics.CallOK
 	return jsonResult(st)
+}
+
+// callerSubject is the subject a call's request_id belongs to: its bearer
+// token's subject, or the anonymous subject ("") without tokens (stdio, or
+// HTTP with no -tokens).
+func callerSubject(req *mcp.CallToolRequest) string {
+	if req.Extra != nil && req.Extra.TokenInfo != nil {
+		return req.Extra.TokenInfo.UserID
+	}
+	return ""
 }
 
 // invalid answers a create call that failed validation: nothing was

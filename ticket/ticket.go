@@ -65,13 +65,18 @@ func invalid(arg, format string, a ...any) error {
 
 // Request is a validated request to open one ticket.
 type Request struct {
-	RequestID string   `json:"request_id"`
-	Tool      string   `json:"tool"`
-	Target    string   `json:"target"`
-	Title     string   `json:"title"`
-	Body      string   `json:"body"`
-	Priority  string   `json:"priority"`
-	Labels    []string `json:"labels,omitempty"`
+	RequestID string `json:"request_id"`
+	// Subject is who asked: the authenticated subject of the caller's bearer
+	// token, or "" (the anonymous subject) without tokens. A request_id
+	// belongs to its subject: two subjects that choose the same id make two
+	// requests (see ScopedID). Not part of Hash: the key already holds it.
+	Subject  string   `json:"subject,omitempty"`
+	Tool     string   `json:"tool"`
+	Target   string   `json:"target"`
+	Title    string   `json:"title"`
+	Body     string   `json:"body"`
+	Priority string   `json:"priority"`
+	Labels   []string `json:"labels,omitempty"`
 }
 
 // ValidateRequestID checks a caller-supplied idempotency key: 1 to 255
@@ -197,7 +202,7 @@ func checkText(arg, s string, maxChars int, multiline bool) error {
 // number spelling in the caller's JSON do not matter.
 func (r *Request) Hash() string {
 	c := *r
-	c.RequestID = ""
+	c.RequestID, c.Subject = "", ""
 	b, err := json.Marshal(&c) // struct field order is fixed; cannot fail
 	if err != nil {
 		panic(err)
@@ -206,10 +211,33 @@ func (r *Request) Hash() string {
 	return fmt.Sprintf("%x", sum[:])
 }
 
+// SubjectSeparator joins a subject and a request id in ScopedID. Subjects
+// never contain it (mcpserver's token subjects are A-Z a-z 0-9 . _ @ -).
+const SubjectSeparator = ":"
+
+// ScopedID is the name of a request across ticketrelay: the ledger's key,
+// the Nats-Msg-Id, the base of the ticket id and of the downstream dedupe
+// key. The anonymous subject's ids are the request ids themselves, so
+// everything accepted before subjects existed keeps its name (and its
+// ticket id and dedupe key); another subject's are "subject:request_id".
+// An anonymous request_id may spell another subject's scoped id; the
+// ledger keeps the subject of every row and refuses the second of the two
+// (ledger.ErrOtherSubject), so no request ever answers for another's.
+func ScopedID(subject, requestID string) string {
+	if subject == "" {
+		return requestID
+	}
+	return subject + SubjectSeparator + requestID
+}
+
+// Scoped is r's ScopedID.
+func (r *Request) Scoped() string { return ScopedID(r.Subject, r.RequestID) }
+
 var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
 
-// IDFor derives the ticket id from the request id, so that two instances that
-// accept the same request answer with the same ticket id.
+// IDFor derives the ticket id from a request's scoped id (ScopedID), so
+// that two instances that accept the same request answer with the same
+// ticket id.
 func IDFor(requestID string) string {
 	sum := sha256.Sum256([]byte(requestID))
 	return "tkt_" + idEncoding.EncodeToString(sum[:13])

@@ -76,7 +76,7 @@ func (a *adminDB) request(t *testing.T, id, target, state string, attempts int, 
 
 func (a *adminDB) find(t *testing.T, id string) ledger.RequestStatus {
 	t.Helper()
-	st, err := a.l.Find(context.Background(), id)
+	st, err := a.l.Find(context.Background(), "", id)
 	if err != nil {
 		t.Fatal(err)
 	}

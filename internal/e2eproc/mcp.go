@@ -3,6 +3,7 @@ package e2eproc
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"testing"
 	"time"
 
@@ -13,12 +14,33 @@ import (
 // The standalone SSE stream and the transport's reconnects are off: a test
 // that kills the server wants the error, not a silent resend.
 func Dial(ctx context.Context, url string) (*mcp.ClientSession, error) {
+	return DialAs(ctx, url, "")
+}
+
+// DialAs is Dial with a bearer token on every request ("" sends none).
+func DialAs(ctx context.Context, url, token string) (*mcp.ClientSession, error) {
 	c := mcp.NewClient(&mcp.Implementation{Name: "ticketrelay-e2e", Version: "1"}, nil)
-	return c.Connect(ctx, &mcp.StreamableClientTransport{
+	tr := &mcp.StreamableClientTransport{
 		Endpoint:             url,
 		MaxRetries:           -1,
 		DisableStandaloneSSE: true,
-	}, nil)
+	}
+	if token != "" {
+		tr.HTTPClient = &http.Client{Transport: bearer{token: token, next: http.DefaultTransport}}
+	}
+	return c.Connect(ctx, tr, nil)
+}
+
+// bearer adds an Authorization header to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
 }
 
 // Connect dials url (see Dial) within 20 s or fails t; the session is
