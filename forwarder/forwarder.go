@@ -22,16 +22,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"ticketrelay/downstream"
+	"ticketrelay/installation"
 	"ticketrelay/internal/backoff"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
-	"ticketrelay/outbox"
 	"ticketrelay/ticket"
 )
 
 // Config tunes the forwarder. Zero fields take the documented defaults.
 type Config struct {
-	// Stream is the JetStream stream name. Default "TICKETS".
+	// Installation whose stream and subjects the forwarder reads (default:
+	// the embedded server's).
+	Installation installation.Name
+	// Stream is the JetStream stream name. Default: the installation's.
 	Stream string
 	// KeyNamespace prefixes dedupe keys sent downstream (see downstream.Key).
 	KeyNamespace string
@@ -57,7 +60,7 @@ type Config struct {
 
 // WithDefaults fills zero fields.
 func (c Config) WithDefaults() Config {
-	c.Stream = cmp.Or(c.Stream, "TICKETS")
+	c.Stream = cmp.Or(c.Stream, c.Installation.Stream())
 	c.DeliveryTimeout = cmp.Or(c.DeliveryTimeout, 30*time.Second)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
 	c.AckWait = cmp.Or(c.AckWait, 10*time.Second)
@@ -165,7 +168,7 @@ func (f *Forwarder) consumer(ctx context.Context, name string) (jetstream.Consum
 	cons, err := f.js.CreateOrUpdateConsumer(ctx, f.cfg.Stream, jetstream.ConsumerConfig{
 		Durable:       ConsumerName(name),
 		Description:   "ticketrelay forwarder for target " + name,
-		FilterSubject: outbox.SubjectFor(name),
+		FilterSubject: f.cfg.Installation.Subject(name),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		// Short, so that messages a crashed dispatcher had pulled come
 		// back soon; a live delivery keeps its message with InProgress.

@@ -2,7 +2,9 @@ package ledger
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 )
@@ -61,4 +63,26 @@ func (l *Ledger) UseKeyNamespace(ctx context.Context, ns string) error {
 			ON CONFLICT(name) DO UPDATE SET value = excluded.value`, ns)
 		return err
 	})
+}
+
+// ID is the ledger's own id: made at random the first time it is asked
+// for and kept in the file, so it names this ledger (and the host that
+// keeps it) for as long as the file lives. A dispatcher marks a
+// single-host installation's stream with it, so that a second host with
+// a ledger of its own cannot take the stream's messages for its own.
+func (l *Ledger) ID(ctx context.Context) (string, error) {
+	var id string
+	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		b := make([]byte, 8)
+		rand.Read(b)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO settings (name, value) VALUES ('ledger_id', ?) ON CONFLICT(name) DO NOTHING`,
+			hex.EncodeToString(b)); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, `SELECT value FROM settings WHERE name = 'ledger_id'`).Scan(&id)
+	})
+	if err != nil {
+		return "", fmt.Errorf("ledger: id: %w", err)
+	}
+	return id, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"ticketrelay/installation"
 	"ticketrelay/outbox"
 )
 
@@ -41,6 +42,7 @@ type Publisher struct {
 	minAtomic  int
 	onFallback func(error)
 	timeout    time.Duration // for the commit of an atomic batch
+	inst       installation.Name
 }
 
 var _ outbox.Publisher = (*Publisher)(nil)
@@ -61,6 +63,14 @@ func AtomicBatches(onFallback func(error)) PublisherOption {
 // DefaultMinAtomicBatch, at least 2); smaller batches go message by message.
 func MinAtomicBatch(n int) PublisherOption {
 	return func(p *Publisher) { p.minAtomic = max(n, 2) }
+}
+
+// ForInstallation publishes on the subjects of installation n (default:
+// the embedded server's). An outbox row names its target's subject as
+// mcp-front wrote it, with no installation: the publisher puts the
+// target under n's subjects.
+func ForInstallation(n installation.Name) PublisherOption {
+	return func(p *Publisher) { p.inst = n }
 }
 
 // MaxAtomicBatch is nats-server's default limit on an atomic batch.
@@ -125,7 +135,7 @@ func (p *Publisher) publishAtomic(ctx context.Context, msgs []outbox.Message) (u
 	batch := nats.NewInbox()[len(nats.InboxPrefix):] // unique, well under the 64-byte limit
 	last := len(msgs) - 1
 	for i, m := range msgs {
-		nm := natsMsg(m)
+		nm := p.natsMsg(m)
 		nm.Header.Set(batchIDHeader, batch)
 		nm.Header.Set(batchSeqHeader, strconv.Itoa(i+1))
 		if i < last {
@@ -164,9 +174,10 @@ func (p *Publisher) publishAtomic(ctx context.Context, msgs []outbox.Message) (u
 	return 0, errors.New("natsjs: empty atomic batch")
 }
 
-// natsMsg is m as a NATS message with its Nats-Msg-Id.
-func natsMsg(m outbox.Message) *nats.Msg {
-	nm := &nats.Msg{Subject: m.Subject, Data: m.Payload, Header: nats.Header{}}
+// natsMsg is m as a NATS message on the installation's subject, with its
+// Nats-Msg-Id.
+func (p *Publisher) natsMsg(m outbox.Message) *nats.Msg {
+	nm := &nats.Msg{Subject: p.inst.Subject(outbox.TargetOf(m.Subject)), Data: m.Payload, Header: nats.Header{}}
 	nm.Header.Set(jetstream.MsgIDHeader, m.MsgID())
 	return nm
 }
@@ -183,7 +194,7 @@ func (p *Publisher) publishEach(ctx context.Context, msgs []outbox.Message) []ou
 	results := make([]outbox.PublishResult, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
-		nm := natsMsg(m)
+		nm := p.natsMsg(m)
 		f, err := p.js.PublishMsgAsync(nm, jetstream.WithStallWait(p.stallWait))
 		if err != nil {
 			results[i].Err = fmt.Errorf("natsjs: publish %s: %w", m.RequestID, err)

@@ -22,6 +22,7 @@ import (
 	"ticketrelay/audit"
 	"ticketrelay/config"
 	"ticketrelay/forwarder"
+	"ticketrelay/installation"
 	"ticketrelay/internal/backoff"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
@@ -41,6 +42,7 @@ func Run(ctx context.Context, env app.Env) error {
 		dbPath          = fs.String("db", "", "SQLite database `path` shared with mcp-front (default DATA/tickets.db)")
 		dataDir         = fs.String("data", "data", "data `directory`: JetStream store, local target file")
 		natsURL         = fs.String("nats", "", "`URL` of an existing NATS server with JetStream; empty runs an embedded one")
+		installName     = fs.String("installation", "", "`name` of this installation on a shared NATS server (-nats): its stream, subjects and consumers carry it; required with -nats")
 		natsListen      = fs.String("nats-listen", "127.0.0.1:4222", "client `address` of the embedded nats-server (port 0: any free port)")
 		natsStage       = fs.String("nats-stage-dir", "auto", "`directory` on a memory filesystem where the embedded nats-server stages atomic batches (auto: one under "+natsjs.DefaultStageRoot+" if it exists; empty: in the store, on disk)")
 		metricsListen   = fs.String("metrics-listen", "127.0.0.1:9465", "Prometheus /metrics `address` (empty: off)")
@@ -70,7 +72,16 @@ func Run(ctx context.Context, env app.Env) error {
 	if *dbPath == "" {
 		*dbPath = filepath.Join(*dataDir, "tickets.db")
 	}
-	streamCfg := natsjs.StreamConfig{Duplicates: *dupWindow, MaxAge: *maxAge}.WithDefaults()
+	inst, err := installation.Parse(*installName)
+	if err != nil {
+		return fmt.Errorf("%w: -installation: %v", app.ErrUsage, err)
+	}
+	if *natsURL != "" && inst == installation.Embedded {
+		// Two installations on one server with the same names take each
+		// other's messages; the embedded server's names are its own.
+		return fmt.Errorf("%w: -nats needs -installation NAME: a NATS server may be shared, and every installation on it needs names of its own", app.ErrUsage)
+	}
+	streamCfg := natsjs.StreamConfig{Installation: inst, Duplicates: *dupWindow, MaxAge: *maxAge}.WithDefaults()
 	if err := streamCfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
@@ -121,6 +132,9 @@ func Run(ctx context.Context, env app.Env) error {
 	defer w.Close()
 	l := ledger.New(db, w, time.Now)
 	if err := l.UseKeyNamespace(ctx, cfg.KeyNamespace); err != nil {
+		return err
+	}
+	if streamCfg.Owner, err = l.ID(ctx); err != nil {
 		return err
 	}
 
@@ -195,11 +209,12 @@ func Run(ctx context.Context, env app.Env) error {
 		Holder:       holder,
 		LeaseTTL:     *leaseTTL,
 		PollInterval: *pollInterval,
-	}, db.Reader(), w, natsjs.NewPublisher(js, pubOpts...), log.With("component", "relay"), m, time.Now)
+	}, db.Reader(), w, natsjs.NewPublisher(js, append(pubOpts, natsjs.ForInstallation(inst))...), log.With("component", "relay"), m, time.Now)
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
 	fwd := forwarder.New(forwarder.Config{
+		Installation:    inst,
 		Stream:          streamCfg.Name,
 		KeyNamespace:    cfg.KeyNamespace,
 		Workers:         *workers,
@@ -249,7 +264,8 @@ func Run(ctx context.Context, env app.Env) error {
 			}
 		})
 	}
-	log.Info("dispatcher running", "db", *dbPath, "nats", url, "targets", len(tgts), "metrics", addrs["metrics"])
+	log.Info("dispatcher running", "db", *dbPath, "nats", url, "installation", inst.String(), "stream", streamCfg.Name,
+		"targets", len(tgts), "metrics", addrs["metrics"])
 	if err := app.Announce(env, *addrFile, addrs); err != nil {
 		return err
 	}
@@ -280,7 +296,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, c natsjs.StreamCo
 		if err == nil {
 			return st, nil
 		}
-		if ctx.Err() != nil || errors.Is(err, natsjs.ErrInvalidStream) {
+		if ctx.Err() != nil || errors.Is(err, natsjs.ErrInvalidStream) || errors.Is(err, natsjs.ErrForeignStream) {
 			return nil, err
 		}
 		log.Warn("jetstream not ready; retrying", "err", err, "attempt", attempt)

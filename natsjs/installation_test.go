@@ -1,0 +1,93 @@
+package natsjs_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"ticketrelay/installation"
+	"ticketrelay/natsjs"
+)
+
+// Installations on one server get streams of their own, marked as theirs;
+// a stream of another installation, of another single host, or not made by
+// ticketrelay is refused and left as it is.
+func TestEnsureStreamKeepsInstallationsApart(t *testing.T) {
+	ctx := ctxT(t)
+	_, js := connect(t, start(t, t.TempDir()))
+	a := natsjs.StreamConfig{Installation: "a", Owner: "ledger-a"}
+	b := natsjs.StreamConfig{Installation: "b", Owner: "ledger-b"}
+	sa, err := natsjs.EnsureStream(ctx, js, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := natsjs.EnsureStream(ctx, js, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ia, ib := sa.CachedInfo().Config, sb.CachedInfo().Config
+	if ia.Name == ib.Name || ia.Subjects[0] == ib.Subjects[0] {
+		t.Fatalf("installations share a stream or subjects: %s %v / %s %v", ia.Name, ia.Subjects, ib.Name, ib.Subjects)
+	}
+	if ia.Metadata[natsjs.MetaInstallation] != "a" || ia.Metadata[natsjs.MetaOwner] != "ledger-a" {
+		t.Errorf("stream of a carries %v", ia.Metadata)
+	}
+	// Its own stream again: fine, and its messages stay.
+	if _, err := js.Publish(ctx, installation.Name("a").Subject("local"), []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := natsjs.EnsureStream(ctx, js, a); err != nil || s.CachedInfo().State.Msgs != 1 {
+		t.Fatalf("EnsureStream of its own stream again: %v", err)
+	}
+	// A second host with a ledger of its own, same installation: refused.
+	other := a
+	other.Owner = "ledger-c"
+	if _, err := natsjs.EnsureStream(ctx, js, other); !errors.Is(err, natsjs.ErrForeignStream) ||
+		!strings.Contains(err.Error(), "ledger-a") || !strings.Contains(err.Error(), "-installation") {
+		t.Fatalf("a second host on a single-host installation's stream: %v, want ErrForeignStream naming the owner", err)
+	}
+	// Multi-host hosts never take a single host's stream, nor it theirs.
+	cluster := a
+	cluster.Owner = natsjs.OwnerCluster
+	if _, err := natsjs.EnsureStream(ctx, js, cluster); !errors.Is(err, natsjs.ErrForeignStream) {
+		t.Fatalf("a multi-host dispatcher on a single host's stream: %v", err)
+	}
+	// A stream of that name that ticketrelay did not make.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: installation.Name("d").Stream(), Subjects: []string{"other.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Installation: "d"}); !errors.Is(err, natsjs.ErrForeignStream) {
+		t.Fatalf("a stream ticketrelay did not make: %v", err)
+	}
+	// Another team's stream that takes every subject: overlap, refused.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVERYTHING", Subjects: []string{"ticketrelay.e.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Installation: "e"}); !errors.Is(err, natsjs.ErrForeignStream) {
+		t.Fatalf("subjects overlapping another stream: %v", err)
+	}
+	// Nothing refused was changed.
+	if s, err := js.Stream(ctx, ia.Name); err != nil || s.CachedInfo().Config.Metadata[natsjs.MetaOwner] != "ledger-a" || s.CachedInfo().State.Msgs != 1 {
+		t.Errorf("the refused calls changed stream a: %v", err)
+	}
+}
+
+// The embedded server's installation takes the unmarked stream a
+// ticketrelay from before installations made, and marks it.
+func TestEnsureStreamAdoptsTheEmbeddedStreamOfBefore(t *testing.T) {
+	ctx := ctxT(t)
+	_, js := connect(t, start(t, t.TempDir()))
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "TICKETS", Subjects: []string{"tickets.>"},
+		Duplicates: natsjs.StreamConfig{}.WithDefaults().Duplicates, MaxAge: natsjs.StreamConfig{}.WithDefaults().MaxAge}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Owner: "ledger-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md := s.CachedInfo().Config.Metadata; md[natsjs.MetaOwner] != "ledger-1" {
+		t.Errorf("adopted stream carries %v", md)
+	}
+}
