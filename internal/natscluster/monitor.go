@@ -15,10 +15,10 @@ const probeTimeout = 2 * time.Second
 
 // varz is the part of /varz the harness reads.
 type varz struct {
-	ID        string `json:"server_id"`
-	Name      string `json:"server_name"`
-	Port      int    `json:"port"`
-	Cluster   struct {
+	ID      string `json:"server_id"`
+	Name    string `json:"server_name"`
+	Port    int    `json:"port"`
+	Cluster struct {
 		Name string `json:"name"`
 	} `json:"cluster"`
 	JetStream struct {
