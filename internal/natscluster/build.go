@@ -21,7 +21,7 @@ const ServerPackage = "github.com/nats-io/nats-server/v2"
 func Build(ctx context.Context, dir string) (string, error) {
 	root, err := e2eproc.ModuleRoot()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("natscluster: building nats-server needs the ticketrelay module as working directory (or pass a prebuilt binary): %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err

@@ -29,7 +29,7 @@ type NodeAddrs struct {
 // the routes through the proxies, and the caller's extra text.
 func render(a NodeAddrs, extra string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Written by ticketrelay/internal/natscluster for node %d of cluster %q.\n", a.Index, a.Cluster)
+	fmt.Fprintf(&b, "# Written by ticketrelay/internal/natscluster: node %s of cluster %q.\n", a.Name, a.Cluster)
 	fmt.Fprintf(&b, "server_name: %s\n", a.Name)
 	fmt.Fprintf(&b, "listen: %q\n", a.Client)
 	fmt.Fprintf(&b, "http: %q\n", a.HTTP)

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"ticketrelay/internal/natscluster"
+	"ticketrelay/internal/testwait"
 )
 
 // Generous bounds: elections take seconds, and these tests share two busy
@@ -122,22 +123,13 @@ func checkAcked(t *testing.T, s jetstream.Stream, acked map[uint64]string) {
 // waitCaughtUp waits until node i holds want messages of stream.
 func waitCaughtUp(t *testing.T, c *natscluster.Cluster, i int, stream string, want uint64) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), electionTimeout)
-	defer cancel()
 	var last natscluster.StreamStatus
-	var lastErr error
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		last, lastErr = c.Stream(ctx, i, stream)
-		if lastErr == nil && last.Msgs == want {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s did not catch up on %s: holds %+v (err %v), want %d messages", c.Name(i), stream, last, lastErr, want)
-		case <-tick.C:
-		}
+	var err error
+	if !testwait.Until(electionTimeout, func() bool {
+		last, err = c.Stream(context.Background(), i, stream)
+		return err == nil && last.Msgs == want
+	}) {
+		t.Fatalf("%s did not catch up on %s: holds %+v (err %v), want %d messages", c.Name(i), stream, last, err, want)
 	}
 }
 
