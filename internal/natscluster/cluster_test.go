@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
 	"ticketrelay/internal/natscluster"
 )
 
@@ -51,4 +54,41 @@ func TestClusterFormsAndSyncsAlways(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("meta leader %s", c.Name(l))
+}
+
+// TestNKeyAccount: with NKeyAuth the nodes admit only the nkey's holder,
+// whose account gets replicated JetStream.
+func TestNKeyAccount(t *testing.T) {
+	t.Parallel()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := natscluster.StartTest(t, natscluster.Config{Extra: natscluster.NKeyAuth("TR", pub)})
+	if nc, err := nats.Connect(c.URL(0), nats.Timeout(attemptTimeout)); err == nil {
+		nc.Close()
+		t.Fatal("a client without the nkey was let in")
+	}
+	js := connect(t, c.ClientURLs(), nats.Nkey(pub, kp.Sign))
+	_, kv := setup(t, js)
+	ctx, cancel := context.WithTimeout(context.Background(), electionTimeout)
+	defer cancel()
+	if _, err := kv.Create(ctx, "req-1", []byte("claim")); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.KVLeader(ctx, "claims")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Stream(ctx, l, "KV_claims")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Account != "TR" || st.Msgs != 1 {
+		t.Fatalf("KV_claims on its leader: %+v, want one message in account TR", st)
+	}
 }
