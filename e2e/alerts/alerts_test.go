@@ -117,6 +117,7 @@ func TestFirstDeadLetterAfterAStartRaisesItsAlerts(t *testing.T) {
 
 	// The first event: one ticket, refused for good.
 	cs := e2eproc.Connect(t, "http://"+front.Addr("mcp")+"/mcp")
+	began := time.Now()
 	var created struct {
 		RequestID string `json:"request_id"`
 		Status    string `json:"status"`
@@ -144,6 +145,7 @@ func TestFirstDeadLetterAfterAStartRaisesItsAlerts(t *testing.T) {
 		t.Fatalf("alerts firing after the first dead letter: %v (last seen %+v); the dispatcher counts dead_letters %v, auth_failures %v",
 			want, last, m.Get("ticketrelay_dead_letters_total", "target", "ops-hook"), m.Get("ticketrelay_auth_failures_total", "target", "ops-hook"))
 	}
+	t.Logf("both alerts fire %s after the create call", time.Since(began).Round(10*time.Millisecond))
 	// Prometheus saw the counter go from 0 to 1: the increase, not only
 	// the young-process line of the rules, fired.
 	if v, _, ok := prom.instant(t, "increase("+deadLetters+"[15m])"); !ok || v <= 0 {
