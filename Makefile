@@ -52,6 +52,16 @@ test-redmine: build ## the redmine target against a real Redmine (installs Debia
 	scripts/redmine-up.sh install
 	TICKETRELAY_REDMINE=1 $(GO) test -race -count=1 -timeout 10m ./e2e/redmine/...
 
+# Every alert of deploy/prometheus/alerts.yml: promtool's checks and unit
+# tests (alerts_test*.yml), then a real Prometheus scraping a real dispatcher
+# (e2e/alerts), which fails here instead of skipping without prometheus.
+.PHONY: test-alerts
+test-alerts: ## alert rules: promtool check and unit tests, and a real Prometheus (installs Debian's prometheus if missing: root)
+	scripts/prometheus-install.sh
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test*.yml
+	TICKETRELAY_PROMETHEUS=1 $(GO) test -race -count=1 -timeout 5m ./e2e/alerts/...
+
 interop: build ## conformance suite (sessions and -stateless), MCP Inspector CLI (HTTP, stdio), strict 1,000-call stdio test
 	BIN=$(CURDIR)/bin bash interop/run.sh
 

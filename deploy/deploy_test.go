@@ -5,7 +5,10 @@ package deploy
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -71,22 +74,27 @@ func checkExpr(t *testing.T, where, expr string, known map[string]bool) int {
 	return len(refs)
 }
 
-func TestAlertRulesNameExportedMetrics(t *testing.T) {
-	known := exported(t)
+// alertRule is one rule of alerts.yml.
+type alertRule struct {
+	Alert       string            `yaml:"alert"`
+	Expr        string            `yaml:"expr"`
+	For         string            `yaml:"for"`
+	Labels      map[string]string `yaml:"labels"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+// alertRules reads the rules of alerts.yml, refusing keys a rule group
+// does not have.
+func alertRules(t *testing.T) []alertRule {
+	t.Helper()
 	b, err := os.ReadFile("prometheus/alerts.yml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var f struct {
 		Groups []struct {
-			Name  string `yaml:"name"`
-			Rules []struct {
-				Alert       string            `yaml:"alert"`
-				Expr        string            `yaml:"expr"`
-				For         string            `yaml:"for"`
-				Labels      map[string]string `yaml:"labels"`
-				Annotations map[string]string `yaml:"annotations"`
-			} `yaml:"rules"`
+			Name  string      `yaml:"name"`
+			Rules []alertRule `yaml:"rules"`
 		} `yaml:"groups"`
 	}
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
@@ -94,23 +102,130 @@ func TestAlertRulesNameExportedMetrics(t *testing.T) {
 	if err := dec.Decode(&f); err != nil {
 		t.Fatalf("alerts.yml does not parse as Prometheus rule groups: %v", err)
 	}
-	alerts := map[string]bool{}
+	var rules []alertRule
 	for _, g := range f.Groups {
-		for _, r := range g.Rules {
-			if r.Alert == "" || r.Expr == "" || r.Annotations["summary"] == "" {
-				t.Errorf("rule %+v lacks alert name, expr or summary", r)
-			}
-			if checkExpr(t, "alert "+r.Alert, r.Expr, known) == 0 {
-				t.Errorf("alert %s names no metric", r.Alert)
-			}
-			alerts[r.Alert] = true
+		rules = append(rules, g.Rules...)
+	}
+	return rules
+}
+
+func TestAlertRulesNameExportedMetrics(t *testing.T) {
+	known := exported(t)
+	alerts := map[string]bool{}
+	for _, r := range alertRules(t) {
+		if r.Alert == "" || r.Expr == "" || r.Annotations["summary"] == "" {
+			t.Errorf("rule %+v lacks alert name, expr or summary", r)
 		}
+		if checkExpr(t, "alert "+r.Alert, r.Expr, known) == 0 {
+			t.Errorf("alert %s names no metric", r.Alert)
+		}
+		alerts[r.Alert] = true
 	}
 	// The operations issue asks for these rules by name.
 	for _, want := range []string{"TicketrelayOutboxBacklogOld", "TicketrelayDeadLetters", "TicketrelayUncertainRequests",
 		"TicketrelayAuthFailures", "TicketrelayScrapeDown"} {
 		if !alerts[want] {
 			t.Errorf("alerts.yml has no rule %s", want)
+		}
+	}
+}
+
+// promtoolFile is a `promtool test rules` file (the fields read here).
+type promtoolFile struct {
+	RuleFiles []string `yaml:"rule_files"`
+	Tests     []struct {
+		Name        string `yaml:"name"`
+		InputSeries []struct {
+			Series string `yaml:"series"`
+			Values string `yaml:"values"`
+		} `yaml:"input_series"`
+		AlertRuleTests []struct {
+			EvalTime  string           `yaml:"eval_time"`
+			Alertname string           `yaml:"alertname"`
+			ExpAlerts []map[string]any `yaml:"exp_alerts"`
+		} `yaml:"alert_rule_test"`
+	} `yaml:"tests"`
+}
+
+// countedIn finds the counter an alert counts events of (increase or rate).
+var countedIn = regexp.MustCompile(`\b(?:increase|rate)\((ticketrelay_[a-z0-9_]+_total)\b`)
+
+var leadingNumber = regexp.MustCompile(`^-?[0-9.]+(?:e[-+]?[0-9]+)?`)
+
+// startsAtAnEvent reports whether a promtool series notation ("_x9 1x80",
+// "0+1x40") has a first sample other than 0: a counter series that starts
+// at the first event, as one does when the event came before the first
+// scrape, or on a label value seen for the first time.
+func startsAtAnEvent(values string) bool {
+	for _, tok := range strings.Fields(values) {
+		if strings.HasPrefix(tok, "_") || tok == "stale" {
+			continue
+		}
+		v, err := strconv.ParseFloat(leadingNumber.FindString(tok), 64)
+		return err == nil && v != 0
+	}
+	return false
+}
+
+// TestEveryAlertHasPromtoolTests keeps alerts_test*.yml (run by make
+// test-alerts) covering alerts.yml: every alert has a case where it fires
+// and one where it stays silent, and an alert on a counter fires in a case
+// where that counter's series starts at the first event (the case that
+// increase() alone never saw). A new alert without tests fails here.
+func TestEveryAlertHasPromtoolTests(t *testing.T) {
+	files, err := filepath.Glob("prometheus/alerts_test*.yml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no prometheus/alerts_test*.yml (%v)", err)
+	}
+	fires, silent := map[string]int{}, map[string]int{}
+	firesFromFirstEvent := map[string]bool{} // "alert counter"
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f promtoolFile
+		if err := yaml.Unmarshal(b, &f); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !slices.Contains(f.RuleFiles, "alerts.yml") {
+			t.Errorf("%s: rule_files %v does not load alerts.yml", name, f.RuleFiles)
+		}
+		for _, g := range f.Tests {
+			firstEvent := map[string]bool{} // counters with a series starting at an event
+			for _, in := range g.InputSeries {
+				metric, _, _ := strings.Cut(in.Series, "{")
+				if startsAtAnEvent(in.Values) {
+					firstEvent[strings.TrimSpace(metric)] = true
+				}
+			}
+			for _, c := range g.AlertRuleTests {
+				if len(c.ExpAlerts) == 0 {
+					silent[c.Alertname]++
+					continue
+				}
+				fires[c.Alertname]++
+				for counter := range firstEvent {
+					firesFromFirstEvent[c.Alertname+" "+counter] = true
+				}
+			}
+		}
+	}
+	rules := alertRules(t)
+	if len(rules) < 12 {
+		t.Fatalf("alerts.yml has %d rules", len(rules))
+	}
+	for _, r := range rules {
+		if fires[r.Alert] == 0 {
+			t.Errorf("alert %s has no promtool case in which it fires (alerts_test*.yml)", r.Alert)
+		}
+		if silent[r.Alert] == 0 {
+			t.Errorf("alert %s has no promtool case in which it stays silent (exp_alerts: [])", r.Alert)
+		}
+		for _, m := range countedIn.FindAllStringSubmatch(r.Expr, -1) {
+			if !firesFromFirstEvent[r.Alert+" "+m[1]] {
+				t.Errorf("alert %s counts %s, but no promtool case has it fire with a %s series that starts at the first event", r.Alert, m[1], m[1])
+			}
 		}
 	}
 }

@@ -245,6 +245,7 @@ func Run(ctx context.Context, env app.Env) error {
 	for i, t := range tgts {
 		names[i] = t.Name()
 	}
+	m.Init(names) // before the forwarders run: their first event counts from 0
 	presence := l.NewPresence(holder, names, cfg.KeyNamespace, log.With("component", "presence"))
 	if err := presence.Announce(ctx); err != nil {
 		return err
