@@ -202,9 +202,14 @@ func CapabilitiesByName(defs []Def) (map[string]downstream.Capabilities, error) 
 }
 
 // Open builds the targets of defs; dataDir holds local files. Each HTTP
-// target gets its own *http.Client with the Def's timeout. The returned
-// function closes what Open opened.
-func Open(defs []Def, dataDir string, now func() time.Time) ([]downstream.Target, func() error, error) {
+// target gets its own *http.Client with the Def's timeout and its own
+// connection pool (see WithWorkers, WithMetrics). The returned function
+// closes what Open opened, the pools' idle connections included.
+func Open(defs []Def, dataDir string, now func() time.Time, opts ...Option) ([]downstream.Target, func() error, error) {
+	oc := openConfig{conns: defaultConns}
+	for _, o := range opts {
+		o(&oc)
+	}
 	var out []downstream.Target
 	var closers []func() error
 	closeAll := func() error {
@@ -234,12 +239,14 @@ func Open(defs []Def, dataDir string, now func() time.Time) ([]downstream.Target
 			closers = append(closers, t.Close)
 			continue
 		}
-		t, err := kinds[d.Kind].open(d, &http.Client{Timeout: d.Timeout}, now)
+		tr := newTransport(d.Name, oc.conns, oc.metrics)
+		t, err := kinds[d.Kind].open(d, &http.Client{Timeout: d.Timeout, Transport: tr}, now)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
 		}
 		out = append(out, t)
+		closers = append(closers, func() error { tr.CloseIdleConnections(); return nil })
 	}
 	return out, closeAll, nil
 }
