@@ -214,41 +214,43 @@ func (f *Forwarder) runTarget(ctx context.Context, t downstream.Target, cons jet
 	}
 }
 
-// consume runs t's workers on cons until its iterator closes: ctx ended,
-// or the consumer is gone.
+// consume runs t's workers on cons until ctx ends or the consumer is gone.
+// The workers take messages from an inbox that holds more than there are
+// workers (see inbox), so that a worker done with one message finds the
+// next waiting.
 func (f *Forwarder) consume(ctx context.Context, t downstream.Target, cons jetstream.Consumer) error {
 	workers := f.workers(t)
-	it, err := cons.Messages(jetstream.PullMaxMessages(workers))
-	if err != nil {
-		return fmt.Errorf("forwarder: subscribe %s: %w", t.Name(), err)
-	}
-	stop := context.AfterFunc(ctx, it.Drain)
+	in := newInbox(workers)
+	// pulling ends when ctx does, or when the consumer is found gone; the
+	// workers then hand back what is left in the inbox.
+	pulling, stop := context.WithCancel(ctx)
 	defer stop()
+	done := make(chan struct{})
+	defer close(done)
+	go in.keepAlive(f.cfg.AckWait/3, done, func(err error) {
+		f.log.Warn("forwarder: extending the ack deadline of a queued message", "target", t.Name(), "err", err)
+	})
+	go f.checkConsumer(ctx, t, cons, stop, done)
 	var wg sync.WaitGroup
-	checked := make(chan struct{})
-	defer close(checked)
-	go f.checkConsumer(ctx, t, cons, it, checked)
+	wg.Go(func() {
+		f.fill(pulling, t, cons, in)
+		stop()
+	})
 	for range workers {
 		wg.Go(func() {
 			for {
-				msg, err := it.Next()
-				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				msg, ok := in.take()
+				if !ok {
 					return
 				}
-				if errors.Is(err, jetstream.ErrConsumerDeleted) {
-					it.Stop()
-					return
-				}
-				if err != nil {
-					f.log.Warn("forwarder: next message", "target", t.Name(), "err", err)
-					continue
-				}
-				if ctx.Err() != nil {
-					// Shutting down: hand the message back for the next run.
+				if pulling.Err() != nil {
+					// Shutting down, or the consumer is gone: hand the
+					// message back for the next run.
 					_ = msg.Nak()
-					continue
+				} else {
+					f.handle(ctx, t, msg)
 				}
-				f.handle(ctx, t, msg)
+				in.release(1)
 			}
 		})
 	}
@@ -256,12 +258,12 @@ func (f *Forwarder) consume(ctx context.Context, t downstream.Target, cons jetst
 	return nil
 }
 
-// checkConsumer stops it if cons is gone, so that runTarget creates the
-// consumer again. The server tells a pull request that was waiting when
-// the consumer was deleted; a client that was disconnected at that moment
-// is never told, and its pulls to a consumer that no longer exists fail
+// checkConsumer calls stop if cons is gone, so that runTarget creates the
+// consumer again. The server tells a pull that was waiting when the
+// consumer was deleted; a client that was disconnected at that moment is
+// never told, and its pulls to a consumer that no longer exists fail
 // quietly for ever. It returns when done is closed.
-func (f *Forwarder) checkConsumer(ctx context.Context, t downstream.Target, cons jetstream.Consumer, it jetstream.MessagesContext, done <-chan struct{}) {
+func (f *Forwarder) checkConsumer(ctx context.Context, t downstream.Target, cons jetstream.Consumer, stop func(), done <-chan struct{}) {
 	tick := time.NewTicker(f.cfg.ConsumerCheck)
 	defer tick.Stop()
 	for {
@@ -275,7 +277,7 @@ func (f *Forwarder) checkConsumer(ctx context.Context, t downstream.Target, cons
 		cancel()
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			f.log.Error("forwarder: the target's consumer no longer exists", "target", t.Name())
-			it.Stop()
+			stop()
 			return
 		}
 	}
