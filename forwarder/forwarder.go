@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
 
 	"ticketrelay/downstream"
 	"ticketrelay/internal/backoff"
@@ -49,6 +50,9 @@ type Config struct {
 	MaxAttempts int
 	// Retry paces transient failures. Default 1s doubling up to 5m.
 	Retry backoff.Policy
+	// RateLimits paces the calls to the targets they name (Deliver and
+	// Find; see downstream.RateLimit). A target not named has no limit.
+	RateLimits map[string]downstream.RateLimit
 	// ConsumerCheck is how often each target's consumer is looked up, and
 	// created again if it is gone: a consumer deleted while this process
 	// was disconnected from the server sends no notice. Default 30s.
@@ -74,9 +78,11 @@ type Forwarder struct {
 	js      jetstream.JetStream
 	ledger  *ledger.Ledger
 	targets map[string]downstream.Target
-	log     *slog.Logger
-	metrics *metrics.Dispatcher
-	now     func() time.Time
+	// limiters pace the calls to the targets with a rate limit.
+	limiters map[string]*rate.Limiter
+	log      *slog.Logger
+	metrics  *metrics.Dispatcher
+	now      func() time.Time
 	// settling counts deliveries whose record is still committing: their
 	// messages are acked (or handed back) when it is durable, and Run waits
 	// for them.
@@ -93,6 +99,12 @@ func New(cfg Config, js jetstream.JetStream, l *ledger.Ledger, targets []downstr
 	f := &Forwarder{cfg: cfg.WithDefaults(), js: js, ledger: l, targets: map[string]downstream.Target{}, log: log, metrics: m, now: now}
 	for _, t := range targets {
 		f.targets[t.Name()] = t
+	}
+	f.limiters = map[string]*rate.Limiter{}
+	for name, rl := range f.cfg.RateLimits {
+		if !rl.IsZero() {
+			f.limiters[name] = rate.NewLimiter(rate.Limit(rl.PerSecond), max(rl.Burst, 1))
+		}
 	}
 	return f
 }
@@ -248,7 +260,7 @@ func (f *Forwarder) consume(ctx context.Context, t downstream.Target, cons jetst
 					// message back for the next run.
 					_ = msg.Nak()
 				} else {
-					f.handle(ctx, t, msg)
+					f.handle(pulling, t, msg)
 				}
 				in.release(1)
 			}
@@ -284,8 +296,10 @@ func (f *Forwarder) checkConsumer(ctx context.Context, t downstream.Target, cons
 }
 
 // handle delivers one message. Its context is detached from shutdown so an
-// attempt that has started is finished and recorded.
+// attempt that has started is finished and recorded; only a wait for the
+// target's rate limit ends with ctx (the message is handed back).
 func (f *Forwarder) handle(ctx context.Context, t downstream.Target, msg jetstream.Msg) {
+	stop := ctx
 	ctx = context.WithoutCancel(ctx)
 	var ref ticket.Ref
 	if err := json.Unmarshal(msg.Data(), &ref); err != nil || ref.RequestID == "" {
@@ -305,7 +319,7 @@ func (f *Forwarder) handle(ctx context.Context, t downstream.Target, msg jetstre
 		_ = msg.NakWithDelay(f.cfg.Retry.Delay(1))
 		return
 	}
-	a := attempt{f: f, t: t, msg: msg, requestID: ref.RequestID, log: log,
+	a := attempt{f: f, t: t, msg: msg, requestID: ref.RequestID, log: log, stop: stop,
 		release: func() { f.busy.Delete(ref.RequestID) }}
 	err := a.run(ctx)
 	if err != nil {

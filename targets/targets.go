@@ -43,6 +43,9 @@ type Def struct {
 	Endpoint string
 	// Timeout bounds one HTTP call (0: DefaultTimeout).
 	Timeout time.Duration
+	// RateLimit paces the calls to the API (zero: none; the forwarder
+	// enforces it, see RateLimits).
+	RateLimit downstream.RateLimit
 
 	Path          string            // local: the file (default DATA/tickets.jsonl)
 	Email         string            // zendesk, jira: the API token's user
@@ -156,6 +159,9 @@ func (d Def) ValidateShape() error {
 	if d.Timeout < 0 {
 		return fmt.Errorf("target %q: timeout %v is negative", d.Name, d.Timeout)
 	}
+	if err := d.RateLimit.Validate(); err != nil {
+		return fmt.Errorf("target %q: rate_limit: %w", d.Name, err)
+	}
 	for what, e := range map[string]string{"endpoint": d.Endpoint, "api_endpoint": d.APIEndpoint} {
 		if u, err := url.Parse(e); e != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
 			return fmt.Errorf("target %q (%s): %s is not an http(s) URL with a host (e.g. https://tickets.example.com)", d.Name, d.Kind, what)
@@ -199,6 +205,18 @@ func CapabilitiesByName(defs []Def) (map[string]downstream.Capabilities, error) 
 		out[d.Name] = c
 	}
 	return out, nil
+}
+
+// RateLimits maps the name of each target of defs that has a rate limit
+// to it: what the forwarder enforces (forwarder.Config.RateLimits).
+func RateLimits(defs []Def) map[string]downstream.RateLimit {
+	out := map[string]downstream.RateLimit{}
+	for _, d := range defs {
+		if !d.RateLimit.IsZero() {
+			out[d.Name] = d.RateLimit
+		}
+	}
+	return out
 }
 
 // Open builds the targets of defs; dataDir holds local files. Each HTTP

@@ -210,6 +210,7 @@ func Run(ctx context.Context, env app.Env) error {
 		DeliveryTimeout: *deliveryTimeout,
 		MaxAttempts:     *maxAttempts,
 		Retry:           backoff.Policy{Base: *retryBase, Max: *retryMax},
+		RateLimits:      targets.RateLimits(cfg.Defs()),
 	}, js, l, tgts, log.With("component", "forwarder"), m, time.Now)
 
 	pruner, err := ledger.NewPruner(retentionCfg, l, log.With("component", "retention"), m)
