@@ -17,11 +17,11 @@ import (
 // sent at once (default 1: evenly spaced). The dispatcher never calls the
 // target faster; a 429 and its Retry-After are still honoured on top.
 type RateLimit struct {
-	PerSecond *float64
-	PerMinute *float64
-	Burst     *int
+	PerSecond *float64 `yaml:"per_second,omitempty"`
+	PerMinute *float64 `yaml:"per_minute,omitempty"`
+	Burst     *int     `yaml:"burst,omitempty"`
 	// Line is where rate_limit is written, for errors.
-	Line int
+	Line int `yaml:"-"`
 }
 
 var rateLimitKeys = []string{"per_second", "per_minute", "burst"}

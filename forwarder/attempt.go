@@ -320,6 +320,9 @@ func (a *attempt) pace() bool {
 	}
 	r := lim.Reserve()
 	wait := r.Delay()
+	if a.f.paced != nil {
+		a.f.paced(a.requestID, time.Now().Add(max(wait, 0)))
+	}
 	if wait <= 0 {
 		return true
 	}

@@ -27,12 +27,13 @@ type hookReceiver struct {
 	posts         int
 	keys          map[string]int
 	arrivals      []time.Time
+	firstAt       map[string]time.Time // by Idempotency-Key
 	undecodedBody int
 }
 
 func newHookReceiver(t *testing.T) *hookReceiver {
 	t.Helper()
-	h := &hookReceiver{keys: map[string]int{}}
+	h := &hookReceiver{keys: map[string]int{}, firstAt: map[string]time.Time{}}
 	h.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := time.Now()
 		var body struct {
@@ -44,7 +45,11 @@ func newHookReceiver(t *testing.T) *hookReceiver {
 		h.mu.Lock()
 		h.posts++
 		h.arrivals = append(h.arrivals, now)
-		h.keys[r.Header.Get("Idempotency-Key")]++
+		key := r.Header.Get("Idempotency-Key")
+		h.keys[key]++
+		if _, ok := h.firstAt[key]; !ok {
+			h.firstAt[key] = now
+		}
 		if err != nil {
 			h.undecodedBody++
 		}

@@ -80,9 +80,12 @@ type Forwarder struct {
 	targets map[string]downstream.Target
 	// limiters pace the calls to the targets with a rate limit.
 	limiters map[string]*rate.Limiter
-	log      *slog.Logger
-	metrics  *metrics.Dispatcher
-	now      func() time.Time
+	// paced, in tests, is told when each call's turn under its target's
+	// rate limit comes (see PacedForTest).
+	paced   func(requestID string, turn time.Time)
+	log     *slog.Logger
+	metrics *metrics.Dispatcher
+	now     func() time.Time
 	// settling counts deliveries whose record is still committing: their
 	// messages are acked (or handed back) when it is durable, and Run waits
 	// for them.
