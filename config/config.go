@@ -41,6 +41,8 @@ type Target struct {
 	Endpoint string `yaml:"endpoint"`
 	// Timeout bounds one HTTP call (default 20s).
 	Timeout time.Duration `yaml:"timeout"`
+	// RateLimit paces the calls to the API (default: none).
+	RateLimit *RateLimit `yaml:"rate_limit"`
 	// Options are the kind's own settings (see kindOptions); an option
 	// ending in _env names an environment variable that holds a secret.
 	Options map[string]string `yaml:"options"`

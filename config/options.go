@@ -167,6 +167,15 @@ func (t Target) resolve(lookup func(string) (string, bool)) (targets.Def, error)
 		return d, fmt.Errorf("%s: endpoint is required", where)
 	case t.Timeout < 0:
 		return d, fmt.Errorf("%s: timeout %v is negative", where, t.Timeout)
+	case !targets.IsHTTP(t.Kind) && t.RateLimit != nil:
+		return d, fmt.Errorf("%s: line %d: rate_limit does not apply to this kind", where, t.RateLimit.Line)
+	}
+	if t.RateLimit != nil {
+		rl, err := t.RateLimit.limit()
+		if err != nil {
+			return d, fmt.Errorf("%s: line %d: rate_limit: %w", where, t.RateLimit.Line, err)
+		}
+		d.RateLimit = rl
 	}
 	names := make([]string, len(opts))
 	for i, o := range opts {

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -77,6 +78,34 @@ type Target interface {
 // concurrent deliveries. The dispatcher's -workers overrides it.
 type Parallel interface {
 	Workers() int
+}
+
+// RateLimit is the pace a target's API allows: on average at most
+// PerSecond calls a second, at most Burst of them at once (a token bucket).
+// The zero value is no limit. The forwarder waits for it before each call
+// (a create or a lookup); a 429 and its Retry-After still mean what they
+// say on top of it.
+type RateLimit struct {
+	PerSecond float64
+	Burst     int
+}
+
+// IsZero reports no limit.
+func (r RateLimit) IsZero() bool { return r == RateLimit{} }
+
+// Validate checks a limit that is set: a positive, finite rate and a burst
+// of at least one call.
+func (r RateLimit) Validate() error {
+	if r.IsZero() {
+		return nil
+	}
+	if !(r.PerSecond > 0) || math.IsInf(r.PerSecond, 0) {
+		return fmt.Errorf("rate %v per second: want a positive number", r.PerSecond)
+	}
+	if r.Burst < 1 {
+		return fmt.Errorf("burst %d: want at least 1 call", r.Burst)
+	}
+	return nil
 }
 
 // Finder is implemented by targets with a lookup: it finds an item created

@@ -22,8 +22,9 @@ type attempt struct {
 	msg       jetstream.Msg
 	requestID string // the message names the request; its ledger row holds the ticket
 	log       *slog.Logger
-	release   func() // ends this process's handling of the request (Forwarder.busy)
-	settling  bool   // the outcome is committing: its callback releases
+	release   func()          // ends this process's handling of the request (Forwarder.busy)
+	stop      context.Context // ends when the forwarder stops taking messages: a rate-limit wait ends with it
+	settling  bool            // the outcome is committing: its callback releases
 }
 
 // maxRetryDelay caps the wait an API may ask for (Retry-After): a date
@@ -92,29 +93,34 @@ func (a *attempt) run(ctx context.Context) error {
 	}
 	rec := ledger.Delivery{RequestID: a.requestID, Target: a.t.Name(), Attempts: d.Attempt, Throttled: prev.Throttled, Version: prev.Version}
 
+	if !caps.DedupeKey && found && prev.State == ledger.DeliveryAttempting {
+		if wait := a.untilCallEnded(prev); wait > 0 {
+			a.log.Info("forwarder: an attempt's call may still be running; looking again once it has ended", "wait", wait)
+			return a.msg.NakWithDelay(wait)
+		}
+		// An earlier call may have created the item.
+		done, err := a.reconcile(ctx, caps, d, prev)
+		if done || err != nil {
+			return err
+		}
+	}
+	// The target's rate limit is waited for before the call's time starts
+	// and before its claim is written: the wait is not the call's, and a
+	// claim stands for a call that is running.
+	if !a.pace() {
+		return nil
+	}
 	// The call ends DeliveryTimeout after start. For a target without a key
-	// start is taken again just before the claim is written (below): the
-	// claim's updated_at is later still, so another copy that waits until
-	// updated_at+DeliveryTimeout never overlaps the call.
+	// start is taken just before the claim is written (below): the claim's
+	// updated_at is later still, so another copy that waits until
+	// updated_at+DeliveryTimeout never overlaps the call. The call's time
+	// starts here, not before a lookup that may have taken most of it.
 	start := time.Now()
 	if !caps.DedupeKey {
-		if found && prev.State == ledger.DeliveryAttempting {
-			if wait := a.untilCallEnded(prev); wait > 0 {
-				a.log.Info("forwarder: an attempt's call may still be running; looking again once it has ended", "wait", wait)
-				return a.msg.NakWithDelay(wait)
-			}
-			// An earlier call may have created the item.
-			done, err := a.reconcile(ctx, caps, d, prev)
-			if done || err != nil {
-				return err
-			}
-		}
 		// Record the attempt before the call: a crash during the call leaves
 		// "attempting", which the next delivery reconciles instead of
 		// resending. The write is conditional on the version read: of two
-		// copies of the message only one gets to call. The call's time
-		// starts here, not before a lookup that may have taken most of it.
-		start = time.Now()
+		// copies of the message only one gets to call.
 		rec.State = ledger.DeliveryAttempting
 		if err := a.record(ctx, &rec); err != nil {
 			return err
@@ -140,6 +146,9 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 	if !ok || caps.Lookup != downstream.LookupConsistent {
 		// No proof either way: never resend blindly.
 		return true, a.uncertain(ctx, prev, fmt.Sprintf("attempt %d ended without an answer and %s has no consistent lookup", prev.Attempts, a.t.Name()))
+	}
+	if !a.pace() {
+		return true, nil
 	}
 	lctx, cancel := context.WithTimeout(ctx, a.f.cfg.DeliveryTimeout)
 	receipt, found, err := finder.Find(lctx, d)
@@ -298,6 +307,39 @@ func (a *attempt) uncertain(ctx context.Context, rec ledger.Delivery, why string
 	a.f.metrics.Uncertain.WithLabelValues(a.t.Name()).Inc()
 	a.log.Warn("delivery uncertain", "why", why)
 	return a.ack()
+}
+
+// pace waits until the target's rate limit (Config.RateLimits) allows a
+// call, and takes it. The message keeps its ack deadline meanwhile
+// (keepAlive). If the forwarder stops first, the message is handed back
+// and pace reports false: nothing was called or written.
+func (a *attempt) pace() bool {
+	lim := a.f.limiters[a.t.Name()]
+	if lim == nil {
+		return true
+	}
+	r := lim.Reserve()
+	wait := r.Delay()
+	if a.f.paced != nil {
+		a.f.paced(a.requestID, time.Now().Add(max(wait, 0)))
+	}
+	if wait <= 0 {
+		return true
+	}
+	a.f.metrics.RateLimitWaits.WithLabelValues(a.t.Name()).Inc()
+	began := time.Now()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		a.f.metrics.RateLimitWaited.WithLabelValues(a.t.Name()).Add(time.Since(began).Seconds())
+		return true
+	case <-a.stop.Done():
+		r.Cancel() // the call is not made: its turn goes to the next one
+		a.f.metrics.RateLimitWaited.WithLabelValues(a.t.Name()).Add(time.Since(began).Seconds())
+		_ = a.msg.Nak()
+		return false
+	}
 }
 
 // keepAlive tells JetStream every Config.AckWait/3 that the message is still being

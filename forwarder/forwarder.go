@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
 
 	"ticketrelay/downstream"
 	"ticketrelay/installation"
@@ -52,6 +53,9 @@ type Config struct {
 	MaxAttempts int
 	// Retry paces transient failures. Default 1s doubling up to 5m.
 	Retry backoff.Policy
+	// RateLimits paces the calls to the targets they name (Deliver and
+	// Find; see downstream.RateLimit). A target not named has no limit.
+	RateLimits map[string]downstream.RateLimit
 	// ConsumerCheck is how often each target's consumer is looked up, and
 	// created again if it is gone: a consumer deleted while this process
 	// was disconnected from the server sends no notice. Default 30s.
@@ -77,6 +81,11 @@ type Forwarder struct {
 	js      jetstream.JetStream
 	ledger  *ledger.Ledger
 	targets map[string]downstream.Target
+	// limiters pace the calls to the targets with a rate limit.
+	limiters map[string]*rate.Limiter
+	// paced, in tests, is told when each call's turn under its target's
+	// rate limit comes (see PacedForTest).
+	paced   func(requestID string, turn time.Time)
 	log     *slog.Logger
 	metrics *metrics.Dispatcher
 	now     func() time.Time
@@ -96,6 +105,12 @@ func New(cfg Config, js jetstream.JetStream, l *ledger.Ledger, targets []downstr
 	f := &Forwarder{cfg: cfg.WithDefaults(), js: js, ledger: l, targets: map[string]downstream.Target{}, log: log, metrics: m, now: now}
 	for _, t := range targets {
 		f.targets[t.Name()] = t
+	}
+	f.limiters = map[string]*rate.Limiter{}
+	for name, rl := range f.cfg.RateLimits {
+		if !rl.IsZero() {
+			f.limiters[name] = rate.NewLimiter(rate.Limit(rl.PerSecond), max(rl.Burst, 1))
+		}
 	}
 	return f
 }
@@ -217,41 +232,43 @@ func (f *Forwarder) runTarget(ctx context.Context, t downstream.Target, cons jet
 	}
 }
 
-// consume runs t's workers on cons until its iterator closes: ctx ended,
-// or the consumer is gone.
+// consume runs t's workers on cons until ctx ends or the consumer is gone.
+// The workers take messages from an inbox that holds more than there are
+// workers (see inbox), so that a worker done with one message finds the
+// next waiting.
 func (f *Forwarder) consume(ctx context.Context, t downstream.Target, cons jetstream.Consumer) error {
 	workers := f.workers(t)
-	it, err := cons.Messages(jetstream.PullMaxMessages(workers))
-	if err != nil {
-		return fmt.Errorf("forwarder: subscribe %s: %w", t.Name(), err)
-	}
-	stop := context.AfterFunc(ctx, it.Drain)
+	in := newInbox(workers)
+	// pulling ends when ctx does, or when the consumer is found gone; the
+	// workers then hand back what is left in the inbox.
+	pulling, stop := context.WithCancel(ctx)
 	defer stop()
+	done := make(chan struct{})
+	defer close(done)
+	go in.keepAlive(f.cfg.AckWait/3, done, func(err error) {
+		f.log.Warn("forwarder: extending the ack deadline of a queued message", "target", t.Name(), "err", err)
+	})
+	go f.checkConsumer(ctx, t, cons, stop, done)
 	var wg sync.WaitGroup
-	checked := make(chan struct{})
-	defer close(checked)
-	go f.checkConsumer(ctx, t, cons, it, checked)
+	wg.Go(func() {
+		f.fill(pulling, t, cons, in)
+		stop()
+	})
 	for range workers {
 		wg.Go(func() {
 			for {
-				msg, err := it.Next()
-				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				msg, ok := in.take()
+				if !ok {
 					return
 				}
-				if errors.Is(err, jetstream.ErrConsumerDeleted) {
-					it.Stop()
-					return
-				}
-				if err != nil {
-					f.log.Warn("forwarder: next message", "target", t.Name(), "err", err)
-					continue
-				}
-				if ctx.Err() != nil {
-					// Shutting down: hand the message back for the next run.
+				if pulling.Err() != nil {
+					// Shutting down, or the consumer is gone: hand the
+					// message back for the next run.
 					_ = msg.Nak()
-					continue
+				} else {
+					f.handle(pulling, t, msg)
 				}
-				f.handle(ctx, t, msg)
+				in.release(1)
 			}
 		})
 	}
@@ -259,12 +276,12 @@ func (f *Forwarder) consume(ctx context.Context, t downstream.Target, cons jetst
 	return nil
 }
 
-// checkConsumer stops it if cons is gone, so that runTarget creates the
-// consumer again. The server tells a pull request that was waiting when
-// the consumer was deleted; a client that was disconnected at that moment
-// is never told, and its pulls to a consumer that no longer exists fail
+// checkConsumer calls stop if cons is gone, so that runTarget creates the
+// consumer again. The server tells a pull that was waiting when the
+// consumer was deleted; a client that was disconnected at that moment is
+// never told, and its pulls to a consumer that no longer exists fail
 // quietly for ever. It returns when done is closed.
-func (f *Forwarder) checkConsumer(ctx context.Context, t downstream.Target, cons jetstream.Consumer, it jetstream.MessagesContext, done <-chan struct{}) {
+func (f *Forwarder) checkConsumer(ctx context.Context, t downstream.Target, cons jetstream.Consumer, stop func(), done <-chan struct{}) {
 	tick := time.NewTicker(f.cfg.ConsumerCheck)
 	defer tick.Stop()
 	for {
@@ -278,15 +295,17 @@ func (f *Forwarder) checkConsumer(ctx context.Context, t downstream.Target, cons
 		cancel()
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			f.log.Error("forwarder: the target's consumer no longer exists", "target", t.Name())
-			it.Stop()
+			stop()
 			return
 		}
 	}
 }
 
 // handle delivers one message. Its context is detached from shutdown so an
-// attempt that has started is finished and recorded.
+// attempt that has started is finished and recorded; only a wait for the
+// target's rate limit ends with ctx (the message is handed back).
 func (f *Forwarder) handle(ctx context.Context, t downstream.Target, msg jetstream.Msg) {
+	stop := ctx
 	ctx = context.WithoutCancel(ctx)
 	var ref ticket.Ref
 	if err := json.Unmarshal(msg.Data(), &ref); err != nil || ref.RequestID == "" {
@@ -306,7 +325,7 @@ func (f *Forwarder) handle(ctx context.Context, t downstream.Target, msg jetstre
 		_ = msg.NakWithDelay(f.cfg.Retry.Delay(1))
 		return
 	}
-	a := attempt{f: f, t: t, msg: msg, requestID: ref.RequestID, log: log,
+	a := attempt{f: f, t: t, msg: msg, requestID: ref.RequestID, log: log, stop: stop,
 		release: func() { f.busy.Delete(ref.RequestID) }}
 	err := a.run(ctx)
 	if err != nil {

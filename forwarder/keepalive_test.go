@@ -69,3 +69,59 @@ func (e *env) consumerInfo(t *testing.T, target string) *jetstream.ConsumerInfo 
 	}
 	return info
 }
+
+// Messages pulled ahead of the workers keep their ack deadline while they
+// wait: with every worker held by a call for several AckWaits, the
+// messages queued behind them are not redelivered (a redelivered copy
+// would take a slot of its own and be handed back, again and again), and
+// each request is delivered once.
+func TestQueuedMessagesAreNotRedelivered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	api := newKeyedAPI("backlog")
+	held := newGate(t)
+	api.hook = func(ctx context.Context, _ int, _ downstream.Delivery) (behaviour, error) {
+		held.Wait(ctx)
+		return act, nil
+	}
+	cfg := testConfig()
+	cfg.AckWait = 600 * time.Millisecond
+	cfg.Workers = 2
+	// The workers' messages and two queued behind them, with room for two
+	// more: the inbox's pull stays open, and JetStream would redeliver into
+	// it a queued message whose deadline passed.
+	const n = 4
+	var ids []string
+	for range n {
+		ids = append(ids, e.create(t, api.name))
+	}
+	e.startForwarder(t, cfg, api)
+	waitFor(t, 15*time.Second, "every message to be pulled and both workers to be calling", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		c, err := e.js.Consumer(ctx, "TICKETS", forwarder.ConsumerName(api.name))
+		if err != nil {
+			return false // not created yet
+		}
+		info, err := c.Info(ctx)
+		return err == nil && info.Delivered.Consumer == n && len(api.Calls()) == cfg.Workers
+	})
+	var state string
+	redelivered := testwait.Until(5*cfg.AckWait, func() bool {
+		info := e.consumerInfo(t, api.name)
+		state = fmt.Sprintf("consumer deliveries %d, redelivered %d, ack pending %d, calls %d",
+			info.Delivered.Consumer, info.NumRedelivered, info.NumAckPending, len(api.Calls()))
+		return info.Delivered.Consumer != n || info.NumRedelivered != 0 || info.NumAckPending != n || len(api.Calls()) != cfg.Workers
+	})
+	if redelivered {
+		t.Fatalf("while the calls were held past AckWait: %s; want %d deliveries, 0 redelivered, %d pending, %d calls",
+			state, n, n, cfg.Workers)
+	}
+	held.Open()
+	for _, id := range ids {
+		e.waitStatus(t, id, ledger.StatusDelivered)
+	}
+	if c := len(api.Calls()); c != n {
+		t.Fatalf("%d calls for %d requests", c, n)
+	}
+}

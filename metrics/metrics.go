@@ -61,6 +61,10 @@ type Dispatcher struct {
 	AuthFailures       *prometheus.CounterVec   // target
 	Uncertain          *prometheus.CounterVec   // target
 	RedeliveredSkipped *prometheus.CounterVec   // target
+	ConnectionsOpen    *prometheus.GaugeVec     // target
+	ConnectionsOpened  *prometheus.CounterVec   // target
+	RateLimitWaits     *prometheus.CounterVec   // target
+	RateLimitWaited    *prometheus.CounterVec   // target
 	Pruned             prometheus.Counter
 	LedgerRequests     prometheus.Gauge
 	Writer             *Writer
@@ -233,6 +237,22 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 			Namespace: namespace, Name: "redeliveries_skipped_total",
 			Help: "Messages acknowledged without calling the downstream: redeliveries of requests already settled, messages for requests the ledger no longer holds, and messages on another target's subject than their ticket's.",
 		}, byTarget),
+		ConnectionsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "downstream_connections_open",
+			Help: "Network connections to a target's API open now (dialed and not yet closed), by target; bounded by the workers per host the target calls.",
+		}, byTarget),
+		ConnectionsOpened: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "downstream_connections_opened_total",
+			Help: "Network connections dialed to a target's API, by target: after warm-up it grows only when the API or the idle timeout closes connections.",
+		}, byTarget),
+		RateLimitWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "downstream_rate_limit_waits_total",
+			Help: "Downstream calls that waited for the target's configured rate limit (rate_limit) before being made, by target.",
+		}, byTarget),
+		RateLimitWaited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "downstream_rate_limit_wait_seconds_total",
+			Help: "Time downstream calls spent waiting for the target's configured rate limit, by target.",
+		}, byTarget),
 		Pruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "ledger_pruned_total",
 			Help: "Settled requests removed from the ledger after their retention.",
@@ -245,7 +265,8 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 	}
 	reg.MustRegister(d.Pruned, d.LedgerRequests, d.OutboxBacklog, d.OutboxOldestAge, d.Dispatched, d.DuplicateAcks, d.BatchFallbacks,
 		d.PublishErrors, d.AuditChecked, d.StreamLost, d.Unserved, d.CommitToAck, d.LeaseHeld, d.Deliveries, d.DeliveryAttempts,
-		d.DeliveryDuration, d.DeadLetters, d.AuthFailures, d.Uncertain, d.RedeliveredSkipped)
+		d.DeliveryDuration, d.DeadLetters, d.AuthFailures, d.Uncertain, d.RedeliveredSkipped,
+		d.ConnectionsOpen, d.ConnectionsOpened, d.RateLimitWaits, d.RateLimitWaited)
 	d.Writer.register(reg)
 	return d
 }

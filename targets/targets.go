@@ -43,6 +43,9 @@ type Def struct {
 	Endpoint string
 	// Timeout bounds one HTTP call (0: DefaultTimeout).
 	Timeout time.Duration
+	// RateLimit paces the calls to the API (zero: none; the forwarder
+	// enforces it, see RateLimits).
+	RateLimit downstream.RateLimit
 
 	Path          string            // local: the file (default DATA/tickets.jsonl)
 	Email         string            // zendesk, jira: the API token's user
@@ -156,6 +159,9 @@ func (d Def) ValidateShape() error {
 	if d.Timeout < 0 {
 		return fmt.Errorf("target %q: timeout %v is negative", d.Name, d.Timeout)
 	}
+	if err := d.RateLimit.Validate(); err != nil {
+		return fmt.Errorf("target %q: rate_limit: %w", d.Name, err)
+	}
 	for what, e := range map[string]string{"endpoint": d.Endpoint, "api_endpoint": d.APIEndpoint} {
 		if u, err := url.Parse(e); e != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
 			return fmt.Errorf("target %q (%s): %s is not an http(s) URL with a host (e.g. https://tickets.example.com)", d.Name, d.Kind, what)
@@ -201,10 +207,27 @@ func CapabilitiesByName(defs []Def) (map[string]downstream.Capabilities, error) 
 	return out, nil
 }
 
+// RateLimits maps the name of each target of defs that has a rate limit
+// to it: what the forwarder enforces (forwarder.Config.RateLimits).
+func RateLimits(defs []Def) map[string]downstream.RateLimit {
+	out := map[string]downstream.RateLimit{}
+	for _, d := range defs {
+		if !d.RateLimit.IsZero() {
+			out[d.Name] = d.RateLimit
+		}
+	}
+	return out
+}
+
 // Open builds the targets of defs; dataDir holds local files. Each HTTP
-// target gets its own *http.Client with the Def's timeout. The returned
-// function closes what Open opened.
-func Open(defs []Def, dataDir string, now func() time.Time) ([]downstream.Target, func() error, error) {
+// target gets its own *http.Client with the Def's timeout and its own
+// connection pool (see WithWorkers, WithMetrics). The returned function
+// closes what Open opened, the pools' idle connections included.
+func Open(defs []Def, dataDir string, now func() time.Time, opts ...Option) ([]downstream.Target, func() error, error) {
+	oc := openConfig{conns: defaultConns}
+	for _, o := range opts {
+		o(&oc)
+	}
 	var out []downstream.Target
 	var closers []func() error
 	closeAll := func() error {
@@ -234,12 +257,14 @@ func Open(defs []Def, dataDir string, now func() time.Time) ([]downstream.Target
 			closers = append(closers, t.Close)
 			continue
 		}
-		t, err := kinds[d.Kind].open(d, &http.Client{Timeout: d.Timeout}, now)
+		tr := newTransport(d.Name, oc.conns, oc.metrics)
+		t, err := kinds[d.Kind].open(d, &http.Client{Timeout: d.Timeout, Transport: tr}, now)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
 		}
 		out = append(out, t)
+		closers = append(closers, func() error { tr.CloseIdleConnections(); return nil })
 	}
 	return out, closeAll, nil
 }

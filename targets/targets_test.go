@@ -192,3 +192,25 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// A rate limit set in a Def (not through the file) is checked too, and
+// RateLimits lists the limited targets only.
+func TestRateLimits(t *testing.T) {
+	hook := targets.Def{Name: "hook", Kind: "webhook", Endpoint: "https://x.example/hook"}
+	for _, rl := range []downstream.RateLimit{{PerSecond: 0, Burst: 1}, {PerSecond: -1, Burst: 1}, {PerSecond: 1, Burst: 0}} {
+		d := hook
+		d.RateLimit = rl
+		if err := d.ValidateShape(); err == nil || !strings.Contains(err.Error(), `target "hook": rate_limit:`) {
+			t.Errorf("rate limit %+v: %v", rl, err)
+		}
+	}
+	limited := hook
+	limited.Name, limited.RateLimit = "limited", downstream.RateLimit{PerSecond: 2, Burst: 1}
+	if err := limited.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	got := targets.RateLimits([]targets.Def{hook, limited})
+	if len(got) != 1 || got["limited"] != limited.RateLimit {
+		t.Fatalf("RateLimits = %+v", got)
+	}
+}

@@ -4,6 +4,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -138,7 +139,10 @@ func Run(ctx context.Context, env app.Env) error {
 		return err
 	}
 
-	tgts, closeTargets, err := targets.Open(cfg.Defs(), *dataDir, time.Now)
+	// Each HTTP target keeps as many connections as it has workers (no
+	// target has workers of its own but local, which dials nothing).
+	tgts, closeTargets, err := targets.Open(cfg.Defs(), *dataDir, time.Now,
+		targets.WithWorkers(cmp.Or(*workers, forwarder.DefaultWorkers)), targets.WithMetrics(m))
 	if err != nil {
 		return err
 	}
@@ -221,6 +225,7 @@ func Run(ctx context.Context, env app.Env) error {
 		DeliveryTimeout: *deliveryTimeout,
 		MaxAttempts:     *maxAttempts,
 		Retry:           backoff.Policy{Base: *retryBase, Max: *retryMax},
+		RateLimits:      targets.RateLimits(cfg.Defs()),
 	}, js, l, tgts, log.With("component", "forwarder"), m, time.Now)
 
 	pruner, err := ledger.NewPruner(retentionCfg, l, log.With("component", "retention"), m)

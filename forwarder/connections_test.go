@@ -1,0 +1,147 @@
+package forwarder_test
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"ticketrelay/targets"
+)
+
+// hookReceiver is a webhook receiver in the test's process that counts the
+// connections it is given (http.Server.ConnState), the open-connections
+// gauge as each post arrives, and when each post arrived.
+type hookReceiver struct {
+	srv   *httptest.Server
+	gauge func() float64 // read as each post arrives (nil: not read)
+
+	mu            sync.Mutex
+	newConns      int
+	maxGauge      float64
+	posts         int
+	keys          map[string]int
+	arrivals      []time.Time
+	firstAt       map[string]time.Time // by Idempotency-Key
+	undecodedBody int
+}
+
+func newHookReceiver(t *testing.T) *hookReceiver {
+	t.Helper()
+	h := &hookReceiver{keys: map[string]int{}, firstAt: map[string]time.Time{}}
+	h.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now()
+		var body struct {
+			Data struct {
+				RequestID string `json:"request_id"`
+			} `json:"data"`
+		}
+		err := json.NewDecoder(r.Body).Decode(&body)
+		h.mu.Lock()
+		h.posts++
+		h.arrivals = append(h.arrivals, now)
+		key := r.Header.Get("Idempotency-Key")
+		h.keys[key]++
+		if _, ok := h.firstAt[key]; !ok {
+			h.firstAt[key] = now
+		}
+		if err != nil {
+			h.undecodedBody++
+		}
+		if h.gauge != nil {
+			h.maxGauge = max(h.maxGauge, h.gauge())
+		}
+		h.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	h.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			h.mu.Lock()
+			h.newConns++
+			h.mu.Unlock()
+		}
+	}
+	h.srv.Start()
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func (h *hookReceiver) distinctKeys() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.keys)
+}
+
+// createMany accepts n tickets for target, from a few goroutines so that
+// the ledger's writer commits them in groups.
+func (e *env) createMany(t *testing.T, target string, n int) []string {
+	t.Helper()
+	const writers = 8
+	ids := make([][]string, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := w; i < n; i += writers {
+				ids[w] = append(ids[w], e.create(t, target))
+			}
+		})
+	}
+	wg.Wait()
+	var all []string
+	for _, part := range ids {
+		all = append(all, part...)
+	}
+	return all
+}
+
+// A backlog delivered through the real forwarder to a webhook opened as
+// the dispatcher opens it reuses its connections: however many tickets,
+// the receiver sees no more new connections than there are workers, and
+// the open-connections gauge never exceeds the workers (MaxConnsPerHost).
+// With Go's default transport (2 idle connections per host) most posts
+// came on a new connection.
+func TestBacklogReusesConnections(t *testing.T) {
+	t.Parallel()
+	const n, workers = 600, 8
+	e := newEnv(t)
+	rcv := newHookReceiver(t)
+	open := e.m.ConnectionsOpen.WithLabelValues("hook")
+	rcv.gauge = func() float64 { return testutil.ToFloat64(open) }
+	tgs, closeTargets, err := targets.Open([]targets.Def{{Name: "hook", Kind: "webhook", Endpoint: rcv.srv.URL}}, t.TempDir(), time.Now,
+		targets.WithWorkers(workers), targets.WithMetrics(e.m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeTargets() })
+	ids := e.createMany(t, "hook", n)
+	cfg := testConfig()
+	cfg.Workers = workers
+	stop := e.startForwarder(t, cfg, tgs...)
+	waitFor(t, 60*time.Second, "every ticket at the receiver", func() bool { return rcv.distinctKeys() == n })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids[:10] {
+		e.waitStatus(t, id, "delivered")
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	t.Logf("%d posts, %d new connections, open-connections gauge at most %v", rcv.posts, rcv.newConns, rcv.maxGauge)
+	if rcv.posts != n || rcv.undecodedBody != 0 {
+		t.Errorf("%d posts (%d undecodable) for %d tickets", rcv.posts, rcv.undecodedBody, n)
+	}
+	if rcv.newConns > workers {
+		t.Errorf("the receiver saw %d new connections for %d posts, want at most %d (the workers)", rcv.newConns, rcv.posts, workers)
+	}
+	if rcv.maxGauge > workers || rcv.maxGauge < 1 {
+		t.Errorf("open-connections gauge read %v at most while posts arrived, want 1..%d", rcv.maxGauge, workers)
+	}
+	if opened := testutil.ToFloat64(e.m.ConnectionsOpened.WithLabelValues("hook")); int(opened) != rcv.newConns {
+		t.Errorf("connections-opened counter %v, the receiver saw %d", opened, rcv.newConns)
+	}
+}

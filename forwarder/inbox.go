@@ -1,0 +1,182 @@
+package forwarder
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"ticketrelay/downstream"
+	"ticketrelay/internal/backoff"
+)
+
+// aheadPerWorker is how many messages a target's consumer holds per worker
+// beyond the one each worker is handling: a worker that finishes takes the
+// next message at once instead of waiting for a pull's round trip.
+const aheadPerWorker = 2
+
+// fetchHeartbeat is the idle heartbeat of a pull: a pull the server no
+// longer holds (a reconnect to a restarted server) is given up after two.
+const fetchHeartbeat = 2 * time.Second
+
+// inbox holds the messages a target's consumer has pulled and its workers
+// have not finished: at most capacity (workers + aheadPerWorker×workers),
+// because each pull asks for no more messages than there are free slots
+// (Fetch), and a slot is freed only when a worker is done with its
+// message. Every message in the inbox keeps its ack deadline: JetStream
+// starts a message's AckWait when it sends it, and a message waiting
+// behind slow or rate-limited calls would otherwise be redelivered while
+// its first copy is still queued here (see keepAlive). A worker's attempt
+// keeps its message alive from the moment the worker takes it.
+type inbox struct {
+	msgs chan jetstream.Msg // capacity: a push never blocks
+	// refill is the fewest free slots worth a pull (the pull of all free
+	// slots is outstanding until it is filled or expires).
+	refill int
+
+	mu     sync.Mutex
+	free   int
+	queued map[jetstream.Msg]time.Time // waiting for a worker: since when, or since its last InProgress
+	freed  chan struct{}               // a slot was freed (capacity 1)
+}
+
+func newInbox(workers int) *inbox {
+	capacity := workers * (1 + aheadPerWorker)
+	return &inbox{
+		msgs:   make(chan jetstream.Msg, capacity),
+		refill: workers,
+		free:   capacity,
+		queued: make(map[jetstream.Msg]time.Time, capacity),
+		freed:  make(chan struct{}, 1),
+	}
+}
+
+// reserve waits for at least refill free slots and takes every free slot:
+// the size of the next pull. It reports false when ctx ends first.
+func (in *inbox) reserve(ctx context.Context) (int, bool) {
+	for {
+		in.mu.Lock()
+		if n := in.free; n >= in.refill {
+			in.free = 0
+			in.mu.Unlock()
+			return n, true
+		}
+		in.mu.Unlock()
+		select {
+		case <-in.freed:
+		case <-ctx.Done():
+			return 0, false
+		}
+	}
+}
+
+// release frees n slots.
+func (in *inbox) release(n int) {
+	if n <= 0 {
+		return
+	}
+	in.mu.Lock()
+	in.free += n
+	in.mu.Unlock()
+	select {
+	case in.freed <- struct{}{}:
+	default:
+	}
+}
+
+// push queues a message pulled into a reserved slot.
+func (in *inbox) push(msg jetstream.Msg, now time.Time) {
+	in.mu.Lock()
+	in.queued[msg] = now
+	in.mu.Unlock()
+	in.msgs <- msg
+}
+
+// take hands a worker the next message; false once the inbox is closed and
+// empty. From then on the worker keeps the message alive, and frees its
+// slot (release(1)) when done with it.
+func (in *inbox) take() (jetstream.Msg, bool) {
+	msg, ok := <-in.msgs
+	if ok {
+		in.mu.Lock()
+		delete(in.queued, msg)
+		in.mu.Unlock()
+	}
+	return msg, ok
+}
+
+// keepAlive tells JetStream, every period, that the messages waiting in
+// the inbox for longer than period are still wanted, until done is closed.
+// It holds the lock while it does, so a message a worker has taken (and
+// may ack) is never touched.
+func (in *inbox) keepAlive(period time.Duration, done <-chan struct{}, warn func(error)) {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-tick.C:
+			in.mu.Lock()
+			for msg, since := range in.queued {
+				if now.Sub(since) < period {
+					continue
+				}
+				in.queued[msg] = now
+				if err := msg.InProgress(); err != nil {
+					warn(err)
+				}
+			}
+			in.mu.Unlock()
+		}
+	}
+}
+
+// fill pulls t's messages into in until ctx ends or the consumer is gone,
+// then closes the inbox. Each pull asks for the free slots and is
+// outstanding until they are filled or it expires, so a message published
+// while it waits is handed over at once.
+func (f *Forwarder) fill(ctx context.Context, t downstream.Target, cons jetstream.Consumer, in *inbox) {
+	defer close(in.msgs)
+	pace := backoff.Policy{Base: 100 * time.Millisecond, Max: 5 * time.Second}
+	failures := 0
+	for {
+		n, ok := in.reserve(ctx)
+		if !ok {
+			return
+		}
+		got := 0
+		batch, err := cons.Fetch(n, jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(fetchHeartbeat))
+		if err == nil {
+			for msg := range batch.Messages() {
+				got++
+				in.push(msg, time.Now())
+			}
+			err = batch.Error()
+		}
+		in.release(n - got)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
+			f.log.Error("forwarder: the target's consumer was deleted", "target", t.Name())
+			return
+		case err == nil || got > 0:
+			failures = 0
+			continue
+		}
+		// Disconnected, a pull the server no longer held (missed
+		// heartbeats), JetStream unavailable: pull again, backing off.
+		failures++
+		if failures > 1 || !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			f.log.Warn("forwarder: pulling messages", "target", t.Name(), "err", err, "failures", failures)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pace.Delay(failures)):
+		}
+	}
+}
