@@ -175,7 +175,7 @@ func frontPost(t *testing.T, url, token, session string, body string) *http.Resp
 	}
 	if session != "" {
 		req.Header.Set("Mcp-Session-Id", session)
-		req.Header.Set("Mcp-Protocol-app.Version", "2025-11-25")
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
@@ -206,9 +206,10 @@ func scrapeValue(t *testing.T, metricsAddr, sample string) float64 {
 }
 
 // TestFrontSessionAndAuthLimits: -max-sessions, -max-sessions-per-subject
-// and -auth-failures reach the handler; refusals keep no session and are
-// counted in ticketrelay_http_refused_total; ticketrelay_http_sessions
-// follows the live sessions, down again after a DELETE.
+// and -auth-failures reach the handler; with every session in use (each
+// made a call), refusals keep no session and are counted in
+// ticketrelay_http_refused_total; ticketrelay_http_sessions follows the
+// live sessions, down again after a DELETE.
 func TestFrontSessionAndAuthLimits(t *testing.T) {
 	const (
 		alice = "alice-0123456789abcdef0123456789"
@@ -230,7 +231,17 @@ func TestFrontSessionAndAuthLimits(t *testing.T) {
 		if want != http.StatusOK && !strings.Contains(string(b), "too many sessions") {
 			t.Errorf("refusal body %s", b)
 		}
-		return resp.Header.Get("Mcp-Session-Id")
+		session := resp.Header.Get("Mcp-Session-Id")
+		if want == http.StatusOK {
+			// A call: the session is in use, so never evicted for a new one.
+			ping := frontPost(t, url, token, session, `{"jsonrpc":"2.0","id":1,"method":"ping"}`)
+			io.Copy(io.Discard, ping.Body)
+			ping.Body.Close()
+			if ping.StatusCode != http.StatusOK {
+				t.Fatalf("ping as %.5s: HTTP %d", token, ping.StatusCode)
+			}
+		}
+		return session
 	}
 	aliceSession := open(alice, http.StatusOK)
 	open(alice, http.StatusTooManyRequests) // per subject
@@ -239,14 +250,16 @@ func TestFrontSessionAndAuthLimits(t *testing.T) {
 	if v := scrapeValue(t, metrics, "ticketrelay_http_sessions"); v != 2 {
 		t.Errorf("ticketrelay_http_sessions %v, want 2", v)
 	}
-	if v := scrapeValue(t, metrics, `ticketrelay_http_refused_total{reason="session_limit"}`); v != 2 {
-		t.Errorf(`refused{session_limit} %v, want 2`, v)
+	for _, reason := range []string{"session_limit", "client_session_limit"} {
+		if v := scrapeValue(t, metrics, `ticketrelay_http_refused_total{reason="`+reason+`"}`); v != 1 {
+			t.Errorf(`refused{%s} %v, want 1`, reason, v)
+		}
 	}
 
 	req, _ := http.NewRequest(http.MethodDelete, url, nil)
 	req.Header.Set("Authorization", "Bearer "+alice)
 	req.Header.Set("Mcp-Session-Id", aliceSession)
-	req.Header.Set("Mcp-Protocol-app.Version", "2025-11-25")
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("DELETE: %v, %v", resp, err)
@@ -297,5 +310,40 @@ func TestFrontConnsUnboundedByDefault(t *testing.T) {
 	}
 	if !resp.Close || !closedWithin(conn, br, 5*time.Second) {
 		t.Errorf("the connection of a 401 stays open (Connection: close %v)", resp.Close)
+	}
+}
+
+// TestFrontHostRefusedCounted: a request that reaches the loopback
+// listener under a foreign Host (DNS rebinding) gets 403 and is counted in
+// ticketrelay_http_refused_total{reason="foreign_host"}, before
+// authentication.
+func TestFrontHostRefusedCounted(t *testing.T) {
+	const token = "alice-0123456789abcdef0123456789"
+	r := start(t, front.Run, newEnv("TICKETRELAY_AUTH_TOKENS", "alice:"+token), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0",
+		"-db", filepath.Join(t.TempDir(), "t.db"))
+	url, metrics := "http://"+r.addrs["mcp"]+"/mcp", r.addrs["metrics"]
+	for i, tok := range []string{token, ""} {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(limitsInit))
+		req.Host = "rebound.example"
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), `invalid Host header "rebound.example"`) {
+			t.Errorf("request %d with Host rebound.example: HTTP %d %s, want 403", i, resp.StatusCode, b)
+		}
+	}
+	if v := scrapeValue(t, metrics, `ticketrelay_http_refused_total{reason="foreign_host"}`); v != 2 {
+		t.Errorf(`refused{foreign_host} %v, want 2`, v)
+	}
+	if v := scrapeValue(t, metrics, `ticketrelay_http_refused_total{reason="unauthenticated"}`); v != 0 {
+		t.Errorf(`refused{unauthenticated} %v: the Host check comes first`, v)
 	}
 }
