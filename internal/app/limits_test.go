@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/internal/app/front"
 	"ticketrelay/internal/testwait"
 )
@@ -310,6 +312,49 @@ func TestFrontConnsUnboundedByDefault(t *testing.T) {
 	}
 	if !resp.Close || !closedWithin(conn, br, 5*time.Second) {
 		t.Errorf("the connection of a 401 stays open (Connection: close %v)", resp.Close)
+	}
+}
+
+// TestMetricsListenStaysOnLoopback: /metrics has no authentication, so
+// both processes refuse -metrics-listen beyond loopback, before touching
+// anything, unless -insecure; with it they serve and say so.
+func TestMetricsListenStaysOnLoopback(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", ":0", "192.0.2.1:9464"} {
+		dir := t.TempDir()
+		procs := map[string]struct {
+			run  func(context.Context, app.Env) error
+			args []string
+		}{
+			"mcp-front":       {front.Run, []string{"-listen", "127.0.0.1:0", "-metrics-listen", addr, "-db", filepath.Join(dir, "f.db")}},
+			"mcp-front stdio": {front.Run, []string{"-stdio", "-metrics-listen", addr, "-db", filepath.Join(dir, "f.db")}},
+			"dispatcher":      {dispatcher.Run, []string{"-data", dir, "-nats-listen", "127.0.0.1:0", "-metrics-listen", addr}},
+		}
+		for name, p := range procs {
+			_, _, err := runOnce(t, p.run, newEnv(), p.args...)
+			if !errors.Is(err, app.ErrUsage) || !strings.Contains(err.Error(), "beyond loopback") || !strings.Contains(err.Error(), "-insecure") {
+				t.Errorf("%s -metrics-listen %s: error %v, want a usage error naming loopback and -insecure", name, addr, err)
+			}
+		}
+		if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+			t.Errorf("the refused starts left %v in %s (%v)", entries, dir, err)
+		}
+	}
+	// Reached on a loopback address, an all-interfaces listener serves.
+	for name, p := range map[string]struct {
+		run  func(context.Context, app.Env) error
+		args []string
+	}{
+		"mcp-front":  {front.Run, []string{"-listen", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "f.db")}},
+		"dispatcher": {dispatcher.Run, []string{"-data", t.TempDir(), "-nats-listen", "127.0.0.1:0"}},
+	} {
+		r := start(t, p.run, newEnv(), append(p.args, "-metrics-listen", "0.0.0.0:0", "-insecure")...)
+		_, port, _ := net.SplitHostPort(r.addrs["metrics"])
+		if v := scrapeValue(t, "127.0.0.1:"+port, "go_goroutines"); v == 0 {
+			t.Errorf("%s: /metrics on 0.0.0.0 with -insecure serves no go_goroutines", name)
+		}
+		if !strings.Contains(r.stderr.String(), "serving /metrics beyond loopback WITHOUT authentication") {
+			t.Errorf("%s: no warning for /metrics beyond loopback:\n%s", name, r.stderr)
+		}
 	}
 }
 

@@ -59,7 +59,7 @@ func Run(ctx context.Context, env app.Env) error {
 		tokensEnv      = fs.String("auth-tokens-env", "TICKETRELAY_AUTH_TOKENS", "environment `variable` holding bearer tokens, \"subject:token\" entries separated by commas")
 		authResource   = fs.String("auth-resource", "", "canonical `URL` of this endpoint (https://host/mcp): with -auth-servers, serves OAuth protected-resource metadata")
 		authServers    = fs.String("auth-servers", "", "comma-separated OAuth authorization server `URLs` for the protected-resource metadata")
-		insecure       = fs.Bool("insecure", false, "allow listening beyond loopback without bearer tokens")
+		insecure       = fs.Bool("insecure", false, "allow listening beyond loopback without bearer tokens, and -metrics-listen beyond loopback (/metrics has no authentication)")
 		authFailures   = fs.Int("auth-failures", mcpserver.DefaultAuthFailureLimit.Burst, "requests without a valid token one client address may send in a row (`n`); then all its requests get 429, allowing one failure per second (0: no limit)")
 		rateLimit      = fs.Float64("rate-limit", -1, "HTTP requests per second per client (token subject or IP); 0: no limit; default -1 means 20 when -listen is beyond loopback, no limit on loopback")
 		rateBurst      = fs.Int("rate-burst", 0, "requests a client may send at once (default 2×rate-limit)")
@@ -84,6 +84,9 @@ func Run(ctx context.Context, env app.Env) error {
 	}
 	if *stdio && !set["metrics-listen"] {
 		*metricsListen = "" // several stdio instances must not race for one port
+	}
+	if err := app.CheckMetricsListen(*metricsListen, *insecure, log); err != nil {
+		return err
 	}
 	// The front only needs the file's shape (tools, targets' kinds), never
 	// the downstream credentials.
