@@ -196,12 +196,14 @@ func Key(namespace, requestID string) string {
 }
 
 // Printable replaces every control character of s (C0, DEL and C1,
-// newlines and tabs included) with a space, and bytes that are not UTF-8
-// with U+FFFD: text an API answered, made safe to store, log and print (an
-// ESC sequence would reach an operator's terminal).
+// newlines and tabs included) and every invisible format character that
+// changes how text reads (ticket.Invisible: a bidirectional override would
+// reorder the rest of an operator's log line) with a space, and bytes that
+// are not UTF-8 with U+FFFD: text an API answered, made safe to store, log
+// and print (an ESC sequence would reach an operator's terminal).
 func Printable(s string) string {
 	return strings.Map(func(r rune) rune {
-		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
+		if r < 0x20 || (r >= 0x7f && r <= 0x9f) || (r >= 0xad && ticket.Invisible(r)) {
 			return ' '
 		}
 		return r

@@ -163,9 +163,10 @@ func TestKeepaliveTracksOnlyLiveSessions(t *testing.T) {
 	waitFor(t, 5*time.Second, "the ended session to leave the keepalive", func() bool { return kaTracked(h.ka) == 0 })
 }
 
-// TestSessionLimit: beyond MaxSessions, a request that would open a session
-// gets 503 with a JSON-RPC error and leaves no session behind; a DELETE
-// frees a slot; requests on existing sessions and stateless requests go on.
+// TestSessionLimit: beyond MaxSessions, when every session made calls, a
+// request that would open a session gets 503 with a JSON-RPC error and
+// leaves no session behind; a DELETE frees a slot; requests on existing
+// sessions and stateless requests go on.
 func TestSessionLimit(t *testing.T) {
 	e := newTenv(t)
 	var mu sync.Mutex
@@ -174,7 +175,7 @@ func TestSessionLimit(t *testing.T) {
 	var clients []*wire
 	for range 3 {
 		c := &wire{t: t, url: ts.URL}
-		c.initialize()
+		c.use()
 		clients = append(clients, c)
 	}
 	if n := liveSessions(e.srv); n != 3 {
@@ -223,7 +224,7 @@ func TestSessionLimitTimeout(t *testing.T) {
 	e := newTenv(t)
 	ts, h := e.serve(t, HTTPConfig{MaxSessions: 2, SessionTimeout: 300 * time.Millisecond})
 	for range 2 {
-		(&wire{t: t, url: ts.URL}).initialize()
+		(&wire{t: t, url: ts.URL}).use()
 	}
 	c := &wire{t: t, url: ts.URL}
 	resp := c.do(c.req(http.MethodPost, initBody()))
@@ -238,7 +239,9 @@ func TestSessionLimitTimeout(t *testing.T) {
 	}
 }
 
-// TestSessionLimitPerSubject: one subject cannot take every session.
+// TestSessionLimitPerSubject: one subject cannot take every session: once
+// every session of a subject (or of the server) made calls, a new one is
+// refused.
 func TestSessionLimitPerSubject(t *testing.T) {
 	const carolToken = "carol-00112233445566778899aabbccddeeff"
 	tokens, err := ParseTokens("test", "alice:"+aliceToken+"\nbob:"+bobToken+"\ncarol:"+carolToken)
@@ -262,6 +265,10 @@ func TestSessionLimitPerSubject(t *testing.T) {
 			return
 		}
 		readResponse(t, resp)
+		c.session, c.version = resp.Header.Get("Mcp-Session-Id"), SessionProtocol
+		if !c.ping() {
+			t.Fatalf("ping as %.5s… failed", token)
+		}
 	}
 	open(aliceToken, http.StatusOK)
 	open(aliceToken, http.StatusOK)
@@ -609,6 +616,9 @@ func TestSessionLimitRetryAfter(t *testing.T) {
 		resp := c.do(c.req(http.MethodPost, initBody()))
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+		if c.session, c.version = resp.Header.Get("Mcp-Session-Id"), SessionProtocol; c.session != "" && !c.ping() {
+			t.Fatalf("ping as %.5s… failed", token)
+		}
 		return resp
 	}
 	open(aliceToken)

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -40,6 +42,13 @@ const (
 	// DefaultMaxSessionsPerSubject bounds the live sessions of one
 	// authenticated subject.
 	DefaultMaxSessionsPerSubject = 100
+	// DefaultMaxSessionsPerAddress bounds, without tokens, the live
+	// sessions of one client address (IPv4, or IPv6 /64).
+	DefaultMaxSessionsPerAddress = 100
+	// DefaultUnusedSessionTimeout closes a session that made no call since
+	// its initialize. Clients list the tools right after initialize; a
+	// session still silent after this long is most likely one of a flood.
+	DefaultUnusedSessionTimeout = time.Minute
 	// DefaultBodyTimeout bounds the time a client takes to send a request
 	// body, per MiB of MaxBodyBytes and at least (1 MiB in 30 s is 35 KB/s):
 	// see HTTPConfig.BodyTimeout.
@@ -63,13 +72,19 @@ const (
 	RefusedUnauthenticated = "unauthenticated" // no valid bearer token (401)
 	RefusedAuthThrottled   = "auth_throttled"  // too many of those from one address (429)
 	RefusedRateLimited     = "rate_limited"    // over RateLimit (429)
-	RefusedSessionLimit    = "session_limit"   // MaxSessions or MaxSessionsPerSubject reached (503, 429)
+	RefusedSessionLimit    = "session_limit"   // MaxSessions reached, every session in use (503)
+	// MaxSessionsPerSubject or MaxSessionsPerAddress reached, every session of the client in use (429)
+	RefusedClientSessionLimit = "client_session_limit"
+	RefusedHost               = "foreign_host" // a loopback listener reached under a Host that is not loopback (403)
+	RefusedNoSession          = "no_session"   // a message other than initialize without Mcp-Session-Id (400: -32600)
+	RefusedReinitialize       = "reinitialize" // initialize on a session that has been initialized (400: -32600)
 )
 
 // JSON-RPC error codes answered by the HTTP layer itself.
 const (
 	CodeParseError     = -32700
 	CodeInvalidRequest = -32600
+	CodeMethodNotFound = -32601
 	CodeRateLimited    = -32000 // implementation-defined server error
 )
 
@@ -106,14 +121,29 @@ type HTTPConfig struct {
 	// calls that wait for delivery last as long as they need.
 	BodyTimeout time.Duration
 	// MaxSessions bounds the live sessions (protocol 2025-11-25, not
-	// Stateless): a request that would open one more gets 503 with a
-	// JSON-RPC error, and nothing is kept. Sessions end by SessionTimeout,
-	// DELETE or keepalive. Default DefaultMaxSessions; negative: no bound.
+	// Stateless): a request that would open one more closes the oldest
+	// session that made no call since its initialize, or, if every one
+	// made calls, gets 503 with a JSON-RPC error, and nothing is kept.
+	// Sessions end by SessionTimeout, UnusedSessionTimeout, DELETE or
+	// keepalive. Default DefaultMaxSessions; negative: no bound.
 	MaxSessions int
 	// MaxSessionsPerSubject bounds, with Auth, the live sessions of one
-	// subject (429 beyond), so one token cannot take them all. Default
+	// subject, so one token cannot take them all: beyond it, the subject's
+	// oldest unused session is closed, or if it has none, 429. Default
 	// DefaultMaxSessionsPerSubject; negative: no bound.
 	MaxSessionsPerSubject int
+	// MaxSessionsPerAddress is the same bound for one client address
+	// (IPv4, or IPv6 /64) of requests without a token subject. Default
+	// DefaultMaxSessionsPerAddress; negative: no bound.
+	MaxSessionsPerAddress int
+	// UnusedSessionTimeout closes a session that made no call (any request
+	// but initialize) this long after it opened; a session that made one
+	// is never closed for it. Default DefaultUnusedSessionTimeout;
+	// negative: none.
+	UnusedSessionTimeout time.Duration
+	// Evicted, if set, is called with one of the Evicted* words for every
+	// unused session this layer closes.
+	Evicted func(reason string)
 	// Auth, if set, requires a bearer token on every request.
 	Auth *AuthConfig
 	// RateLimit bounds each client's requests (429 beyond); zero: no limit.
@@ -121,7 +151,7 @@ type HTTPConfig struct {
 	// Refused, if set, is called with one of the Refused* words for every
 	// request a check or limit of this layer refuses (for a metric): every
 	// answer of this layer itself except the SDK's own (404 for an unknown
-	// session, 403 for another subject's, 405, 415, and its Host check).
+	// session, 403 for another subject's, 405, 415).
 	Refused func(reason string)
 	Now     func() time.Time // clock of the rate limiters and log gates; default time.Now
 	Logger  *slog.Logger
@@ -132,12 +162,13 @@ type HTTPConfig struct {
 // From the outside in: the body deadline (BodyTimeout, set on every request
 // with a body before anything else, so that even a refused one cannot
 // trickle its body), the Mcp-Session-Id check (400 for one longer than
-// MaxSessionIDLen or not visible ASCII), the Origin check (403 on a foreign
+// MaxSessionIDLen or not visible ASCII), the Host check against DNS
+// rebinding on loopback (403), the Origin check (403 on a foreign
 // Origin, any method), bearer-token authentication (with its per-address
 // failure limit), the per-client rate limit, the body checks (413 over the
 // limit, 408 too slow, JSON-RPC parse errors for garbage), the session
-// limit, then the SDK's handlers, which check the Host header against DNS
-// rebinding on loopback. Requests for protocol 2026-07-28 go to a stateless
+// limit (400 for a message other than initialize without a session), then
+// the SDK's handlers (whose own plain-text 400s become JSON-RPC errors). Requests for protocol 2026-07-28 go to a stateless
 // SDK handler; older ones to a handler with sessions, resumable streams and
 // keepalive (or to the stateless one as well, with Stateless).
 //
@@ -183,16 +214,25 @@ func NewHTTPHandler(srv *mcp.Server, cfg HTTPConfig) *HTTPHandler {
 	if cfg.MaxSessionsPerSubject == 0 {
 		cfg.MaxSessionsPerSubject = DefaultMaxSessionsPerSubject
 	}
+	if cfg.MaxSessionsPerAddress == 0 {
+		cfg.MaxSessionsPerAddress = DefaultMaxSessionsPerAddress
+	}
+	if cfg.UnusedSessionTimeout == 0 {
+		cfg.UnusedSessionTimeout = DefaultUnusedSessionTimeout
+	}
 	if cfg.Refused == nil {
 		cfg.Refused = func(string) {}
 	}
+	if cfg.Evicted == nil {
+		cfg.Evicted = func(string) {}
+	}
 	h := &HTTPHandler{bodyTimeout: cfg.BodyTimeout}
 	getServer := func(*http.Request) *mcp.Server { return srv }
-	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
+	stateless := sdkErrors(mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
 		Stateless:           true,
 		MaxRequestBodyBytes: cfg.MaxBodyBytes,
 		Logger:              sdkLogger(log),
-	})
+	}))
 	var route http.Handler = stateless
 	if !cfg.Stateless {
 		opts := &mcp.StreamableHTTPOptions{
@@ -207,8 +247,9 @@ func NewHTTPHandler(srv *mcp.Server, cfg HTTPConfig) *HTTPHandler {
 		if cfg.KeepAlive > 0 {
 			h.ka = newKeepalive(srv, cfg.KeepAlive, cfg.KeepAliveFailures, log)
 		}
-		stateful := mcp.NewStreamableHTTPHandler(getServer, opts)
-		h.sessions = newSessionLimit(srv, cfg.MaxSessions, cfg.MaxSessionsPerSubject, cfg.Now, log, cfg.Refused)
+		stateful := sdkErrors(mcp.NewStreamableHTTPHandler(getServer, opts))
+		h.sessions = newSessionLimit(srv, sessionBounds{total: cfg.MaxSessions, perSubject: cfg.MaxSessionsPerSubject,
+			perAddress: cfg.MaxSessionsPerAddress, unusedTimeout: cfg.UnusedSessionTimeout}, cfg.Now, log, cfg.Refused, cfg.Evicted)
 		if h.ka != nil {
 			h.sessions.ended = h.ka.forget
 		}
@@ -218,11 +259,29 @@ func NewHTTPHandler(srv *mcp.Server, cfg HTTPConfig) *HTTPHandler {
 				return
 			}
 			id := r.Header.Get("Mcp-Session-Id")
+			msg, parsed := r.Context().Value(msgInfoKey{}).(msgInfo)
 			switch {
+			case id == "" && r.Method == http.MethodPost && parsed && msg.method != methodInitialize:
+				// The SDK would open a session for it, answer it under a
+				// made-up initialize (a call: "invalid during session
+				// initialization", code 0) and close it again.
+				cfg.Refused(RefusedNoSession)
+				writeRPCErrorID(w, http.StatusBadRequest, msg.id, CodeInvalidRequest,
+					"Invalid Request: no Mcp-Session-Id: a session starts with initialize, sent without one; "+
+						"every other message carries the Mcp-Session-Id of its answer")
+				return
 			case id == "" && r.Method == http.MethodPost:
 				// A POST without a session opens one.
 				h.sessions.serveNew(w, r, stateful)
 				return
+			case id != "" && parsed && msg.method == methodInitialize && h.sessions.owns(id, subjectOf(r)):
+				// The SDK answers it with code 0, which is no JSON-RPC code.
+				cfg.Refused(RefusedReinitialize)
+				writeRPCErrorID(w, http.StatusBadRequest, msg.id, CodeInvalidRequest,
+					`Invalid Request: duplicate "initialize" received: this session is initialized; a new session starts with initialize sent without Mcp-Session-Id`)
+				return
+			case id != "" && parsed && msg.call && msg.method != methodInitialize:
+				h.sessions.used(id, subjectOf(r))
 			case id != "" && r.Method == http.MethodGet && h.ka != nil && standaloneStream(r) && h.sessions.owns(id, subjectOf(r)):
 				// Only a live session of this subject is tracked for pings;
 				// any other GET is the SDK's to refuse (404, 403).
@@ -239,6 +298,7 @@ func NewHTTPHandler(srv *mcp.Server, cfg HTTPConfig) *HTTPHandler {
 		chain = requireToken(cfg.Auth, log, cfg.Now, cfg.Refused, chain)
 	}
 	chain = checkOrigin(cfg.AllowedOrigins, cfg.Refused, chain)
+	chain = checkHost(cfg.Refused, chain)
 	chain = checkSessionID(cfg.Refused, chain)
 	h.chain = bodyDeadline(cfg.BodyTimeout, chain)
 	return h
@@ -398,13 +458,15 @@ func checkBody(limit int64, timeout time.Duration, refused func(string), next ht
 		}
 		// Batches, other version tags and deep nesting: the same JSON-RPC
 		// answer as over stdio, not the SDK's plain text.
-		if e := checkMessage(trimmed); e != nil {
+		info, e := inspectMessage(trimmed)
+		if e != nil {
 			refused(RefusedBadMessage)
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusBadRequest)
 			w.Write(e.encode())
 			return
 		}
+		r = r.WithContext(context.WithValue(r.Context(), msgInfoKey{}, info))
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r)
@@ -414,10 +476,130 @@ func checkBody(limit int64, timeout time.Duration, refused func(string), next ht
 // writeRPCError answers a JSON-RPC error with a null id (the request's id is
 // unknown or unreadable at this layer).
 func writeRPCError(w http.ResponseWriter, status, code int, msg string) {
-	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": code, "message": msg}})
+	writeRPCErrorID(w, status, nil, code, msg)
+}
+
+// writeRPCErrorID answers a JSON-RPC error to id: the request's, if go-sdk
+// would echo it unchanged, else null.
+func writeRPCErrorID(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {
+	if !validID(id) {
+		id = json.RawMessage("null")
+	}
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": code, "message": msg}})
+	w.Header().Del("X-Content-Type-Options")
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(b)
+}
+
+// msgInfoKey is the context key of the msgInfo of a POST body checkBody
+// passed.
+type msgInfoKey struct{}
+
+const methodInitialize = "initialize"
+
+// sdkErrors turns the SDK's plain-text 400 answers to a POST that checkBody
+// passed (its own checks of the message: an unknown method, an id on a
+// notification or none on a request, missing params) into JSON-RPC errors
+// to the message's id, with the code the specification gives them:
+// -32601 for an unknown method, with the same message as over stdio, and
+// -32600 for the rest. The status stays 400 (the MCP transport answers
+// input it cannot accept with an HTTP error, the body a JSON-RPC error).
+func sdkErrors(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		info, ok := r.Context().Value(msgInfoKey{}).(msgInfo)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ew := &rpcErrorWriter{ResponseWriter: w}
+		next.ServeHTTP(ew, r)
+		if !ew.capture {
+			return
+		}
+		text := strings.TrimSpace(ew.buf.String())
+		code, msg := CodeInvalidRequest, "Invalid Request: "+strings.TrimPrefix(strings.TrimPrefix(text, "invalid request: "), "Bad Request: ")
+		if strings.HasPrefix(text, sdkNotHandled) {
+			code, msg = CodeMethodNotFound, fmt.Sprintf("method not found: %q", info.method)
+		}
+		writeRPCErrorID(w, http.StatusBadRequest, info.id, code, msg)
+	})
+}
+
+// sdkNotHandled starts the SDK's answer to a method it does not serve
+// (jsonrpc2.ErrNotHandled).
+const sdkNotHandled = "JSON RPC not handled"
+
+// rpcErrorWriter holds back a 400 text/plain answer (the SDK's
+// http.Error) for sdkErrors to rewrite; anything else passes.
+type rpcErrorWriter struct {
+	http.ResponseWriter
+	started bool
+	capture bool
+	buf     bytes.Buffer
+}
+
+func (w *rpcErrorWriter) WriteHeader(code int) {
+	if w.started {
+		return
+	}
+	w.started = true
+	if code == http.StatusBadRequest && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
+		w.capture = true
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *rpcErrorWriter) Write(b []byte) (int, error) {
+	if !w.started {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.capture {
+		if w.buf.Len() < 4<<10 {
+			w.buf.Write(b)
+		}
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *rpcErrorWriter) Flush() {
+	if !w.capture {
+		http.NewResponseController(w.ResponseWriter).Flush()
+	}
+}
+
+func (w *rpcErrorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// checkHost answers 403 to a request that reached a loopback listener
+// under a Host that is not loopback: a web page whose name was rebound to
+// 127.0.0.1 (DNS rebinding). The SDK's handler does the same check, with
+// the same answer; this one comes before authentication and every limit,
+// and counts it (RefusedHost).
+func checkHost(refused func(string), next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && la != nil && loopbackHost(la.String()) && !loopbackHost(r.Host) {
+			refused(RefusedHost)
+			http.Error(w, fmt.Sprintf("Forbidden: invalid Host header %q", r.Host), http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// loopbackHost reports whether a host, with or without a port, is
+// "localhost" or a loopback IP address (as the SDK's check reads it).
+func loopbackHost(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = strings.Trim(hostport, "[]")
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // checkOrigin answers 403 to any request, whatever its method, whose Origin

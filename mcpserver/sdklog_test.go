@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,8 +88,10 @@ func TestSDKLoggerDropsRepeats(t *testing.T) {
 }
 
 // Over HTTP: a client that sends POSTs without a session that are not
-// initialize makes go-sdk log an ERROR for each; one line reaches the log.
-func TestSDKErrorFloodOverHTTP(t *testing.T) {
+// initialize used to make go-sdk open a session for each, answer it with
+// code 0 and log an ERROR. They are refused before the SDK now: 400 with a
+// JSON-RPC error to their id, no session, nothing in the log.
+func TestNoSessionPOSTRefused(t *testing.T) {
 	e := newTenv(t)
 	var buf testio.Buffer
 	srv, err := New(Config{Version: "test", Bindings: []Binding{e.bind}}, e.l, e.m,
@@ -95,23 +99,34 @@ func TestSDKErrorFloodOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := NewHTTPHandler(srv, HTTPConfig{Logger: quietLog()})
+	var refused atomic.Int32
+	h := NewHTTPHandler(srv, HTTPConfig{Logger: quietLog(), Refused: func(r string) {
+		if r == RefusedNoSession {
+			refused.Add(1)
+		}
+	}})
 	ts := httptest.NewServer(h)
 	t.Cleanup(func() { ts.Close(); h.Close() })
 	const n = 20
-	for range n {
+	for i := range n {
 		c := &wire{t: t, url: ts.URL}
-		resp := c.do(c.req(http.MethodPost, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)))
-		io.Copy(io.Discard, resp.Body)
+		resp := c.do(c.req(http.MethodPost, fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, i+1)))
+		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		var m rpcMsg
+		if err := json.Unmarshal(b, &m); err != nil || resp.StatusCode != http.StatusBadRequest || m.Error == nil ||
+			m.Error.Code != CodeInvalidRequest || string(m.ID) != fmt.Sprint(i+1) || resp.Header.Get("Mcp-Session-Id") != "" {
+			t.Fatalf("tools/list without a session: HTTP %d %s (session %q); want 400, a -32600 error to id %d and no session",
+				resp.StatusCode, b, resp.Header.Get("Mcp-Session-Id"), i+1)
+		}
 	}
-	// The SDK logs from the sessions' goroutines: wait for the first line,
-	// then for the sessions it opened to be gone.
-	waitFor(t, 5*time.Second, "the SDK's error line", func() bool {
-		return strings.Contains(buf.String(), "method invalid during initialization")
-	})
-	waitFor(t, 5*time.Second, "the refused requests' sessions to end", func() bool { return h.Sessions() == 0 })
-	if got := strings.Count(buf.String(), "method invalid during initialization"); got != 1 {
-		t.Errorf("%d error lines for %d requests, want 1:\n%s", got, n, buf.String())
+	if got := refused.Load(); got != n {
+		t.Errorf("Refused(%s) %d times, want %d", RefusedNoSession, got, n)
+	}
+	if n := liveSessions(srv); n != 0 || h.Sessions() != 0 {
+		t.Errorf("%d sessions left (%d counted), want none", n, h.Sessions())
+	}
+	if strings.Contains(buf.String(), "initialization") {
+		t.Errorf("the SDK saw the requests:\n%s", buf.String())
 	}
 }

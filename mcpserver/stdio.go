@@ -89,12 +89,21 @@ func (r *guardReader) Close() error {
 
 func guardLines(in io.Reader, next io.Writer, out *lockedWriter, log *slog.Logger) error {
 	r := bufio.NewReaderSize(in, 64<<10)
+	initialized := false // an initialize request went on to the server
 	for {
 		line, tooLong, err := readLine(r)
 		if len(line) > 0 || tooLong {
-			msg := checkMessage(line)
-			if tooLong {
+			info, msg := inspectMessage(line)
+			switch {
+			case tooLong:
 				msg = &rpcError{code: CodeInvalidRequest, reason: fmt.Sprintf("message longer than %d bytes", MaxStdioLine)}
+			case msg != nil:
+			case info.method == methodInitialize:
+				initialized = true
+			case !initialized && info.call && info.method != "ping":
+				// go-sdk answers it with code 0, which is no JSON-RPC code.
+				msg = &rpcError{id: info.id, code: CodeInvalidRequest,
+					reason: fmt.Sprintf("%q before initialize: a session starts with initialize", info.method)}
 			}
 			if msg != nil {
 				log.Warn("stdio: answered a malformed line", "code", msg.code, "reason", msg.reason)
@@ -159,15 +168,29 @@ type rpcError struct {
 // Invalid UTF-8 inside a tool's arguments passes: the argument decoder
 // answers it with a tool error that names the argument.
 func checkMessage(line []byte) *rpcError {
+	_, e := inspectMessage(line)
+	return e
+}
+
+// msgInfo is what the transports need to know of a message checkMessage
+// passed.
+type msgInfo struct {
+	method string          // "" for a response
+	id     json.RawMessage // nil for a notification or a response without one
+	call   bool            // a request that needs an answer: a method and an id
+}
+
+// inspectMessage is checkMessage, and on success what the message is.
+func inspectMessage(line []byte) (msgInfo, *rpcError) {
 	switch {
 	case len(line) == 0:
-		return &rpcError{code: CodeInvalidRequest, reason: "empty message"}
+		return msgInfo{}, &rpcError{code: CodeInvalidRequest, reason: "empty message"}
 	case !json.Valid(line):
-		return &rpcError{code: CodeParseError, reason: "not valid JSON"}
+		return msgInfo{}, &rpcError{code: CodeParseError, reason: "not valid JSON"}
 	case line[0] == '[':
-		return &rpcError{code: CodeInvalidRequest, reason: "batch requests are not supported"}
+		return msgInfo{}, &rpcError{code: CodeInvalidRequest, reason: "batch requests are not supported"}
 	case line[0] != '{':
-		return &rpcError{code: CodeInvalidRequest, reason: "a JSON-RPC message must be a JSON object"}
+		return msgInfo{}, &rpcError{code: CodeInvalidRequest, reason: "a JSON-RPC message must be a JSON object"}
 	}
 	var (
 		version, id, method, params []byte
@@ -218,10 +241,17 @@ func checkMessage(line []byte) *rpcError {
 			e.reason = "not a JSON-RPC message: " + err.Error()
 		}
 	}
-	if e.reason == "" {
-		return nil
+	if e.reason != "" {
+		return msgInfo{}, e
 	}
-	return e
+	info := msgInfo{call: hasMethod && hasID}
+	if hasMethod {
+		info.method = decodeString(method)
+	}
+	if hasID {
+		info.id = id
+	}
+	return info, nil
 }
 
 // duplicate returns the first name the JSON object b holds twice, or "";
@@ -305,7 +335,10 @@ type lockedWriter struct {
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n, err := l.w.Write(p)
+	n, err := l.w.Write(validCodes(p))
+	if n > 0 {
+		n = len(p) // what the caller wrote, whatever validCodes changed
+	}
 	if err != nil {
 		l.failed = true
 	} else if len(l.pending) > 0 {
@@ -323,6 +356,45 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 func (l *lockedWriter) Close() error { return nil }
+
+// validCodes gives every error answer in p (lines of JSON-RPC messages)
+// that carries code 0 the code -32600 instead. go-sdk answers an error it
+// did not classify with code 0, which JSON-RPC does not define: a call
+// after an initialize that failed, a second initialize, initialize
+// params it cannot read, a cursor it cannot decode; each is a request the
+// server refuses as it stands, which is what -32600 says.
+func validCodes(p []byte) []byte {
+	if !bytes.Contains(p, []byte(`"code":0`)) {
+		return p
+	}
+	var out []byte
+	for line := range bytes.Lines(p) {
+		out = append(out, fixCode0(line)...)
+	}
+	return out
+}
+
+// fixCode0 rewrites one message line whose error has code 0.
+func fixCode0(line []byte) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(line, &m) != nil || m["error"] == nil {
+		return line
+	}
+	var e map[string]json.RawMessage
+	if json.Unmarshal(m["error"], &e) != nil || string(e["code"]) != "0" {
+		return line
+	}
+	e["code"] = json.RawMessage(strconv.Itoa(CodeInvalidRequest))
+	m["error"], _ = json.Marshal(e)
+	b, err := json.Marshal(m)
+	if err != nil {
+		return line
+	}
+	if bytes.HasSuffix(line, []byte("\n")) {
+		b = append(b, '\n')
+	}
+	return b
+}
 
 // track records the id of line, a message passed to the server, if it is
 // a request: a call that needs an answer. A notification needs none; an

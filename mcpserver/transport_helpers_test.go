@@ -149,7 +149,8 @@ type wire struct {
 	url     string
 	version string // MCP-Protocol-Version header; "" for none
 	session string
-	header  http.Header // added to every request
+	header  http.Header  // added to every request
+	client  *http.Client // default http.DefaultClient
 }
 
 func (c *wire) req(method string, body []byte) *http.Request {
@@ -178,7 +179,11 @@ func (c *wire) do(r *http.Request) *http.Response {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
 	c.t.Cleanup(cancel)
-	resp, err := http.DefaultClient.Do(r.WithContext(ctx))
+	hc := c.client
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(r.WithContext(ctx))
 	if err != nil {
 		c.t.Fatalf("%s: %v", r.Method, err)
 	}
@@ -200,6 +205,27 @@ func (c *wire) initialize() {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted {
 		c.t.Fatalf("notifications/initialized: HTTP %d", resp.StatusCode)
+	}
+}
+
+// ping makes a call on the session (so it is no longer unused) and
+// reports whether it was answered with a result.
+func (c *wire) ping() bool {
+	c.t.Helper()
+	resp := c.do(c.req(http.MethodPost, []byte(`{"jsonrpc":"2.0","id":90,"method":"ping"}`)))
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return false
+	}
+	return readResponse(c.t, resp).Result != nil
+}
+
+// use opens a session that made a call: one this layer never evicts.
+func (c *wire) use() {
+	c.t.Helper()
+	c.initialize()
+	if !c.ping() {
+		c.t.Fatal("ping on a new session failed")
 	}
 }
 

@@ -21,6 +21,8 @@ func TestGuardStdio(t *testing.T) {
 	long := `{"jsonrpc":"2.0","id":9,"method":"ping","params":{"x":"` + strings.Repeat("a", MaxStdioLine) + `"}}`
 	in := strings.Join([]string{
 		`{"jsonrpc":"2.0","id":1,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":10,"method":"tools/list"}`, // before initialize: go-sdk would answer code 0
+		`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}`,
 		`{not json`,
 		``,
 		`  {"jsonrpc":"2.0","method":"notifications/initialized"}  `,
@@ -39,7 +41,7 @@ func TestGuardStdio(t *testing.T) {
 		`{"jsonrpc":"2.0","id":4,"method":"ping","params":{"s":"[[[{{{"}}`,
 	}, "\n") // no newline after the last line: EOF ends it
 	var out bytes.Buffer
-	// Nothing answers the requests passed on here (ids 1, 11 and 4): no
+	// Nothing answers the requests passed on here (ids 1, 0, 11 and 4): no
 	// time to wait for answers once the input ends.
 	r, w := guardStdio(strings.NewReader(in), &out, slog.New(slog.NewTextHandler(io.Discard, nil)), 0)
 	passed, err := io.ReadAll(r)
@@ -50,6 +52,7 @@ func TestGuardStdio(t *testing.T) {
 		t.Fatal("writer close")
 	}
 	wantPassed := `{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n" +
+		`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}` + "\n" +
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
 		`{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"x","arguments":{"t":"` + "\xff" + `"}}}` + "\n" +
 		`{"jsonrpc":"2.0","id":12,"result":{}}` + "\n" +
@@ -65,12 +68,12 @@ func TestGuardStdio(t *testing.T) {
 		} `json:"error"`
 	}
 	want := []answer{
-		{ID: nil}, {ID: nil}, {ID: "x"}, {ID: float64(3)}, {ID: nil},
+		{ID: float64(10)}, {ID: nil}, {ID: nil}, {ID: "x"}, {ID: float64(3)}, {ID: nil},
 		{ID: nil}, {ID: float64(5)}, {ID: float64(6)}, {ID: float64(7)}, {ID: float64(8)},
 		{ID: nil},
 	}
-	codes := []int{-32700, -32600, -32600, -32600, -32600, -32600, -32600, -32600, -32600, -32700, -32600}
-	reasons := []string{"not valid JSON", "batch requests", `"jsonrpc" must be "2.0"`, "nested deeper than 1000", "must be a JSON object",
+	codes := []int{-32600, -32700, -32600, -32600, -32600, -32600, -32600, -32600, -32600, -32600, -32700, -32600}
+	reasons := []string{`"tools/list" before initialize`, "not valid JSON", "batch requests", `"jsonrpc" must be "2.0"`, "nested deeper than 1000", "must be a JSON object",
 		`"id" must be a string or an integer`, `"method" appears more than once`, `"params.name" appears more than once`, `needs "result" or "error"`, "not valid UTF-8",
 		"longer than"}
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
@@ -94,7 +97,7 @@ func TestGuardStdio(t *testing.T) {
 // every request it passed on has been answered.
 func TestGuardStdioHoldsEOFUntilAnswered(t *testing.T) {
 	in := strings.Join([]string{
-		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_ticket","arguments":{}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`,
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}`, // no answer due
 		`{"jsonrpc":"2.0","id":"\u0061b","method":"ping"}`,       // answered as "ab"
 		`{not json`,                            // answered by the guard
@@ -267,5 +270,28 @@ func TestGuardStdioStopsWaitingWhenSessionEnds(t *testing.T) {
 	})
 	if _, err := br.ReadByte(); !errors.Is(err, io.ErrClosedPipe) {
 		t.Errorf("read after close: %v, want io.ErrClosedPipe", err)
+	}
+}
+
+// go-sdk answers an error it did not classify with code 0, which JSON-RPC
+// does not define; the writer gives such answers -32600, and leaves every
+// other line as it was.
+func TestGuardStdioValidCodes(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"jsonrpc":"2.0","id":3,"error":{"code":0,"message":"duplicate \"initialize\" received"}}` + "\n": `{"error":{"code":-32600,"message":"duplicate \"initialize\" received"},"id":3,"jsonrpc":"2.0"}` + "\n",
+		`{"jsonrpc":"2.0","id":"a","error":{"code":0,"message":"x","data":{"code":0}}}`:                    `{"error":{"code":-32600,"data":{"code":0},"message":"x"},"id":"a","jsonrpc":"2.0"}`,
+		`{"jsonrpc":"2.0","id":4,"error":{"code":-32601,"message":"m"}}` + "\n":                            `{"jsonrpc":"2.0","id":4,"error":{"code":-32601,"message":"m"}}` + "\n",
+		`{"jsonrpc":"2.0","id":5,"result":{"text":"\"code\":0"}}` + "\n":                                   `{"jsonrpc":"2.0","id":5,"result":{"text":"\"code\":0"}}` + "\n",
+		`{"jsonrpc":"2.0","id":5,"result":{"code":0}}` + "\n" + `{"jsonrpc":"2.0","id":6,"error":{"code":0,"message":"y"}}` + "\n": `{"jsonrpc":"2.0","id":5,"result":{"code":0}}` + "\n" +
+			`{"error":{"code":-32600,"message":"y"},"id":6,"jsonrpc":"2.0"}` + "\n",
+	} {
+		var out bytes.Buffer
+		w := &lockedWriter{w: &out, pending: map[string]bool{}}
+		if n, err := w.Write([]byte(in)); err != nil || n != len(in) {
+			t.Fatalf("Write: %d, %v; want %d", n, err, len(in))
+		}
+		if out.String() != want {
+			t.Errorf("wrote %q\nwant  %q", out.String(), want)
+		}
 	}
 }

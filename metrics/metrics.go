@@ -20,7 +20,10 @@ type Front struct {
 	Conflicts    *prometheus.CounterVec   // tool
 	Rejected     *prometheus.CounterVec   // tool, reason
 	HTTPRefused  *prometheus.CounterVec   // reason
-	Writer       *Writer
+	// HTTPSessionsEvicted counts the sessions closed for having made no
+	// call since their initialize, by reason.
+	HTTPSessionsEvicted *prometheus.CounterVec // reason
+	Writer              *Writer
 }
 
 // SessionsFunc registers the gauge of live streamable-HTTP sessions, read
@@ -114,11 +117,15 @@ func NewFront(reg prometheus.Registerer) *Front {
 		}, []string{"tool", "argument"}),
 		HTTPRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "http_refused_total",
-			Help: "HTTP requests refused by mcp-front's own checks and limits, by reason (bad_session_id, foreign_origin, body_too_large, body_timeout, bad_message, unauthenticated, auth_throttled, rate_limited, session_limit).",
+			Help: "HTTP requests refused by mcp-front's own checks and limits, by reason (bad_session_id, foreign_origin, body_too_large, body_timeout, bad_message, unauthenticated, auth_throttled, rate_limited, session_limit, client_session_limit, foreign_host, no_session, reinitialize).",
+		}, []string{"reason"}),
+		HTTPSessionsEvicted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "http_sessions_evicted_total",
+			Help: "MCP sessions closed by mcp-front for having made no call since their initialize, by reason (unused_timeout; table_full, client_full: to admit a new session at -max-sessions or at a client's share).",
 		}, []string{"reason"}),
 		Writer: newWriter(),
 	}
-	reg.MustRegister(f.ToolCalls, f.CallDuration, f.Replays, f.Conflicts, f.Rejected, f.HTTPRefused)
+	reg.MustRegister(f.ToolCalls, f.CallDuration, f.Replays, f.Conflicts, f.Rejected, f.HTTPRefused, f.HTTPSessionsEvicted)
 	f.Writer.register(reg)
 	return f
 }

@@ -174,12 +174,18 @@ func containsFold(s, sub string) bool {
 
 // checkText rejects invalid UTF-8, U+FFFD (what a JSON decoder leaves where
 // the sender's bytes or escapes were not valid UTF-8) and control characters
-// (newlines and tabs are allowed where multiline is true).
+// (newlines and tabs are allowed where multiline is true). One-line text (a
+// title, a label: what lists show and people act on) must also hold no
+// invisible format character that changes how it reads (Invisible), nor a
+// tag character outside an emoji flag. A body may: it is free text pasted
+// from anywhere (right-to-left prose carries its marks, logs their BOMs),
+// read in full where it is shown.
 func checkText(arg, s string, maxChars int, multiline bool) error {
 	if !utf8.ValidString(s) {
 		return invalid(arg, "is not valid UTF-8")
 	}
 	n := 0
+	flag := false // inside an emoji tag sequence: U+1F3F4, tags, U+E007F
 	for i, r := range s {
 		n++
 		switch {
@@ -188,6 +194,18 @@ func checkText(arg, s string, maxChars int, multiline bool) error {
 		case multiline && (r == '\n' || r == '\r' || r == '\t'):
 		case unicode.IsControl(r):
 			return invalid(arg, "contains control character U+%04X at byte %d", r, i)
+		case multiline:
+		case r == 0x1F3F4: // WAVING BLACK FLAG: a subdivision flag's tags may follow
+			flag = true
+		case isTag(r):
+			if !flag {
+				return invalid(arg, "contains tag character U+%04X at byte %d outside an emoji flag: tag characters are invisible and hide text; remove it", r, i)
+			}
+			flag = r != 0xE007F // CANCEL TAG ends the sequence
+		case Invisible(r):
+			return invalid(arg, "contains invisible format character U+%04X%s at byte %d: it changes how the text reads; remove it", r, formatName(r), i)
+		default:
+			flag = false
 		}
 	}
 	if maxChars > 0 && n > maxChars {
@@ -261,4 +279,42 @@ type Ticket struct {
 type Ref struct {
 	RequestID string `json:"request_id"`
 	TicketID  string `json:"ticket_id"`
+}
+
+// Invisible reports whether r is a format character (Unicode category Cf)
+// that changes how text reads without being seen: the bidirectional
+// embeddings, overrides, isolates and marks (U+202A–U+202E, U+2066–U+2069,
+// U+200E, U+200F, U+061C), which reorder what follows (a title reads
+// otherwise than it is spelled), zero-width spaces and joiners that hide
+// word boundaries (U+200B, U+2060, U+FEFF), the soft hyphen, invisible
+// operators, interlinear annotations that hide text, tag characters. Two
+// kinds of Cf are not: the zero-width joiner and non-joiner (U+200D,
+// U+200C), which join emoji into one ("👩‍💻") and which Persian and Indic
+// scripts need, and reorder nothing; and the prepended concatenation marks
+// (U+0600…), visible signs over the digits after them.
+func Invisible(r rune) bool {
+	if r == 0x200C || r == 0x200D || unicode.Is(unicode.Prepended_Concatenation_Mark, r) {
+		return false
+	}
+	return unicode.Is(unicode.Cf, r)
+}
+
+// isTag reports whether r is a tag character (U+E0020–U+E007F): invisible
+// ASCII look-alikes, visible only as part of an emoji flag (🏴 and tags).
+func isTag(r rune) bool { return r >= 0xE0020 && r <= 0xE007F }
+
+// formatName names the invisible characters most often met, for errors.
+func formatName(r rune) string {
+	names := map[rune]string{
+		0x00AD: "SOFT HYPHEN", 0x061C: "ARABIC LETTER MARK", 0x200B: "ZERO WIDTH SPACE",
+		0x200E: "LEFT-TO-RIGHT MARK", 0x200F: "RIGHT-TO-LEFT MARK",
+		0x202A: "LEFT-TO-RIGHT EMBEDDING", 0x202B: "RIGHT-TO-LEFT EMBEDDING", 0x202C: "POP DIRECTIONAL FORMATTING",
+		0x202D: "LEFT-TO-RIGHT OVERRIDE", 0x202E: "RIGHT-TO-LEFT OVERRIDE",
+		0x2060: "WORD JOINER", 0x2066: "LEFT-TO-RIGHT ISOLATE", 0x2067: "RIGHT-TO-LEFT ISOLATE",
+		0x2068: "FIRST STRONG ISOLATE", 0x2069: "POP DIRECTIONAL ISOLATE", 0xFEFF: "ZERO WIDTH NO-BREAK SPACE",
+	}
+	if n, ok := names[r]; ok {
+		return " (" + n + ")"
+	}
+	return ""
 }

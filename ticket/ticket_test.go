@@ -70,6 +70,26 @@ func TestNormalizeRejects(t *testing.T) {
 		{"label 65 characters", func(r *ticket.Request) { r.Labels = []string{strings.Repeat("é", 65)} }, "labels", "65 characters"},
 		{"label with newline", func(r *ticket.Request) { r.Labels = []string{"a\nb"} }, "labels", "U+000A"},
 		{"label invalid UTF-8", func(r *ticket.Request) { r.Labels = []string{"\xff"} }, "labels", "not valid UTF-8"},
+		// Invisible format characters that change how a title reads.
+		{"title with RLO", func(r *ticket.Request) { r.Title = "invoice \u202efdp.exe" }, "title", "invisible format character U+202E (RIGHT-TO-LEFT OVERRIDE) at byte 8"},
+		{"title with LRE", func(r *ticket.Request) { r.Title = "a\u202ab" }, "title", "U+202A (LEFT-TO-RIGHT EMBEDDING)"},
+		{"title with PDF", func(r *ticket.Request) { r.Title = "a\u202cb" }, "title", "U+202C"},
+		{"title with RLI", func(r *ticket.Request) { r.Title = "a\u2067b" }, "title", "U+2067 (RIGHT-TO-LEFT ISOLATE)"},
+		{"title with PDI", func(r *ticket.Request) { r.Title = "a\u2069b" }, "title", "U+2069"},
+		{"title with LRM", func(r *ticket.Request) { r.Title = "a\u200eb" }, "title", "U+200E (LEFT-TO-RIGHT MARK)"},
+		{"title with RLM", func(r *ticket.Request) { r.Title = "a\u200fb" }, "title", "U+200F"},
+		{"title with ALM", func(r *ticket.Request) { r.Title = "a\u061cb" }, "title", "U+061C (ARABIC LETTER MARK)"},
+		{"title with zero width space", func(r *ticket.Request) { r.Title = "pay\u200bpal" }, "title", "U+200B"},
+		{"title with BOM", func(r *ticket.Request) { r.Title = "\ufeffhello" }, "title", "U+FEFF"},
+		{"title with soft hyphen", func(r *ticket.Request) { r.Title = "pass\u00adword" }, "title", "U+00AD"},
+		{"title with invisible times", func(r *ticket.Request) { r.Title = "a\u2062b" }, "title", "U+2062"},
+		{"title with interlinear annotation", func(r *ticket.Request) { r.Title = "a\ufff9hidden\ufffbb" }, "title", "U+FFF9"},
+		{"title with tag characters", func(r *ticket.Request) { r.Title = "ok\U000E0069\U000E0067\U000E006E" }, "title", "tag character U+E0069 at byte 2 outside an emoji flag"},
+		{"title with tags after a flag's end", func(r *ticket.Request) {
+			r.Title = "\U0001F3F4\U000E0067\U000E0062\U000E007F\U000E0041"
+		}, "title", "tag character U+E0041"},
+		{"label with RLO", func(r *ticket.Request) { r.Labels = []string{"ok", "\u202egub"} }, "labels", "U+202E"},
+		{"label with LRI", func(r *ticket.Request) { r.Labels = []string{"a\u2066b"} }, "labels", "U+2066"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -133,6 +153,19 @@ func TestNormalizeAccepts(t *testing.T) {
 			}
 		}},
 		{"label of 64 characters", func(r *ticket.Request) { r.Labels = []string{strings.Repeat("é", 64)} }, nil},
+		// Format characters that reorder and hide nothing pass: joiners in
+		// emoji and scripts, the signs over digits, an emoji flag's tags;
+		// and anything in a body, which is free text.
+		{"title with an emoji ZWJ sequence", func(r *ticket.Request) { r.Title = "\U0001F469\u200d\U0001F4BB build broke" }, nil},
+		{"title with ZWNJ in Persian", func(r *ticket.Request) { r.Title = "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645" }, nil},
+		{"title with a subdivision flag", func(r *ticket.Request) {
+			r.Title = "\U0001F3F4\U000E0067\U000E0062\U000E0065\U000E006E\U000E0067\U000E007F office"
+		}, nil},
+		{"title with an Arabic number sign", func(r *ticket.Request) { r.Title = "\u0600123" }, nil},
+		{"label with an emoji ZWJ sequence", func(r *ticket.Request) { r.Labels = []string{"\U0001F3F3\ufe0f\u200d\U0001F308"} }, nil},
+		{"body with bidi controls, marks and tags", func(r *ticket.Request) {
+			r.Body = "\ufeffshalom \u05e9\u05dc\u05d5\u05dd\u200e (v2)\n\u202eevil\u202c \u2067x\u2069 \U000E0041"
+		}, nil},
 		{"request_id of 255 visible ASCII", func(r *ticket.Request) {
 			b := make([]byte, 0, 255)
 			for i := range 255 {

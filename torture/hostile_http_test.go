@@ -55,10 +55,28 @@ func TestHostileHTTP(t *testing.T) {
 			status: 200, media: "text/event-stream", want: toolError(5, `invalid argument "title": must be of type string, got array; nothing was written`)},
 		{name: "unknown tool", body: unknownTool,
 			status: 200, media: "text/event-stream", want: rpcError(32, -32602, `unknown tool "delete_everything"`)},
-		// DEVIATION (reported): the SDK answers an unknown method with a
-		// plain-text 400 here, and with JSON-RPC -32601 over stdio.
+		// The SDK's own answer here is a plain-text 400; mcp-front makes it
+		// the JSON-RPC error stdio answers.
 		{name: "unknown method", body: unknownMeth,
-			status: 400, media: "text/plain", want: `JSON RPC not handled: "tickets/drop" unsupported` + "\n"},
+			status: 400, media: "application/json", want: rpcError(34, -32601, `method not found: "tickets/drop"`)},
+		{name: "notification with an id", body: rpc(52, "notifications/initialized", `{}`),
+			status: 400, media: "application/json", want: rpcError(52, -32600, `Invalid Request: unexpected id for "notifications/initialized"`)},
+		{name: "call without params", body: []byte(`{"jsonrpc":"2.0","id":53,"method":"tools/call"}`),
+			status: 400, media: "application/json", want: rpcError(53, -32600, `Invalid Request: missing required "params"`)},
+		// The SDK would open a session for it and answer code 0.
+		{name: "call without a session", body: rpc(54, "tools/list", `{}`), header: map[string]string{"Mcp-Session-Id": "", "Mcp-Protocol-Version": ""},
+			status: 400, media: "application/json", want: rpcError(54, -32600, msgNoSession)},
+		{name: "second initialize", body: rpc(55, "initialize", initParams),
+			status: 400, media: "application/json", want: rpcError(55, -32600, msgReinit)},
+		{name: "foreign Host", body: rpc(56, "ping", `{}`), header: map[string]string{"Host": "evil.example"},
+			status: 403, media: "text/plain", want: `Forbidden: invalid Host header "evil.example"` + "\n"},
+		{name: "foreign Host with a port", body: rpc(57, "ping", `{}`), header: map[string]string{"Host": "rebind.example:8080"},
+			status: 403, media: "text/plain", want: `Forbidden: invalid Host header "rebind.example:8080"` + "\n"},
+		{name: "localhost Host", body: rpc(58, "ping", `{}`), header: map[string]string{"Host": "localhost:8080"},
+			status: 200, media: "text/event-stream", want: `{"jsonrpc":"2.0","id":58,"result":{}}`},
+		{name: "RLO in title", body: rloTitle, status: 200, media: "text/event-stream", want: toolError(59, msgRLOTitle)},
+		{name: "isolate in label", body: lriLabel, status: 200, media: "text/event-stream", want: toolError(60, msgLRILabel)},
+		{name: "tag characters in title", body: tagTitle, status: 200, media: "text/event-stream", want: toolError(61, msgTagTitle)},
 		{name: "params not an object", body: paramsString,
 			status: 200, media: "text/event-stream", want: rpcError(35, -32602, msgParams)},
 		{name: "arguments not an object", body: argsString, status: 200, media: "text/event-stream", want: toolError(36, msgArgsString)},
@@ -204,9 +222,12 @@ func (f *httpFront) request(t *testing.T, body []byte, header map[string]string)
 	req.Header.Set("Mcp-Session-Id", f.session)
 	req.Header.Set("Mcp-Protocol-Version", protocol)
 	for k, v := range header {
-		if v == "" {
+		switch {
+		case k == "Host":
+			req.Host = v
+		case v == "":
 			req.Header.Del(k)
-		} else {
+		default:
 			req.Header.Set(k, v)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -80,6 +81,13 @@ func TestHostileStdio(t *testing.T) {
 			want: rpcError(48, -32600, `Invalid Request: the member "method" appears more than once`)},
 		{name: "tool name twice", line: []byte(`{"jsonrpc":"2.0","id":49,"method":"tools/call","params":{"name":"create_ticket","arguments":{"request_id":"stdio-dup2","title":"t"},"name":"find_request"}}`),
 			want: rpcError(49, -32600, `Invalid Request: the member "params.name" appears more than once`)},
+		{name: "RLO in title", line: rloTitle, want: toolError(59, msgRLOTitle)},
+		{name: "isolate in label", line: lriLabel, want: toolError(60, msgLRILabel)},
+		{name: "tag characters in title", line: tagTitle, want: toolError(61, msgTagTitle)},
+		{name: "bidi controls in a body (accepted)", line: toolCall(62, "create_ticket", `{"request_id":"stdio-bidi-body","title":"t","body":"\u202eevil\u202c \u200f"}`), ledger: 1},
+		// go-sdk answers these with code 0, which JSON-RPC does not define.
+		{name: "second initialize", line: rpc(63, "initialize", initParams), want: rpcError(63, -32600, `duplicate "initialize" received`)},
+		{name: "notification with an id", line: rpc(64, "notifications/initialized", `{}`), want: rpcError(64, -32600, `invalid request: unexpected id for "notifications/initialized"`)},
 		{name: "argument twice", line: toolCall(50, "create_ticket", `{"request_id":"stdio-a","request_id":"stdio-b","title":"t"}`),
 			want: toolError(50, `invalid argument "request_id": is given more than once; nothing was written`)},
 	}
@@ -257,5 +265,49 @@ func TestStdioPipe(t *testing.T) {
 	}
 	if n := countRequests(t, db); n != 2 {
 		t.Errorf("%d ledger rows, want 2", n)
+	}
+}
+
+// TestStdioBeforeInitialize: a call before initialize (other than ping)
+// gets -32600 from the guard (go-sdk answered it with code 0, which
+// JSON-RPC does not define), and the session starts normally after it.
+func TestStdioBeforeInitialize(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var in bytes.Buffer
+	for _, l := range [][]byte{
+		rpc(1, "tools/list", `{}`),
+		rpc(2, "ping", `{}`),
+		rpc(3, "initialize", initParams),
+		[]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`),
+		rpc(4, "tools/list", `{}`),
+	} {
+		in.Write(append(l, '\n'))
+	}
+	cmd := exec.CommandContext(ctx, frontBin, "-stdio", "-db", filepath.Join(t.TempDir(), "tickets.db"))
+	cmd.SysProcAttr = e2eproc.DieWithParent()
+	cmd.Stdin = &in
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("mcp-front: %v; stderr:\n%s", err, clip(stderr.String()))
+	}
+	answers := map[string]string{}
+	for l := range bytes.Lines(stdout.Bytes()) {
+		answers[idOf(l)] = string(bytes.TrimSpace(l))
+	}
+	if want := rpcError(1, -32600, `Invalid Request: "tools/list" before initialize: a session starts with initialize`); !sameAnswer(answers["1"], want) {
+		t.Errorf("tools/list before initialize:\n got %s\nwant %s", answers["1"], want)
+	}
+	if !sameAnswer(answers["2"], `{"jsonrpc":"2.0","id":2,"result":{}}`) {
+		t.Errorf("ping before initialize: %s", answers["2"])
+	}
+	for _, id := range []string{"3", "4"} {
+		if !strings.Contains(answers[id], `"result"`) {
+			t.Errorf("answer to id %s: %s", id, clip(answers[id]))
+		}
+	}
+	if !strings.Contains(answers["4"], `"create_ticket"`) {
+		t.Errorf("tools/list after initialize: %s", clip(answers["4"]))
 	}
 }

@@ -62,6 +62,16 @@ var (
 	hugeBody     = toolCall(39, "create_ticket", `{"request_id":"huge","title":"t","body":"`+strings.Repeat("x", 2<<20)+`"}`)
 	bigField     = toolCall(40, "create_ticket", `{"request_id":"big","title":"t","body":"`+strings.Repeat("x", 100<<10)+`"}`)
 
+	rloTitle     = toolCall(59, "create_ticket", `{"request_id":"rlo","title":"invoice \u202efdp.exe"}`)
+	lriLabel     = toolCall(60, "create_ticket", `{"request_id":"lri","title":"t","labels":["ok","a\u2066b"]}`)
+	tagTitle     = toolCall(61, "create_ticket", `{"request_id":"tag","title":"ok\udb40\udc69\udb40\udc67"}`)
+	initParams   = fmt.Sprintf(`{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"hostile","version":"0"}}`, protocol)
+	msgRLOTitle  = `invalid argument "title": contains invisible format character U+202E (RIGHT-TO-LEFT OVERRIDE) at byte 8: it changes how the text reads; remove it; nothing was written`
+	msgLRILabel  = `invalid argument "labels[1]": contains invisible format character U+2066 (LEFT-TO-RIGHT ISOLATE) at byte 1: it changes how the text reads; remove it; nothing was written`
+	msgTagTitle  = `invalid argument "title": contains tag character U+E0069 at byte 2 outside an emoji flag: tag characters are invisible and hide text; remove it; nothing was written`
+	msgNoSession = "Invalid Request: no Mcp-Session-Id: a session starts with initialize, sent without one; every other message carries the Mcp-Session-Id of its answer"
+	msgReinit    = `Invalid Request: duplicate "initialize" received: this session is initialized; a new session starts with initialize sent without Mcp-Session-Id`
+
 	msgCtrlID     = `invalid argument "request_id": contains byte 0x01 at offset 1; only visible ASCII characters (no spaces) are allowed; nothing was written`
 	msgParams     = `handling 'tools/call': invalid params: unmarshaling "\"create_ticket\"" into a *mcp.CallToolParamsRaw: json: cannot unmarshal "\"create_ticket\"" into Go value of type mcp.CallToolParamsRaw`
 	msgArgsString = `invalid argument "arguments": must be a JSON object, got string; nothing was written`

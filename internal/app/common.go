@@ -292,3 +292,20 @@ func IsLoopbackListen(addr string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// CheckMetricsListen refuses a -metrics-listen address beyond loopback
+// unless insecure, as mcp-front refuses its MCP listener without tokens:
+// /metrics has no authentication, and says which targets fail, which
+// subjects are refused and how busy the service is. With insecure it logs
+// a warning and allows it. An empty address (metrics off) passes.
+func CheckMetricsListen(addr string, insecure bool, log *slog.Logger) error {
+	if addr == "" || IsLoopbackListen(addr) {
+		return nil
+	}
+	if !insecure {
+		return fmt.Errorf("%w: refusing to serve /metrics on %s beyond loopback: it has no authentication; "+
+			"listen on loopback and let the scraper reach it through a proxy or tunnel, or pass -insecure", ErrUsage, addr)
+	}
+	log.Warn("serving /metrics beyond loopback WITHOUT authentication (-insecure)", "metrics_listen", addr)
+	return nil
+}

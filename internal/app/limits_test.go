@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/internal/app/front"
 	"ticketrelay/internal/testwait"
 )
@@ -175,7 +177,7 @@ func frontPost(t *testing.T, url, token, session string, body string) *http.Resp
 	}
 	if session != "" {
 		req.Header.Set("Mcp-Session-Id", session)
-		req.Header.Set("Mcp-Protocol-app.Version", "2025-11-25")
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
@@ -206,9 +208,10 @@ func scrapeValue(t *testing.T, metricsAddr, sample string) float64 {
 }
 
 // TestFrontSessionAndAuthLimits: -max-sessions, -max-sessions-per-subject
-// and -auth-failures reach the handler; refusals keep no session and are
-// counted in ticketrelay_http_refused_total; ticketrelay_http_sessions
-// follows the live sessions, down again after a DELETE.
+// and -auth-failures reach the handler; with every session in use (each
+// made a call), refusals keep no session and are counted in
+// ticketrelay_http_refused_total; ticketrelay_http_sessions follows the
+// live sessions, down again after a DELETE.
 func TestFrontSessionAndAuthLimits(t *testing.T) {
 	const (
 		alice = "alice-0123456789abcdef0123456789"
@@ -230,7 +233,17 @@ func TestFrontSessionAndAuthLimits(t *testing.T) {
 		if want != http.StatusOK && !strings.Contains(string(b), "too many sessions") {
 			t.Errorf("refusal body %s", b)
 		}
-		return resp.Header.Get("Mcp-Session-Id")
+		session := resp.Header.Get("Mcp-Session-Id")
+		if want == http.StatusOK {
+			// A call: the session is in use, so never evicted for a new one.
+			ping := frontPost(t, url, token, session, `{"jsonrpc":"2.0","id":1,"method":"ping"}`)
+			io.Copy(io.Discard, ping.Body)
+			ping.Body.Close()
+			if ping.StatusCode != http.StatusOK {
+				t.Fatalf("ping as %.5s: HTTP %d", token, ping.StatusCode)
+			}
+		}
+		return session
 	}
 	aliceSession := open(alice, http.StatusOK)
 	open(alice, http.StatusTooManyRequests) // per subject
@@ -239,14 +252,16 @@ func TestFrontSessionAndAuthLimits(t *testing.T) {
 	if v := scrapeValue(t, metrics, "ticketrelay_http_sessions"); v != 2 {
 		t.Errorf("ticketrelay_http_sessions %v, want 2", v)
 	}
-	if v := scrapeValue(t, metrics, `ticketrelay_http_refused_total{reason="session_limit"}`); v != 2 {
-		t.Errorf(`refused{session_limit} %v, want 2`, v)
+	for _, reason := range []string{"session_limit", "client_session_limit"} {
+		if v := scrapeValue(t, metrics, `ticketrelay_http_refused_total{reason="`+reason+`"}`); v != 1 {
+			t.Errorf(`refused{%s} %v, want 1`, reason, v)
+		}
 	}
 
 	req, _ := http.NewRequest(http.MethodDelete, url, nil)
 	req.Header.Set("Authorization", "Bearer "+alice)
 	req.Header.Set("Mcp-Session-Id", aliceSession)
-	req.Header.Set("Mcp-Protocol-app.Version", "2025-11-25")
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("DELETE: %v, %v", resp, err)
@@ -297,5 +312,83 @@ func TestFrontConnsUnboundedByDefault(t *testing.T) {
 	}
 	if !resp.Close || !closedWithin(conn, br, 5*time.Second) {
 		t.Errorf("the connection of a 401 stays open (Connection: close %v)", resp.Close)
+	}
+}
+
+// TestMetricsListenStaysOnLoopback: /metrics has no authentication, so
+// both processes refuse -metrics-listen beyond loopback, before touching
+// anything, unless -insecure; with it they serve and say so.
+func TestMetricsListenStaysOnLoopback(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", ":0", "192.0.2.1:9464"} {
+		dir := t.TempDir()
+		procs := map[string]struct {
+			run  func(context.Context, app.Env) error
+			args []string
+		}{
+			"mcp-front":       {front.Run, []string{"-listen", "127.0.0.1:0", "-metrics-listen", addr, "-db", filepath.Join(dir, "f.db")}},
+			"mcp-front stdio": {front.Run, []string{"-stdio", "-metrics-listen", addr, "-db", filepath.Join(dir, "f.db")}},
+			"dispatcher":      {dispatcher.Run, []string{"-data", dir, "-nats-listen", "127.0.0.1:0", "-metrics-listen", addr}},
+		}
+		for name, p := range procs {
+			_, _, err := runOnce(t, p.run, newEnv(), p.args...)
+			if !errors.Is(err, app.ErrUsage) || !strings.Contains(err.Error(), "beyond loopback") || !strings.Contains(err.Error(), "-insecure") {
+				t.Errorf("%s -metrics-listen %s: error %v, want a usage error naming loopback and -insecure", name, addr, err)
+			}
+		}
+		if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+			t.Errorf("the refused starts left %v in %s (%v)", entries, dir, err)
+		}
+	}
+	// Reached on a loopback address, an all-interfaces listener serves.
+	for name, p := range map[string]struct {
+		run  func(context.Context, app.Env) error
+		args []string
+	}{
+		"mcp-front":  {front.Run, []string{"-listen", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "f.db")}},
+		"dispatcher": {dispatcher.Run, []string{"-data", t.TempDir(), "-nats-listen", "127.0.0.1:0"}},
+	} {
+		r := start(t, p.run, newEnv(), append(p.args, "-metrics-listen", "0.0.0.0:0", "-insecure")...)
+		_, port, _ := net.SplitHostPort(r.addrs["metrics"])
+		if v := scrapeValue(t, "127.0.0.1:"+port, "go_goroutines"); v == 0 {
+			t.Errorf("%s: /metrics on 0.0.0.0 with -insecure serves no go_goroutines", name)
+		}
+		if !strings.Contains(r.stderr.String(), "serving /metrics beyond loopback WITHOUT authentication") {
+			t.Errorf("%s: no warning for /metrics beyond loopback:\n%s", name, r.stderr)
+		}
+	}
+}
+
+// TestFrontHostRefusedCounted: a request that reaches the loopback
+// listener under a foreign Host (DNS rebinding) gets 403 and is counted in
+// ticketrelay_http_refused_total{reason="foreign_host"}, before
+// authentication.
+func TestFrontHostRefusedCounted(t *testing.T) {
+	const token = "alice-0123456789abcdef0123456789"
+	r := start(t, front.Run, newEnv("TICKETRELAY_AUTH_TOKENS", "alice:"+token), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0",
+		"-db", filepath.Join(t.TempDir(), "t.db"))
+	url, metrics := "http://"+r.addrs["mcp"]+"/mcp", r.addrs["metrics"]
+	for i, tok := range []string{token, ""} {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(limitsInit))
+		req.Host = "rebound.example"
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), `invalid Host header "rebound.example"`) {
+			t.Errorf("request %d with Host rebound.example: HTTP %d %s, want 403", i, resp.StatusCode, b)
+		}
+	}
+	if v := scrapeValue(t, metrics, `ticketrelay_http_refused_total{reason="foreign_host"}`); v != 2 {
+		t.Errorf(`refused{foreign_host} %v, want 2`, v)
+	}
+	if v := scrapeValue(t, metrics, `ticketrelay_http_refused_total{reason="unauthenticated"}`); v != 0 {
+		t.Errorf(`refused{unauthenticated} %v: the Host check comes first`, v)
 	}
 }

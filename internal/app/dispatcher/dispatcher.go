@@ -61,6 +61,7 @@ func Run(ctx context.Context, env app.Env) error {
 		pollInterval    = fs.Duration("poll-interval", 20*time.Millisecond, "how often an idle relay looks for new outbox rows")
 		auditAfter      = fs.Duration("audit-after", 5*time.Minute, "how long after its publish (or its last attempt) a message not yet delivered is looked up in the stream, and published again if the stream lost it (longer than the broker's sync interval and -delivery-timeout)")
 		addrFile        = fs.String("addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
+		insecure        = fs.Bool("insecure", false, "allow -metrics-listen beyond loopback (/metrics has no authentication)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: dispatcher [flags]\n\nRelays accepted tickets to JetStream and delivers them to their targets.\n\n%s\nFlags:\n", adminUsage)
@@ -68,6 +69,9 @@ func Run(ctx context.Context, env app.Env) error {
 	}
 	_, log, help, err := app.ParseStart(fs, env, logLevel, adminCommandNames...)
 	if help || err != nil {
+		return err
+	}
+	if err := app.CheckMetricsListen(*metricsListen, *insecure, log); err != nil {
 		return err
 	}
 	if *dbPath == "" {

@@ -50,14 +50,16 @@ func Run(ctx context.Context, env app.Env) error {
 		keepAlive      = fs.Duration("keepalive", 30*time.Second, "ping `interval` on sessions holding a GET stream open (0: no pings)")
 		keepAliveFails = fs.Int("keepalive-failures", mcpserver.DefaultKeepAliveFailures, "close a session after this `many` consecutive unanswered pings (sessions without a GET stream are never pinged)")
 		maxBody        = fs.Int64("max-body-bytes", mcpserver.DefaultMaxBodyBytes, "largest HTTP request body in `bytes` (413 beyond); a body must arrive within 30 s per MiB of this, at least 30 s (408 beyond)")
-		maxSessions    = fs.Int("max-sessions", mcpserver.DefaultMaxSessions, "live HTTP sessions at most (`n`); a new one beyond gets 503 (0: no bound)")
-		maxSubjectSess = fs.Int("max-sessions-per-subject", mcpserver.DefaultMaxSessionsPerSubject, "live HTTP sessions at most per bearer-token subject (`n`); a new one beyond gets 429 (0: no bound)")
+		maxSessions    = fs.Int("max-sessions", mcpserver.DefaultMaxSessions, "live HTTP sessions at most (`n`); a new one beyond closes the oldest session that made no call since its initialize, or gets 503 if all made calls (0: no bound)")
+		maxSubjectSess = fs.Int("max-sessions-per-subject", mcpserver.DefaultMaxSessionsPerSubject, "live HTTP sessions at most per bearer-token subject (`n`); a new one beyond closes the subject's oldest session that made no call, or gets 429 if all made calls (0: no bound)")
+		maxAddrSess    = fs.Int("max-sessions-per-address", mcpserver.DefaultMaxSessionsPerAddress, "live HTTP sessions at most per client address (IPv4, or IPv6 /64) of requests without a token (`n`); a new one beyond closes the address's oldest session that made no call, or gets 429 if all made calls (0: no bound). Behind a proxy without tokens every client shares its address")
+		unusedTimeout  = fs.Duration("session-unused-timeout", mcpserver.DefaultUnusedSessionTimeout, "close an HTTP session that made no call since its initialize after this `long` (0: only -session-timeout); a session that made a call is never closed for it")
 		maxConns       = fs.Int("max-conns", DefaultMaxConns, "HTTP connections served at once (`n`); more wait to be accepted. 0 (default): no bound; beware that one client address can hold every slot of a bound, and each session's GET stream holds one")
 		tokensFile     = fs.String("auth-tokens-file", "", "bearer tokens `file`: one \"subject:token\" (or bare token) per line; required to listen beyond loopback")
 		tokensEnv      = fs.String("auth-tokens-env", "TICKETRELAY_AUTH_TOKENS", "environment `variable` holding bearer tokens, \"subject:token\" entries separated by commas")
 		authResource   = fs.String("auth-resource", "", "canonical `URL` of this endpoint (https://host/mcp): with -auth-servers, serves OAuth protected-resource metadata")
 		authServers    = fs.String("auth-servers", "", "comma-separated OAuth authorization server `URLs` for the protected-resource metadata")
-		insecure       = fs.Bool("insecure", false, "allow listening beyond loopback without bearer tokens")
+		insecure       = fs.Bool("insecure", false, "allow listening beyond loopback without bearer tokens, and -metrics-listen beyond loopback (/metrics has no authentication)")
 		authFailures   = fs.Int("auth-failures", mcpserver.DefaultAuthFailureLimit.Burst, "requests without a valid token one client address may send in a row (`n`); then all its requests get 429, allowing one failure per second (0: no limit)")
 		rateLimit      = fs.Float64("rate-limit", -1, "HTTP requests per second per client (token subject or IP); 0: no limit; default -1 means 20 when -listen is beyond loopback, no limit on loopback")
 		rateBurst      = fs.Int("rate-burst", 0, "requests a client may send at once (default 2×rate-limit)")
@@ -72,13 +74,19 @@ func Run(ctx context.Context, env app.Env) error {
 	if help || err != nil {
 		return err
 	}
-	for _, n := range []*int{maxSessions, maxSubjectSess, maxConns, authFailures} {
+	for _, n := range []*int{maxSessions, maxSubjectSess, maxAddrSess, maxConns, authFailures} {
 		if *n < 0 {
-			return fmt.Errorf("%w: -max-sessions, -max-sessions-per-subject, -max-conns and -auth-failures take a count ≥ 0", app.ErrUsage)
+			return fmt.Errorf("%w: -max-sessions, -max-sessions-per-subject, -max-sessions-per-address, -max-conns and -auth-failures take a count ≥ 0", app.ErrUsage)
 		}
+	}
+	if *unusedTimeout < 0 {
+		return fmt.Errorf("%w: -session-unused-timeout takes a duration ≥ 0", app.ErrUsage)
 	}
 	if *stdio && !set["metrics-listen"] {
 		*metricsListen = "" // several stdio instances must not race for one port
+	}
+	if err := app.CheckMetricsListen(*metricsListen, *insecure, log); err != nil {
+		return err
 	}
 	// The front only needs the file's shape (tools, targets' kinds), never
 	// the downstream credentials.
@@ -170,10 +178,16 @@ func Run(ctx context.Context, env app.Env) error {
 	if *eventBytes <= 0 {
 		*eventBytes = -1
 	}
-	for _, n := range []*int{maxSessions, maxSubjectSess} {
+	for _, n := range []*int{maxSessions, maxSubjectSess, maxAddrSess} {
 		if *n == 0 {
 			*n = -1 // no bound
 		}
+	}
+	if *unusedTimeout == 0 {
+		*unusedTimeout = -1 // none
+	}
+	for _, reason := range mcpserver.EvictedReasons {
+		m.HTTPSessionsEvicted.WithLabelValues(reason) // exported at 0 from the start
 	}
 	h := mcpserver.NewHTTPHandler(srv, mcpserver.HTTPConfig{
 		AllowedOrigins:        app.SplitList(*allowedOrigins),
@@ -185,9 +199,12 @@ func Run(ctx context.Context, env app.Env) error {
 		MaxBodyBytes:          *maxBody,
 		MaxSessions:           *maxSessions,
 		MaxSessionsPerSubject: *maxSubjectSess,
+		MaxSessionsPerAddress: *maxAddrSess,
+		UnusedSessionTimeout:  *unusedTimeout,
 		Auth:                  authCfg,
 		RateLimit:             limit,
 		Refused:               func(reason string) { m.HTTPRefused.WithLabelValues(reason).Inc() },
+		Evicted:               func(reason string) { m.HTTPSessionsEvicted.WithLabelValues(reason).Inc() },
 		Logger:                log,
 	})
 	defer h.Close()
