@@ -75,11 +75,23 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// Deliveries is the part of a store the forwarder uses: a request's
+// ticket and delivery record, read together, and conditional writes of the
+// record (see ledger.RecordDelivery). The ledger is one; a multi-host
+// installation's cluster record (clusterrec.Deliveries) is the other.
+type Deliveries interface {
+	PriorDelivery(ctx context.Context, requestID string) (ledger.Prior, error)
+	RecordDelivery(ctx context.Context, d ledger.Delivery) error
+	RecordDeliveryThen(ctx context.Context, d ledger.Delivery, then func(error)) error
+}
+
+var _ Deliveries = (*ledger.Ledger)(nil)
+
 // Forwarder delivers the tickets of a set of targets.
 type Forwarder struct {
 	cfg     Config
 	js      jetstream.JetStream
-	ledger  *ledger.Ledger
+	ledger  Deliveries
 	targets map[string]downstream.Target
 	// limiters pace the calls to the targets with a rate limit.
 	limiters map[string]*rate.Limiter
@@ -101,7 +113,7 @@ type Forwarder struct {
 }
 
 // New builds a forwarder for targets.
-func New(cfg Config, js jetstream.JetStream, l *ledger.Ledger, targets []downstream.Target, log *slog.Logger, m *metrics.Dispatcher, now func() time.Time) *Forwarder {
+func New(cfg Config, js jetstream.JetStream, l Deliveries, targets []downstream.Target, log *slog.Logger, m *metrics.Dispatcher, now func() time.Time) *Forwarder {
 	f := &Forwarder{cfg: cfg.WithDefaults(), js: js, ledger: l, targets: map[string]downstream.Target{}, log: log, metrics: m, now: now}
 	for _, t := range targets {
 		f.targets[t.Name()] = t

@@ -67,7 +67,26 @@ func (l *Ledger) RecordDeliveryThen(ctx context.Context, d Delivery, then func(e
 	return recordErr(d, err)
 }
 
+// MirrorDelivery copies d, a delivery record another store decided (the
+// cluster record of a multi-host installation), into this ledger if it
+// holds the request: whatever the local version, except that a delivered
+// record stays delivered. It keeps the host's own views (dispatcher
+// status, retention) true; it decides nothing.
+func (l *Ledger) MirrorDelivery(ctx context.Context, d Delivery) error {
+	err := l.w.InTx(ctx, l.writeTx(d, true))
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrStale) {
+		return nil
+	}
+	return recordErr(d, err)
+}
+
 func (l *Ledger) recordTx(d Delivery) func(ctx context.Context, tx *sql.Tx) error {
+	return l.writeTx(d, false)
+}
+
+// writeTx writes d: if the record is at d.Version (a mirror: at any
+// version), or d is a delivery of a record not yet delivered.
+func (l *Ledger) writeTx(d Delivery, mirror bool) func(ctx context.Context, tx *sql.Tx) error {
 	var next any
 	if !d.NextAttemptAt.IsZero() {
 		next = d.NextAttemptAt.UnixNano()
@@ -83,8 +102,10 @@ func (l *Ledger) recordTx(d Delivery) func(ctx context.Context, tx *sql.Tx) erro
 				next_attempt_at = excluded.next_attempt_at, last_error = excluded.last_error,
 				external_id = excluded.external_id, external_url = excluded.external_url,
 				updated_at = excluded.updated_at, version = deliveries.version + 1
-			WHERE deliveries.version = ? OR (excluded.state = 'delivered' AND deliveries.state != 'delivered')`,
-			d.Target, d.State, d.Attempts, d.Throttled, next, d.LastError, d.ExternalID, d.ExternalURL, l.now().UnixNano(), d.RequestID, d.Version)
+			WHERE (deliveries.version = ? OR ?) AND (deliveries.state != 'delivered' OR ?)
+				OR (excluded.state = 'delivered' AND deliveries.state != 'delivered')`,
+			d.Target, d.State, d.Attempts, d.Throttled, next, d.LastError, d.ExternalID, d.ExternalURL, l.now().UnixNano(), d.RequestID,
+			d.Version, mirror, !mirror)
 		if err != nil {
 			return err
 		}

@@ -72,7 +72,13 @@ func New(db *DB, w *Writer, now func() time.Time) *Ledger {
 // still committing is queued behind it on the writer and then replayed.
 // req must already be normalized (ticket.Request.Normalize).
 func (l *Ledger) Create(ctx context.Context, req ticket.Request) (Result, error) {
-	hash := req.Hash()
+	return l.CreateAt(ctx, req, req.Hash(), l.now())
+}
+
+// CreateAt is Create for a request whose hash is known and whose
+// acceptance time was decided elsewhere: the cluster record's claim, so
+// that every host that commits the request stores the same ticket.
+func (l *Ledger) CreateAt(ctx context.Context, req ticket.Request, hash string, at time.Time) (Result, error) {
 	// No lookup on the read pool first: a retry is rare, and answering it
 	// from the writer's transaction costs it one queued batch, while a
 	// lookup before every first call cost 12 % of the server's CPU.
@@ -81,7 +87,7 @@ func (l *Ledger) Create(ctx context.Context, req ticket.Request) (Result, error)
 		ptx := l.w.prepared(tx)
 		// Insert first: the unique index answers whether the id is new in
 		// the same probe, and only a repeat pays for a lookup.
-		r, inserted, err := l.insert(ctx, ptx, req, hash)
+		r, inserted, err := l.insert(ctx, ptx, req, hash, at)
 		if err != nil || inserted {
 			res = r
 			return err
@@ -136,8 +142,7 @@ func lookup(ctx context.Context, q querier, req ticket.Request, hash string) (Re
 // insert writes the ledger row, with its ticket, and the outbox row, and
 // returns the result, unless the ledger already holds req.RequestID: then it
 // writes nothing and reports false.
-func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash string) (res Result, inserted bool, err error) {
-	now := l.now()
+func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash string, now time.Time) (res Result, inserted bool, err error) {
 	scoped := req.Scoped()
 	t := ticket.Ticket{Request: req, ID: ticket.IDFor(scoped), CreatedAt: now.UTC()}
 	res = Result{RequestID: req.RequestID, TicketID: t.ID, Target: req.Target, Status: StatusQueued, CreatedAt: t.CreatedAt}

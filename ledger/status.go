@@ -119,30 +119,59 @@ func (r *statusRow) fill(st *RequestStatus) {
 	if r.published.Valid {
 		st.PublishedAt = timePtr(r.published.Int64)
 	}
+	if !r.state.Valid {
+		st.settle(nil)
+		return
+	}
+	d := Delivery{State: r.state.String, Attempts: int(r.attempts.Int64), Throttled: int(r.throttled.Int64),
+		LastError: r.lastErr.String, ExternalID: r.extID.String, ExternalURL: r.extURL.String,
+		UpdatedAt: time.Unix(0, r.upd.Int64).UTC()}
+	if r.next.Valid {
+		d.NextAttemptAt = time.Unix(0, r.next.Int64).UTC()
+	}
+	st.settle(&d)
+}
+
+// settle sets st's status and delivery fields from its delivery record d
+// (nil: none yet) and st.PublishedAt.
+func (st *RequestStatus) settle(d *Delivery) {
 	switch {
-	case r.state.Valid:
-		st.Attempts, st.Throttled = int(r.attempts.Int64), int(r.throttled.Int64)
-		st.LastError, st.ExternalID, st.ExternalURL = r.lastErr.String, r.extID.String, r.extURL.String
-		st.UpdatedAt = timePtr(r.upd.Int64)
-		if r.next.Valid {
-			st.NextAttemptAt = timePtr(r.next.Int64)
+	case d != nil:
+		st.Attempts, st.Throttled = d.Attempts, d.Throttled
+		st.LastError, st.ExternalID, st.ExternalURL = d.LastError, d.ExternalID, d.ExternalURL
+		st.UpdatedAt = &d.UpdatedAt
+		if !d.NextAttemptAt.IsZero() {
+			st.NextAttemptAt = &d.NextAttemptAt
 		}
 		switch {
-		case r.state.String == DeliveryAttempting && !r.next.Valid:
+		case d.State == DeliveryAttempting && d.NextAttemptAt.IsZero():
 			st.Status = StatusPublished
 			st.InProgress = true
-		case r.state.String == DeliveryAttempting:
+		case d.State == DeliveryAttempting:
 			// The attempt ended without a known outcome; the next one looks
 			// it up before any resend.
 			st.Status = StatusRetrying
 		default:
-			st.Status = Status(r.state.String)
+			st.Status = Status(d.State)
 		}
-	case r.published.Valid:
+	case st.PublishedAt != nil:
 		st.Status = StatusPublished
 	default:
 		st.Status = StatusQueued
 	}
+}
+
+// StatusOf is what find_request reports of a request known from outside
+// this ledger (the cluster record of a multi-host installation): its
+// ticket t (Request.RequestID as the caller gave it), when it was
+// accepted, when it was published (nil: not known) and its delivery record
+// (nil: none yet).
+func StatusOf(t ticket.Ticket, accepted time.Time, published *time.Time, d *Delivery) RequestStatus {
+	st := RequestStatus{RequestID: t.RequestID, TicketID: t.ID, Tool: t.Tool, Target: t.Target,
+		AcceptedAt: &accepted, PublishedAt: published, scoped: t.Scoped()}
+	st.settle(d)
+	st.Detail = detail(st)
+	return st
 }
 
 // explain writes st's detail: what the status means and what to do next,

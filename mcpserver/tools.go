@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"ticketrelay/clusterrec"
 	"ticketrelay/downstream"
 	"ticketrelay/internal/failpoint"
 	"ticketrelay/ledger"
@@ -39,15 +40,25 @@ type Config struct {
 	Bindings []Binding
 }
 
+// Requests is the part of a store the tools use: accept a request exactly
+// once, and report where one stands. The ledger is one (a single host); a
+// multi-host installation's front (clusterrec.Front) is the other.
+type Requests interface {
+	Create(ctx context.Context, req ticket.Request) (ledger.Result, error)
+	Find(ctx context.Context, subject, requestID string) (ledger.RequestStatus, error)
+}
+
+var _ Requests = (*ledger.Ledger)(nil)
+
 // Server holds the dependencies of the tool handlers.
 type Server struct {
-	ledger  *ledger.Ledger
+	ledger  Requests
 	metrics *metrics.Front
 	log     *slog.Logger
 }
 
 // New builds an MCP server with one create tool per binding and find_request.
-func New(cfg Config, l *ledger.Ledger, m *metrics.Front, log *slog.Logger) (*mcp.Server, error) {
+func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Server, error) {
 	if len(cfg.Bindings) == 0 {
 		return nil, errors.New("mcpserver: no tool bindings")
 	}
@@ -366,6 +377,21 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 			outcome = metrics.CallConflict
 			s.metrics.Conflicts.WithLabelValues(b.Tool).Inc()
 			return toolError("idempotency_key_conflict: " + err.Error()), nil
+		case errors.Is(err, clusterrec.ErrInProgress):
+			// Multi-host: another host claimed it and is still committing.
+			return toolError("idempotency_key_in_progress: another host is still accepting this request_id. " +
+				"Repeat this call with the same request_id and arguments in a few seconds: it will return that result."), nil
+		case errors.Is(err, clusterrec.ErrFull):
+			s.log.Error("create refused: the cluster record is full", "tool", b.Tool, "err", err)
+			return toolError("the ticket was not accepted: ticketrelay's cluster record is full (an operator must act); " +
+				"nothing was written. Tell the user; retrying will not help until it is fixed."), nil
+		case errors.Is(err, clusterrec.ErrUnavailable) && ctx.Err() == nil:
+			// No quorum or an election that outlasted the call: the claim was
+			// not decided, and a retry with the same request_id is safe.
+			s.log.Warn("create refused: the cluster record is unavailable", "tool", b.Tool, "request_id", r.RequestID, "err", err)
+			return toolError("the ticket was not accepted: the cluster that decides acceptance is unavailable (no quorum, or a " +
+				"leader election in progress). Retry in a few seconds with the SAME request_id and arguments; it never makes a " +
+				"second ticket."), nil
 		case err != nil && (ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 			// The write was queued and completes without its caller: do not
 			// claim that nothing was written.

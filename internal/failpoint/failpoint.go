@@ -26,9 +26,10 @@ const (
 	RelayAfterPublish     = "relay.after-publish"     // JetStream acked, outbox row not yet marked
 	ForwarderAfterDeliver = "forwarder.after-deliver" // downstream called, outcome not yet recorded
 	FrontAfterCommit      = "front.after-commit"      // ledger committed, answer not yet sent
+	FrontAfterClaim       = "front.after-claim"       // cluster record claimed, ledger not yet committed
 )
 
-var known = map[string]bool{RelayAfterPublish: true, ForwarderAfterDeliver: true, FrontAfterCommit: true}
+var known = map[string]bool{RelayAfterPublish: true, ForwarderAfterDeliver: true, FrontAfterCommit: true, FrontAfterClaim: true}
 
 type point struct {
 	killAt int64

@@ -1,0 +1,108 @@
+package clusterrec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"ticketrelay/ledger"
+)
+
+// Deliveries is the forwarder's store in a multi-host installation: every
+// host's forwarder can deliver every host's ticket (the record holds it),
+// and a delivery outcome written by one is seen by all, so that no host
+// delivers a settled request again. Each write is a compare-and-set on the
+// record; a copy of this host's ledger row, where it holds one, follows
+// (ledger.MirrorDelivery) for the host's own views.
+type Deliveries struct {
+	store *Store
+	local *ledger.Ledger
+	now   func() time.Time
+}
+
+// NewDeliveries returns the forwarder's store on s, mirroring into l.
+func NewDeliveries(s *Store, l *ledger.Ledger, now func() time.Time) *Deliveries {
+	return &Deliveries{store: s, local: l, now: now}
+}
+
+// PriorDelivery reads the ticket and delivery record of the request whose
+// scoped id is scoped, from the record. The ticket is the one the ledger
+// of the accepting host gives its forwarder (named by its scoped id), so
+// every host sends the downstream the same item.
+func (d *Deliveries) PriorDelivery(ctx context.Context, scoped string) (ledger.Prior, error) {
+	rec, _, found, err := d.store.Get(ctx, scoped)
+	p := ledger.Prior{Delivery: ledger.Delivery{RequestID: scoped}}
+	if err != nil || !found {
+		return p, err
+	}
+	p.Accepted = true
+	p.Ticket = rec.Ticket
+	p.Ticket.RequestID, p.Ticket.Subject = scoped, ""
+	if rec.Delivery != nil {
+		p.Found = true
+		p.Delivery = *rec.Delivery.Ledger(scoped)
+		p.Delivery.Version = rec.Delivery.Version
+	}
+	return p, nil
+}
+
+// RecordDelivery writes rec's delivery record if it is still at
+// rec.Version, as ledger.RecordDelivery does (ledger.ErrStale otherwise;
+// a delivery replaces any record not delivered already, whatever its
+// version).
+func (d *Deliveries) RecordDelivery(ctx context.Context, rec ledger.Delivery) error {
+	key := Key(rec.RequestID)
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("clusterrec: record delivery %s: %w", rec.RequestID, errors.Join(ErrUnavailable, ctx.Err()))
+			case <-time.After(pace.Delay(attempt)):
+			}
+		}
+		cur, rev, found, err := d.store.get(ctx, key)
+		switch {
+		case err != nil:
+			continue
+		case !found:
+			return fmt.Errorf("clusterrec: record delivery %s: %w", rec.RequestID, ledger.ErrNotFound)
+		}
+		var version int64
+		if cur.Delivery != nil {
+			version = cur.Delivery.Version
+		}
+		delivered := string(ledger.StatusDelivered)
+		curDelivered := cur.Delivery != nil && cur.Delivery.State == delivered
+		if version != rec.Version && (rec.State != delivered || curDelivered) {
+			return fmt.Errorf("clusterrec: record delivery %s: %w", rec.RequestID, ledger.ErrStale)
+		}
+		cur.Delivery = &Delivery{Target: rec.Target, State: rec.State, Attempts: rec.Attempts, Throttled: rec.Throttled,
+			NextAttemptAt: rec.NextAttemptAt, LastError: rec.LastError, ExternalID: rec.ExternalID, ExternalURL: rec.ExternalURL,
+			UpdatedAt: d.now().UTC(), By: d.store.Host(), Version: version + 1}
+		switch _, err := d.store.update(ctx, key, cur, rev); {
+		case err == nil:
+			m := *cur.Delivery.Ledger(rec.RequestID)
+			if err := d.local.MirrorDelivery(ctx, m); err != nil {
+				d.store.log.Warn("delivery recorded in the cluster, not in this host's ledger", "request_id", rec.RequestID, "err", err)
+			}
+			return nil
+		case errors.Is(err, errConflict):
+			attempt = -1 // another write came first: read it and decide again
+		case errors.Is(err, ErrFull):
+			return fmt.Errorf("clusterrec: record delivery %s: %w", rec.RequestID, err)
+		}
+	}
+}
+
+// RecordDeliveryThen is RecordDelivery without the wait: then hears its
+// answer. Once called, the write goes on if ctx ends, as the ledger's
+// does, within a bound.
+func (d *Deliveries) RecordDeliveryThen(ctx context.Context, rec ledger.Delivery, then func(error)) error {
+	go func() {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		then(d.RecordDelivery(wctx, rec))
+	}()
+	return nil
+}

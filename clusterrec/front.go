@@ -1,0 +1,147 @@
+package clusterrec
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"ticketrelay/internal/failpoint"
+	"ticketrelay/ledger"
+	"ticketrelay/ticket"
+)
+
+// Front accepts and reports requests on one host of a multi-host
+// installation: the cluster record decides, then the host's own ledger
+// commits, then the caller is answered. It has the methods of the ledger
+// that mcp-front's tools use.
+type Front struct {
+	store  *Store
+	ledger *ledger.Ledger
+	log    *slog.Logger
+	now    func() time.Time
+	// ClaimTimeout bounds how long a call waits for the cluster (an
+	// election, another host's claim) before it answers that it could not
+	// decide. Default 20s: longer than an election (4–9 s), shorter than
+	// a client's time limit.
+	ClaimTimeout time.Duration
+
+	mu   sync.Mutex
+	busy map[string]int // scoped id → this process's calls for it
+}
+
+// NewFront builds the multi-host front of l on s.
+func NewFront(s *Store, l *ledger.Ledger, log *slog.Logger, now func() time.Time) *Front {
+	return &Front{store: s, ledger: l, log: log, now: now, ClaimTimeout: 20 * time.Second, busy: map[string]int{}}
+}
+
+// hold counts a call of this process for scoped until release; held
+// reports whether another call of this process holds it too.
+func (f *Front) hold(scoped string) (held func() bool, release func()) {
+	f.mu.Lock()
+	f.busy[scoped]++
+	f.mu.Unlock()
+	held = func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.busy[scoped] > 1
+	}
+	release = func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.busy[scoped]--; f.busy[scoped] == 0 {
+			delete(f.busy, scoped)
+		}
+	}
+	return held, release
+}
+
+// Create accepts req exactly once across the cluster (see Store.Claim),
+// committing it to this host's ledger when this host holds it. A replay
+// answers from the record, with where the request stands now.
+func (f *Front) Create(ctx context.Context, req ticket.Request) (ledger.Result, error) {
+	scoped := req.Scoped()
+	hash := req.Hash()
+	t := ticket.Ticket{Request: req, ID: ticket.IDFor(scoped), CreatedAt: f.now().UTC()}
+	held, release := f.hold(scoped)
+	defer release()
+	cctx, cancel := context.WithTimeout(ctx, f.ClaimTimeout)
+	c, err := f.store.Claim(cctx, t, hash, held)
+	cancel()
+	if err != nil {
+		return ledger.Result{}, err
+	}
+	if !c.Mine {
+		return f.replay(req, c.Record), nil
+	}
+	failpoint.Hit(failpoint.FrontAfterClaim) // claimed, not yet committed
+	// The claim's ticket, not t: a claim taken over keeps the time the
+	// request was first accepted, and every host stores the same ticket.
+	res, err := f.ledger.CreateAt(ctx, c.Record.Ticket.Request, hash, c.Record.Ticket.CreatedAt)
+	if err != nil {
+		return ledger.Result{}, err
+	}
+	if err := f.store.Accept(ctx, scoped); err != nil {
+		// The claim holds the ticket and this ledger has committed it: the
+		// request is accepted. A retry may take the claim over; the stream
+		// and the record keep it to one delivery.
+		f.log.Warn("accepted, but the cluster record still says claimed", "request_id", req.RequestID, "err", err)
+	}
+	return res, nil
+}
+
+// replay is the answer to a request another call accepted, from its
+// record.
+func (f *Front) replay(req ticket.Request, rec Record) ledger.Result {
+	st := f.status(req.RequestID, rec)
+	return ledger.Result{RequestID: req.RequestID, TicketID: rec.Ticket.ID, Target: rec.Ticket.Target,
+		Status: st.Status, CreatedAt: rec.Ticket.CreatedAt, Replayed: true, Live: &st}
+}
+
+// status is where rec's request stands: its delivery as the record holds
+// it. The record does not say when the request was published; before a
+// delivery record it is queued.
+func (f *Front) status(requestID string, rec Record) ledger.RequestStatus {
+	t := rec.Ticket
+	t.RequestID = requestID
+	return ledger.StatusOf(t, t.CreatedAt, nil, rec.Delivery.Ledger(rec.Scoped()))
+}
+
+// Find reports subject's request from the cluster record; a request the
+// record does not hold may be one this host accepted before it joined a
+// multi-host installation, and is looked up in its ledger.
+func (f *Front) Find(ctx context.Context, subject, requestID string) (ledger.RequestStatus, error) {
+	scoped := ticket.ScopedID(subject, requestID)
+	rec, _, found, err := f.store.Get(ctx, scoped)
+	switch {
+	case err != nil:
+		return ledger.RequestStatus{}, err
+	case !found:
+		return f.ledger.Find(ctx, subject, requestID)
+	case rec.Ticket.Subject != subject:
+		// Another subject's request under the same scoped id (an anonymous
+		// id that spells it): unknown to this caller.
+		return f.ledger.Find(ctx, subject, requestID)
+	}
+	st := f.status(requestID, rec)
+	if rec.Delivery == nil && rec.Host == f.store.Host() {
+		// This host holds it: its ledger knows whether it was published.
+		if local, err := f.ledger.Find(ctx, subject, requestID); err == nil && local.Status != ledger.StatusUnknown {
+			return local, nil
+		}
+	}
+	return st, nil
+}
+
+// Ledger is d as the ledger's delivery record of scoped; nil for none.
+func (d *Delivery) Ledger(scoped string) *ledger.Delivery {
+	if d == nil {
+		return nil
+	}
+	return &ledger.Delivery{RequestID: scoped, Target: d.Target, State: d.State, Attempts: d.Attempts, Throttled: d.Throttled,
+		NextAttemptAt: d.NextAttemptAt, LastError: d.LastError, ExternalID: d.ExternalID, ExternalURL: d.ExternalURL, UpdatedAt: d.UpdatedAt}
+}
+
+// IsUnavailable reports whether err says the cluster could not decide.
+func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
