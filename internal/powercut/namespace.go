@@ -208,9 +208,10 @@ func isEmptyDir(path string) error {
 // directory that durable entries reach twice (possible only when a moved
 // directory's old and new parents were synced at different times) is kept
 // at the first place a breadth-first walk in name order finds it.
-// It returns how many entries (parent, name, inode) differ between the tree
-// before and after.
-func (ns *namespace) rebuild(backing, staging string) (int, error) {
+// It returns the entries (parent, name, inode) that differ between the tree
+// before and after, as paths under the root: "-path" for an entry the cut
+// removed, "+path" for one it brought back.
+func (ns *namespace) rebuild(backing, staging string) ([]string, error) {
 	type triple struct {
 		parent uint64
 		name   string
@@ -218,7 +219,7 @@ func (ns *namespace) rebuild(backing, staging string) (int, error) {
 	}
 	// Where each inode can be found now, and the tree as it is.
 	where := map[uint64]string{}
-	live := map[triple]bool{}
+	live := map[triple]string{}
 	var walk func(path string) error
 	walk = func(path string) error {
 		dir, l, err := listDir(path)
@@ -227,7 +228,7 @@ func (ns *namespace) rebuild(backing, staging string) (int, error) {
 		}
 		for name, e := range l {
 			p := filepath.Join(path, name)
-			live[triple{dir, name, e.ino}] = true
+			live[triple{dir, name, e.ino}] = p
 			if _, ok := where[e.ino]; !ok {
 				where[e.ino] = p
 			}
@@ -240,7 +241,7 @@ func (ns *namespace) rebuild(backing, staging string) (int, error) {
 		return nil
 	}
 	if err := walk(backing); err != nil {
-		return 0, err
+		return nil, err
 	}
 	for ino := range ns.trashed {
 		if _, ok := where[ino]; !ok {
@@ -249,12 +250,12 @@ func (ns *namespace) rebuild(backing, staging string) (int, error) {
 	}
 
 	if err := os.RemoveAll(staging); err != nil {
-		return 0, fmt.Errorf("clear %s: %w", staging, err)
+		return nil, fmt.Errorf("clear %s: %w", staging, err)
 	}
 	if err := os.Mkdir(staging, 0o700); err != nil {
-		return 0, err
+		return nil, err
 	}
-	durable := map[triple]bool{}
+	durable := map[triple]string{}
 	type item struct {
 		ino uint64
 		dst string
@@ -275,74 +276,77 @@ func (ns *namespace) rebuild(backing, staging string) (int, error) {
 			if e.dir && seen[e.ino] {
 				continue
 			}
-			durable[triple{it.ino, name, e.ino}] = true
 			src, ok := where[e.ino]
 			if !ok {
-				return 0, fmt.Errorf("inode %d (%s) is named by a durable entry but can no longer be found", e.ino, name)
+				return nil, fmt.Errorf("inode %d (%s) is named by a durable entry but can no longer be found", e.ino, name)
 			}
 			dst := filepath.Join(it.dst, name)
+			durable[triple{it.ino, name, e.ino}] = dst
 			if !e.dir {
 				if err := os.Link(src, dst); err != nil {
-					return 0, err
+					return nil, err
 				}
 				continue
 			}
 			fi, err := os.Lstat(src)
 			if err != nil {
-				return 0, err
+				return nil, err
 			}
 			if err := os.Mkdir(dst, 0o700); err != nil {
-				return 0, err
+				return nil, err
 			}
 			if err := os.Chmod(dst, fi.Mode().Perm()); err != nil {
-				return 0, err
+				return nil, err
 			}
 			seen[e.ino] = true
 			queue = append(queue, item{e.ino, dst})
 		}
 	}
-	undone := 0
-	for t := range live {
-		if !durable[t] {
-			undone++
+	var undone []string
+	for t, p := range live {
+		if _, ok := durable[t]; !ok {
+			rel, _ := filepath.Rel(backing, p)
+			undone = append(undone, "-"+rel)
 		}
 	}
-	for t := range durable {
-		if !live[t] {
-			undone++
+	for t, p := range durable {
+		if _, ok := live[t]; !ok {
+			rel, _ := filepath.Rel(staging, p)
+			undone = append(undone, "+"+rel)
 		}
 	}
+	slices.Sort(undone)
 
 	// Swap the contents; backing itself stays (it may be a directory the
 	// caller holds open or watches).
 	old, err := os.ReadDir(backing)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	for _, e := range old {
 		if err := os.RemoveAll(filepath.Join(backing, e.Name())); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	now, err := os.ReadDir(staging)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	for _, e := range now {
 		if err := os.Rename(filepath.Join(staging, e.Name()), filepath.Join(backing, e.Name())); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	if err := os.Remove(staging); err != nil {
-		return 0, err
+		return nil, err
 	}
 	trash, err := os.ReadDir(ns.trash)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	for _, e := range trash {
 		if err := os.RemoveAll(filepath.Join(ns.trash, e.Name())); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	return undone, nil

@@ -22,6 +22,14 @@
 // open; Cut then returns an error wrapping ErrBusy and changes nothing.
 // After a successful Cut the same mountpoint serves the reverted tree, with
 // the kernel's caches of the old one gone, as after a reboot.
+//
+// The process that serves the mount (the test) may use it through system
+// calls, but must not map a file of it: a page fault on the mount is not a
+// system call to the Go runtime, so a goroutine blocked in one cannot be
+// stopped for a garbage collection, and the collection then waits for it
+// while the goroutines that would answer the fault wait for the
+// collection. Run whatever maps files (SQLite, for its -shm file) in a
+// child process.
 package powercut
 
 import (
@@ -64,6 +72,9 @@ type CutStats struct {
 	// on the mount before the cut and not after, or after and not before: a
 	// file whose creation was undone counts 1, an undone rename 2.
 	EntriesUndone int
+	// Undone lists those entries as paths under the mount, sorted (at most
+	// 100): "-path" an entry the cut removed, "+path" one it brought back.
+	Undone []string
 }
 
 // Stats are the counters of a mount, over its whole life.
@@ -240,7 +251,8 @@ func (pc *FS) Cut() error {
 			pc.closed = true
 			return fmt.Errorf("powercut: cut: %w", err)
 		}
-		cs.EntriesUndone = undone
+		cs.EntriesUndone = len(undone)
+		cs.Undone = undone[:min(len(undone), 100)]
 		if pc.ns, err = scanNamespace(pc.backing, pc.trash); err != nil {
 			pc.closed = true
 			return fmt.Errorf("powercut: cut: %w", err)
@@ -258,8 +270,8 @@ func (pc *FS) Cut() error {
 // Unmount is a clean shutdown: it unmounts the filesystem and writes what
 // was not synced to the backing directory, as an orderly unmount of a real
 // filesystem does. If the kernel refuses the unmount (a file still open) it
-// detaches the mount lazily, so that a failed test does not leave it behind,
-// and returns the refusal.
+// aborts the connection and detaches the mount, so that a failed test does
+// not leave it behind or hang on it, and returns the refusal.
 func (pc *FS) Unmount() error {
 	pc.life.Lock()
 	defer pc.life.Unlock()
@@ -268,10 +280,10 @@ func (pc *FS) Unmount() error {
 	}
 	pc.closed = true
 	if err := pc.server.Unmount(); err != nil {
-		if derr := syscall.Unmount(pc.mountpoint, syscall.MNT_DETACH); derr != nil {
-			return fmt.Errorf("powercut: unmount %s: %w (lazy unmount: %v)", pc.mountpoint, err, derr)
+		if derr := pc.abort(); derr != nil {
+			return fmt.Errorf("powercut: unmount %s: %w (forced lazy unmount: %v)", pc.mountpoint, err, derr)
 		}
-		return fmt.Errorf("powercut: unmount %s: %w (detached lazily)", pc.mountpoint, err)
+		return fmt.Errorf("powercut: unmount %s: %w (aborted and detached)", pc.mountpoint, err)
 	}
 	var errs []error
 	for _, f := range pc.files {
@@ -285,4 +297,12 @@ func (pc *FS) Unmount() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// abort ends the FUSE connection and detaches the mount, whatever is open:
+// a process blocked on the mount gets an error instead of waiting forever.
+// That matters most for the process serving the mount, which cannot exit
+// while one of its own threads waits on it.
+func (pc *FS) abort() error {
+	return syscall.Unmount(pc.mountpoint, syscall.MNT_FORCE|syscall.MNT_DETACH)
 }

@@ -7,7 +7,12 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 )
+
+// abortBeforeDeadline is how long before the test binary's deadline MountT
+// aborts the mount.
+const abortBeforeDeadline = 20 * time.Second
 
 // MountT mounts a power-cut filesystem for a test on new directories under
 // t.TempDir() and unmounts it at cleanup (register the cleanups that stop
@@ -39,5 +44,21 @@ func MountT(t testing.TB, opts Options) *FS {
 			t.Errorf("powercut: %v", err)
 		}
 	})
+	// A test binary that times out panics, and cannot exit while one of its
+	// threads waits on the mount it serves: it would hang as a zombie.
+	// Shortly before the deadline, abort the mount instead, so that file
+	// operations on it fail and the test ends with a message.
+	if dt, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if deadline, ok := dt.Deadline(); ok {
+			timer := time.AfterFunc(time.Until(deadline)-abortBeforeDeadline, func() {
+				pc.abort()
+			})
+			t.Cleanup(func() {
+				if !timer.Stop() {
+					t.Errorf("powercut: the test ran to %s before its deadline: the mount was aborted", abortBeforeDeadline)
+				}
+			})
+		}
+	}
 	return pc
 }
