@@ -194,6 +194,14 @@ func Run(ctx context.Context, env app.Env) error {
 	if err != nil {
 		return err
 	}
+	if *natsURL == "" {
+		// The embedded server never fsyncs the directories it made the
+		// stream in: until this, a power cut could take them, and every
+		// acknowledged message with them.
+		if err := natsjs.SyncStoreDirs(storeDir); err != nil {
+			return err
+		}
+	}
 	var pubOpts []natsjs.PublisherOption
 	if stageDir != "" {
 		if err := natsjs.StageBatchesIn(storeDir, streamCfg.Name, stageDir); err != nil {
