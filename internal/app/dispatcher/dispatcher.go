@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
+	"log/slog"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"ticketrelay/audit"
+	"ticketrelay/clusterrec"
 	"ticketrelay/config"
 	"ticketrelay/forwarder"
 	"ticketrelay/installation"
@@ -43,6 +45,9 @@ func Run(ctx context.Context, env app.Env) error {
 		dbPath          = fs.String("db", "", "SQLite database `path` shared with mcp-front (default DATA/tickets.db)")
 		dataDir         = fs.String("data", "data", "data `directory`: JetStream store, local target file")
 		natsURL         = fs.String("nats", "", "`URL` of an existing NATS server with JetStream; empty runs an embedded one")
+		multiHost       = fs.Bool("multi-host", false, "one of several hosts of an installation on a replicated NATS cluster (-nats, -installation): every host's forwarder delivers every host's tickets, through the cluster record")
+		replicas        = fs.Int("replicas", 0, "replicas of the stream and, with -multi-host, of the request bucket (0: 3 with -multi-host, else 1)")
+		bucketMaxBytes  = fs.Int64("bucket-max-bytes", -1, "with -multi-host: size limit of the request bucket in `bytes` (-1: none); new requests are refused from 90% on, with an alert before")
 		installName     = fs.String("installation", "", "`name` of this installation on a shared NATS server (-nats): its stream, subjects and consumers carry it; required with -nats")
 		natsListen      = fs.String("nats-listen", "127.0.0.1:4222", "client `address` of the embedded nats-server (port 0: any free port)")
 		natsStage       = fs.String("nats-stage-dir", "auto", "`directory` on a memory filesystem where the embedded nats-server stages atomic batches (auto: one under "+natsjs.DefaultStageRoot+" if it exists; empty: in the store, on disk)")
@@ -86,7 +91,16 @@ func Run(ctx context.Context, env app.Env) error {
 		// other's messages; the embedded server's names are its own.
 		return fmt.Errorf("%w: -nats needs -installation NAME: a NATS server may be shared, and every installation on it needs names of its own", app.ErrUsage)
 	}
-	streamCfg := natsjs.StreamConfig{Installation: inst, Duplicates: *dupWindow, MaxAge: *maxAge}.WithDefaults()
+	if *multiHost && *natsURL == "" {
+		return fmt.Errorf("%w: -multi-host needs -nats: the hosts of an installation share a NATS cluster", app.ErrUsage)
+	}
+	if *replicas == 0 {
+		*replicas = 1
+		if *multiHost {
+			*replicas = 3
+		}
+	}
+	streamCfg := natsjs.StreamConfig{Installation: inst, Duplicates: *dupWindow, MaxAge: *maxAge, Replicas: *replicas}.WithDefaults()
 	if err := streamCfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
@@ -139,8 +153,13 @@ func Run(ctx context.Context, env app.Env) error {
 	if err := l.UseKeyNamespace(ctx, cfg.KeyNamespace); err != nil {
 		return err
 	}
-	if streamCfg.Owner, err = l.ID(ctx); err != nil {
+	ledgerID, err := l.ID(ctx)
+	if err != nil {
 		return err
+	}
+	streamCfg.Owner = ledgerID
+	if *multiHost {
+		streamCfg.Owner = natsjs.OwnerCluster
 	}
 
 	// Each HTTP target keeps as many connections as it has workers (no
@@ -229,6 +248,16 @@ func Run(ctx context.Context, env app.Env) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
+	var deliveries forwarder.Deliveries = l
+	if *multiHost {
+		store, err := openBucket(ctx, js, clusterrec.Config{Installation: inst, Host: ledgerID, Replicas: *replicas,
+			TTL: streamCfg.MaxAge, MaxBytes: *bucketMaxBytes}, log.With("component", "cluster"))
+		if err != nil {
+			return err
+		}
+		deliveries = clusterrec.NewDeliveries(store, l, time.Now)
+		log.Info("multi-host: deliveries recorded in the cluster record", "bucket", inst.Bucket(), "host", ledgerID, "replicas", *replicas)
+	}
 	fwd := forwarder.New(forwarder.Config{
 		Installation:    inst,
 		Stream:          streamCfg.Name,
@@ -238,7 +267,7 @@ func Run(ctx context.Context, env app.Env) error {
 		MaxAttempts:     *maxAttempts,
 		Retry:           backoff.Policy{Base: *retryBase, Max: *retryMax},
 		RateLimits:      targets.RateLimits(cfg.Defs()),
-	}, js, l, tgts, log.With("component", "forwarder"), m, time.Now)
+	}, js, deliveries, tgts, log.With("component", "forwarder"), m, time.Now)
 
 	pruner, err := ledger.NewPruner(retentionCfg, l, log.With("component", "retention"), m)
 	if err != nil {
@@ -318,6 +347,26 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, c natsjs.StreamCo
 			return nil, err
 		}
 		log.Warn("jetstream not ready; retrying", "err", err, "attempt", attempt)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(pace.Delay(attempt)):
+		}
+	}
+}
+
+// openBucket creates or updates the installation's request bucket,
+// waiting for the cluster as ensureStream does.
+func openBucket(ctx context.Context, js jetstream.JetStream, cfg clusterrec.Config, log *slog.Logger) (*clusterrec.Store, error) {
+	pace := backoff.Policy{Base: 200 * time.Millisecond, Max: 5 * time.Second}
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		s, err := clusterrec.Open(cctx, js, cfg, log, time.Now)
+		cancel()
+		if err == nil || ctx.Err() != nil || errors.Is(err, clusterrec.ErrForeignBucket) {
+			return s, err
+		}
+		log.Warn("request bucket not ready; retrying", "err", err, "attempt", attempt)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()

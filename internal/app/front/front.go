@@ -64,6 +64,9 @@ func Run(ctx context.Context, env app.Env) error {
 		rateLimit      = fs.Float64("rate-limit", -1, "HTTP requests per second per client (token subject or IP); 0: no limit; default -1 means 20 when -listen is beyond loopback, no limit on loopback")
 		rateBurst      = fs.Int("rate-burst", 0, "requests a client may send at once (default 2×rate-limit)")
 		addrFile       = fs.String("addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
+		multiHost      = fs.Bool("multi-host", false, "one of several hosts of an installation: acceptance is decided by the cluster record on -nats before this host commits (needs -nats and -installation)")
+		natsURL        = fs.String("nats", "", "with -multi-host: `URL`s of the installation's NATS cluster")
+		installName    = fs.String("installation", "", "with -multi-host: the installation's `name` (as its dispatchers')")
 		benchNoop      = fs.Bool("bench-noop-tool", false, "for benchmarks only: also serve "+mcpserver.NoopToolPrefix+"<tool>, a twin of each create tool that validates its arguments and writes nothing")
 	)
 	fs.Usage = func() {
@@ -112,7 +115,16 @@ func Run(ctx context.Context, env app.Env) error {
 	w := ledger.NewWriter(db, log, m.Writer)
 	defer w.Close()
 	l := ledger.New(db, w, time.Now)
-	srv, err := mcpserver.New(mcpserver.Config{Version: app.Version, Bindings: toolBindings}, l, m, log)
+	var requests mcpserver.Requests = l
+	if *multiHost {
+		front, closeNATS, err := joinCluster(ctx, *natsURL, *installName, l, log)
+		if err != nil {
+			return err
+		}
+		defer closeNATS()
+		requests = front
+	}
+	srv, err := mcpserver.New(mcpserver.Config{Version: app.Version, Bindings: toolBindings}, requests, m, log)
 	if err != nil {
 		return err
 	}

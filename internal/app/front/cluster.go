@@ -1,0 +1,48 @@
+package front
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"ticketrelay/clusterrec"
+	"ticketrelay/installation"
+	"ticketrelay/internal/app"
+	"ticketrelay/ledger"
+	"ticketrelay/natsjs"
+)
+
+// joinCluster connects to the installation's NATS cluster and binds its
+// request bucket: the tools then accept through the cluster record.
+func joinCluster(ctx context.Context, url, name string, l *ledger.Ledger, log *slog.Logger) (*clusterrec.Front, func(), error) {
+	inst, err := installation.Parse(name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: -installation: %v", app.ErrUsage, err)
+	}
+	if url == "" || inst == installation.Embedded {
+		return nil, nil, fmt.Errorf("%w: -multi-host needs -nats URL and -installation NAME (the same as the installation's dispatchers)", app.ErrUsage)
+	}
+	host, err := l.ID(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := natsjs.Connect(url, "ticketrelay-mcp-front", log)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	store, err := clusterrec.Bind(ctx, js, clusterrec.Config{Installation: inst, Host: host}, log, time.Now)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	log.Info("multi-host: acceptance decided by the cluster record", "installation", inst.String(), "bucket", inst.Bucket(), "host", host)
+	return clusterrec.NewFront(store, l, log.With("component", "cluster"), time.Now), nc.Close, nil
+}
