@@ -64,7 +64,7 @@ type host struct {
 	cs    *mcp.ClientSession
 }
 
-func (in *installation) startHost(t *testing.T, name string) *host {
+func (in *installation) startHost(t *testing.T, name string, dispArgs ...string) *host {
 	t.Helper()
 	h := &host{name: name, dir: filepath.Join(t.TempDir(), name)}
 	if err := os.MkdirAll(h.dir, 0o700); err != nil {
@@ -73,7 +73,7 @@ func (in *installation) startHost(t *testing.T, name string) *host {
 	common := []string{"-nats", in.cluster.ClientURLs(), "-installation", installationName, "-multi-host",
 		"-config", in.config, "-metrics-listen", "127.0.0.1:0"}
 	h.disp = e2eproc.Start(t, h.dir, "dispatcher-"+name, dispatcherBin, append([]string{
-		"-data", h.dir, "-lease-ttl", "2s", "-poll-interval", "5ms"}, common...), in.env, "metrics")
+		"-data", h.dir, "-lease-ttl", "2s", "-poll-interval", "5ms"}, append(common, dispArgs...)...), in.env, "metrics")
 	h.front = e2eproc.Start(t, h.dir, "mcp-front-"+name, frontBin, append([]string{
 		"-db", filepath.Join(h.dir, "tickets.db"), "-listen", "127.0.0.1:0"}, common...), nil, "mcp", "metrics")
 	h.url = "http://" + h.front.Addr("mcp") + "/mcp"
@@ -202,5 +202,159 @@ func TestOneAnswerOnEveryHost(t *testing.T) {
 	}
 	if n := in.slack.Count(); n != 10 {
 		t.Errorf("slack received %d messages, want 10", n)
+	}
+}
+
+// A host lost for good, data directory and all, after it answered
+// requests it never handed to the stream: the other host publishes and
+// delivers every one of them, exactly once, once the lost host has been
+// silent for -host-dead-after.
+func TestHostLostForGood(t *testing.T) {
+	in := newInstallation(t)
+	a := in.startHost(t, "a", "-host-dead-after", "3s")
+	b := in.startHost(t, "b", "-host-dead-after", "3s")
+	a.waitStatus(t, "warm-up", "unknown", 10*time.Second)
+
+	// b's dispatcher dies first: what b's front accepts from now on stays
+	// in b's outbox.
+	b.disp.Kill9()
+	<-b.disp.Done()
+	var ids []string
+	for i := range 10 {
+		id := fmt.Sprintf("lost-%02d", i)
+		ids = append(ids, id)
+		if r := b.mustCall(t, []string{"send_hook", "notify_chat"}[i%2], args(id, "accepted by b "+id)); r.Replayed {
+			t.Fatalf("%s: %+v", id, r)
+		}
+	}
+	for _, id := range ids {
+		if st := a.mustCall(t, "find_request", map[string]any{"request_id": id}); st.Status != "queued" {
+			t.Fatalf("%s on a before b is lost: %s (%s), want queued", id, st.Status, st.Detail)
+		}
+	}
+	// Then the host is lost for good.
+	b.front.Kill9()
+	if err := os.RemoveAll(b.dir); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for _, id := range ids {
+		a.waitStatus(t, id, "delivered", 60*time.Second)
+	}
+	t.Logf("every ticket b left was delivered %s after b was lost", time.Since(start).Round(100*time.Millisecond))
+	keys := map[string]int{}
+	for _, d := range in.hook.Deliveries() {
+		keys[d.Key]++
+	}
+	if len(keys) != 5 {
+		t.Errorf("webhook received %d keys, want 5", len(keys))
+	}
+	for k, n := range keys {
+		if n != 1 {
+			t.Errorf("webhook received %s %d times", k, n)
+		}
+	}
+	if n := in.slack.Count(); n != 5 {
+		t.Errorf("slack received %d messages, want 5", n)
+	}
+}
+
+// Calls keep being answered, exactly once each, while the bucket's and the
+// stream's leaders are SIGKILLed and SIGSTOPped: a call that fails is
+// retried, with the same request_id and arguments, on the other host, as a
+// client behind a load balancer would. Reports the longest time no call
+// was accepted.
+func TestLeadersKilledMidCalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("elections take seconds each")
+	}
+	in := newInstallation(t)
+	a, b := in.startHost(t, "a"), in.startHost(t, "b")
+	hosts := []*host{a, b}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	type result struct{ id, ticket string }
+	done := make(chan []result)
+	stop := make(chan struct{})
+	var longest time.Duration
+	go func() {
+		var out []result
+		last := time.Now()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- out
+				return
+			default:
+			}
+			id := fmt.Sprintf("ldr-%03d", i)
+			for try := 0; ctx.Err() == nil; try++ {
+				r, err := hosts[(i+try)%2].call(t, "send_hook", args(id, "during elections "+id))
+				if err == nil {
+					out = append(out, result{id, r.TicketID})
+					longest = max(longest, time.Since(last))
+					last = time.Now()
+					break
+				}
+				if !strings.Contains(err.Error(), "Retry") && !strings.Contains(err.Error(), "retry") {
+					t.Errorf("%s: an error that does not say to retry: %v", id, err)
+				}
+			}
+		}
+	}()
+	waitAccepted := func(n int) {
+		// Let some calls through between faults.
+		testwait.For(t, 60*time.Second, "calls accepted", func() bool { return in.hook.Count() >= n })
+	}
+	waitAccepted(5)
+	kv, err := in.cluster.KVLeader(ctx, "ticketrelay-"+installationName+"-requests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("SIGKILL of the bucket leader n%d", kv+1)
+	if err := in.cluster.Kill(kv); err != nil {
+		t.Fatal(err)
+	}
+	waitAccepted(in.hook.Count() + 10)
+	if err := in.cluster.Restart(ctx, kv); err != nil {
+		t.Fatal(err)
+	}
+	st, err := in.cluster.StreamLeader(ctx, "ticketrelay-"+installationName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("SIGSTOP of the stream leader n%d", st+1)
+	if err := in.cluster.Stop(st); err != nil {
+		t.Fatal(err)
+	}
+	waitAccepted(in.hook.Count() + 10)
+	if err := in.cluster.Cont(st); err != nil {
+		t.Fatal(err)
+	}
+	waitAccepted(in.hook.Count() + 5)
+	close(stop)
+	results := <-done
+	t.Logf("%d calls accepted; longest time with no call accepted: %s", len(results), longest.Round(100*time.Millisecond))
+	for _, r := range results {
+		sa := a.waitStatus(t, r.id, "delivered", 60*time.Second)
+		if sa.TicketID != r.ticket {
+			t.Errorf("%s: answered ticket %s, find_request says %s", r.id, r.ticket, sa.TicketID)
+		}
+		if sb := b.mustCall(t, "find_request", map[string]any{"request_id": r.id}); sb.TicketID != sa.TicketID || sb.Status != "delivered" {
+			t.Errorf("%s: a says %+v, b says %+v", r.id, sa, sb)
+		}
+	}
+	keys := map[string]int{}
+	for _, d := range in.hook.Deliveries() {
+		keys[d.Key]++
+	}
+	for k, n := range keys {
+		if n != 1 {
+			t.Errorf("webhook received %s %d times", k, n)
+		}
+	}
+	if len(keys) != len(results) {
+		t.Errorf("webhook holds %d keys for %d accepted calls", len(keys), len(results))
 	}
 }

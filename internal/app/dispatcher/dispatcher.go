@@ -47,6 +47,7 @@ func Run(ctx context.Context, env app.Env) error {
 		natsURL         = fs.String("nats", "", "`URL` of an existing NATS server with JetStream; empty runs an embedded one")
 		multiHost       = fs.Bool("multi-host", false, "one of several hosts of an installation on a replicated NATS cluster (-nats, -installation): every host's forwarder delivers every host's tickets, through the cluster record")
 		replicas        = fs.Int("replicas", 0, "replicas of the stream and, with -multi-host, of the request bucket (0: 3 with -multi-host, else 1)")
+		hostDeadAfter   = fs.Duration("host-dead-after", 30*time.Second, "with -multi-host: how long a host may stay silent before the other hosts publish and deliver what it left")
 		bucketMaxBytes  = fs.Int64("bucket-max-bytes", -1, "with -multi-host: size limit of the request bucket in `bytes` (-1: none); new requests are refused from 90% on, with an alert before")
 		installName     = fs.String("installation", "", "`name` of this installation on a shared NATS server (-nats): its stream, subjects and consumers carry it; required with -nats")
 		natsListen      = fs.String("nats-listen", "127.0.0.1:4222", "client `address` of the embedded nats-server (port 0: any free port)")
@@ -90,6 +91,9 @@ func Run(ctx context.Context, env app.Env) error {
 		// Two installations on one server with the same names take each
 		// other's messages; the embedded server's names are its own.
 		return fmt.Errorf("%w: -nats needs -installation NAME: a NATS server may be shared, and every installation on it needs names of its own", app.ErrUsage)
+	}
+	if *hostDeadAfter < time.Second {
+		return fmt.Errorf("%w: -host-dead-after must be at least 1s", app.ErrUsage)
 	}
 	if *multiHost && *natsURL == "" {
 		return fmt.Errorf("%w: -multi-host needs -nats: the hosts of an installation share a NATS cluster", app.ErrUsage)
@@ -249,6 +253,7 @@ func Run(ctx context.Context, env app.Env) error {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
 	var deliveries forwarder.Deliveries = l
+	var hosts *clusterrec.Hosts
 	if *multiHost {
 		store, err := openBucket(ctx, js, clusterrec.Config{Installation: inst, Host: ledgerID, Replicas: *replicas,
 			TTL: streamCfg.MaxAge, MaxBytes: *bucketMaxBytes}, log.With("component", "cluster"))
@@ -256,6 +261,12 @@ func Run(ctx context.Context, env app.Env) error {
 			return err
 		}
 		deliveries = clusterrec.NewDeliveries(store, l, time.Now)
+		pending := func(ctx context.Context) (time.Time, bool, error) {
+			n, oldest, err := outbox.Backlog(ctx, db.Reader())
+			return oldest, n > 0, err
+		}
+		hosts = clusterrec.NewHosts(clusterrec.HostsConfig{Every: *hostDeadAfter / 6, DeadAfter: *hostDeadAfter}, store, l, pending,
+			log.With("component", "hosts"), time.Now)
 		log.Info("multi-host: deliveries recorded in the cluster record", "bucket", inst.Bucket(), "host", ledgerID, "replicas", *replicas)
 	}
 	fwd := forwarder.New(forwarder.Config{
@@ -302,6 +313,9 @@ func Run(ctx context.Context, env app.Env) error {
 	var wg sync.WaitGroup
 	services := map[string]func(context.Context) error{"relay": relay.Run, "forwarder": fwd.Run, "retention": pruner.Run,
 		"audit": auditor.Run, "presence": presence.Run}
+	if hosts != nil {
+		services["hosts"] = hosts.Run
+	}
 	errs := make(chan error, len(services))
 	for name, run := range services {
 		wg.Go(func() {
