@@ -60,6 +60,7 @@ func connectJS(t *testing.T, url string) jetstream.JetStream {
 // shared bucket.
 type host struct {
 	id    string
+	path  string // the ledger's SQLite file
 	store *clusterrec.Store
 	l     *ledger.Ledger
 	front *clusterrec.Front
@@ -76,14 +77,15 @@ func newHost(t *testing.T, js jetstream.JetStream, id string, cfg clusterrec.Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "tickets.db"))
+	path := filepath.Join(t.TempDir(), "tickets.db")
+	db, err := ledger.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := ledger.NewWriter(db, discard(), metrics.NewFront(prometheus.NewRegistry()).Writer)
 	t.Cleanup(func() { w.Close(); db.Close() })
 	l := ledger.New(db, w, time.Now)
-	return &host{id: id, store: s, l: l, front: clusterrec.NewFront(s, l, discard(), time.Now), deliv: clusterrec.NewDeliveries(s, l, time.Now)}
+	return &host{id: id, path: path, store: s, l: l, front: clusterrec.NewFront(s, l, discard(), time.Now), deliv: clusterrec.NewDeliveries(s, l, time.Now)}
 }
 
 func request(id, title string) ticket.Request {

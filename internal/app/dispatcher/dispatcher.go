@@ -253,6 +253,7 @@ func Run(ctx context.Context, env app.Env) error {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
 	var deliveries forwarder.Deliveries = l
+	var auditStore audit.Store = l
 	var hosts *clusterrec.Hosts
 	if *multiHost {
 		store, err := openBucket(ctx, js, clusterrec.Config{Installation: inst, Host: ledgerID, Replicas: *replicas,
@@ -261,6 +262,7 @@ func Run(ctx context.Context, env app.Env) error {
 			return err
 		}
 		deliveries = clusterrec.NewDeliveries(store, l, time.Now)
+		auditStore = clusterrec.NewAuditStore(store, l, *auditAfter, time.Now)
 		pending := func(ctx context.Context) (time.Time, bool, error) {
 			n, oldest, err := outbox.Backlog(ctx, db.Reader())
 			return oldest, n > 0, err
@@ -284,7 +286,7 @@ func Run(ctx context.Context, env app.Env) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
-	auditor, err := audit.New(audit.Config{After: *auditAfter}, l, natsjs.NewStreamChecker(js, streamCfg.Name),
+	auditor, err := audit.New(audit.Config{After: *auditAfter}, auditStore, natsjs.NewStreamChecker(js, streamCfg.Name),
 		relay.Leading, log.With("component", "audit"), m, time.Now)
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
