@@ -16,7 +16,6 @@ import (
 	"ticketrelay/internal/app"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"ticketrelay/audit"
@@ -59,6 +58,7 @@ func Run(ctx context.Context, env app.Env) error {
 		auditAfter      = fs.Duration("audit-after", 5*time.Minute, "how long after its publish (or its last attempt) a message not yet delivered is looked up in the stream, and published again if the stream lost it (longer than the broker's sync interval and -delivery-timeout)")
 		addrFile        = fs.String("addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
 	)
+	broker := addBrokerFlags(fs, natsURL)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: dispatcher [flags]\n\nRelays accepted tickets to JetStream and delivers them to their targets.\n\n%s\nFlags:\n", adminUsage)
 		fs.PrintDefaults()
@@ -69,6 +69,9 @@ func Run(ctx context.Context, env app.Env) error {
 	}
 	if *dbPath == "" {
 		*dbPath = filepath.Join(*dataDir, "tickets.db")
+	}
+	if err := broker.check(env.Lookup); err != nil {
+		return err
 	}
 	streamCfg := natsjs.StreamConfig{Duplicates: *dupWindow, MaxAge: *maxAge}.WithDefaults()
 	if err := streamCfg.Validate(); err != nil {
@@ -87,9 +90,9 @@ func Run(ctx context.Context, env app.Env) error {
 			app.ErrUsage, *auditAfter, *deliveryTimeout)
 	}
 	if *natsURL == "" && !app.IsLoopbackListen(*natsListen) {
-		// Whoever reaches it can read, publish and purge the stream.
-		return fmt.Errorf("%w: -nats-listen %s: the embedded nats-server has no authentication, so it listens on loopback only; "+
-			"to share the stream beyond this host, run a NATS server with credentials and give its URL as -nats", app.ErrUsage, *natsListen)
+		// Its traffic (every ticket) is not encrypted.
+		return fmt.Errorf("%w: -nats-listen %s: the embedded nats-server has no TLS, so it listens on loopback only; "+
+			"to share the stream beyond this host, run a NATS server with TLS and credentials and give its URL as -nats", app.ErrUsage, *natsListen)
 	}
 	cfg, err := config.Load(*configPath, env.Lookup)
 	if err != nil {
@@ -112,6 +115,14 @@ func Run(ctx context.Context, env app.Env) error {
 
 	reg := app.NewRegistry()
 	m := metrics.NewDispatcher(reg)
+	// /metrics is served from here on, while the dispatcher waits for the
+	// database or a NATS server that cannot be reached yet.
+	addrs := map[string]string{}
+	stopMetrics, err := app.ServeMetrics(ctx, *metricsListen, reg, log, addrs)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	db, err := ledger.Open(ctx, *dbPath)
 	if err != nil {
 		return err
@@ -130,8 +141,11 @@ func Run(ctx context.Context, env app.Env) error {
 	}
 	defer closeTargets()
 
-	addrs := map[string]string{}
 	url := *natsURL
+	natsOpts, err := broker.options(env.Lookup)
+	if err != nil {
+		return err
+	}
 	storeDir, stageDir := filepath.Join(*dataDir, "nats"), ""
 	if url == "" {
 		if stageDir, err = resolveStageDir(*natsStage, storeDir); err != nil {
@@ -139,7 +153,14 @@ func Run(ctx context.Context, env app.Env) error {
 		} else if stageDir != "" && *natsStage == "auto" {
 			defer os.Remove(stageDir) // empty once every batch has committed; runs after the server's shutdown
 		}
-		ns, err := natsjs.StartEmbeddedContext(ctx, natsjs.EmbeddedConfig{Listen: *natsListen, StoreDir: storeDir}, log)
+		// The embedded server admits the holder of the seed in the data
+		// directory only (see natsjs.LoadOrCreateSeed).
+		pub, seedOpt, seedPath, err := embeddedAuth(*dataDir)
+		if err != nil {
+			return err
+		}
+		natsOpts = append(natsOpts, seedOpt)
+		ns, err := natsjs.StartEmbeddedContext(ctx, natsjs.EmbeddedConfig{Listen: *natsListen, StoreDir: storeDir, Users: []string{pub}}, log)
 		if err != nil {
 			return err
 		}
@@ -147,21 +168,16 @@ func Run(ctx context.Context, env app.Env) error {
 		defer ns.Shutdown()
 		url = ns.ClientURL()
 		addrs["nats"] = url
+		if err := writeBrokerInfo(*dataDir, brokerInfo{URL: url, Nkey: seedPath, Stream: streamCfg.Name}); err != nil {
+			log.Warn("`dispatcher status` will not say how to reach the embedded nats-server", "err", err)
+		}
 	}
-	nc, err := nats.Connect(url,
-		nats.Name("ticketrelay-dispatcher"),
-		nats.MaxReconnects(-1),
-		nats.RetryOnFailedConnect(true),
-		nats.ReconnectWait(time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil { // nil: the connection was closed on purpose (shutdown)
-				log.Warn("nats disconnected", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
-	)
+	nc, err := connectBroker(ctx, url, natsOpts, log)
+	if ctx.Err() != nil {
+		return nil // stopped while waiting for the server: a clean stop
+	}
 	if err != nil {
-		return fmt.Errorf("nats %s: %w", url, err)
+		return err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second))
@@ -169,6 +185,9 @@ func Run(ctx context.Context, env app.Env) error {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	st, err := ensureStream(ctx, js, streamCfg, log)
+	if ctx.Err() != nil {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -217,12 +236,6 @@ func Run(ctx context.Context, env app.Env) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
-
-	stopMetrics, err := app.ServeMetrics(ctx, *metricsListen, reg, log, addrs)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
 
 	// Say which targets this dispatcher serves before saying it runs:
 	// find_request and the audit tell a request no one will deliver.
