@@ -104,7 +104,8 @@ func Run(ctx context.Context, env app.Env) error {
 	// One dispatcher per data directory: a second one would share the
 	// JetStream store (and remove the first one's staging directory when it
 	// stops). Held until the process ends; the OS drops it on a crash.
-	unlock, err := lockDataDir(*dataDir)
+	holder := holderID()
+	unlock, predecessor, err := lockDataDir(*dataDir, holder)
 	if err != nil {
 		return err
 	}
@@ -209,9 +210,9 @@ func Run(ctx context.Context, env app.Env) error {
 		log.Warn("the NATS server does not take atomic batches (nats-server 2.12+ does): the relay publishes message by message")
 	}
 
-	holder := holderID()
 	relay, err := outbox.NewRelay(outbox.RelayConfig{
 		Holder:       holder,
+		Predecessor:  predecessor, // crashed on this data directory: its lease is not waited out
 		LeaseTTL:     *leaseTTL,
 		PollInterval: *pollInterval,
 	}, db.Reader(), w, natsjs.NewPublisher(js, pubOpts...), log.With("component", "relay"), m, time.Now)
