@@ -210,12 +210,13 @@ func Run(ctx context.Context, env app.Env) error {
 		log.Warn("the NATS server does not take atomic batches (nats-server 2.12+ does): the relay publishes message by message")
 	}
 
+	var watcher *audit.Watcher // made below, before anything runs
 	relay, err := outbox.NewRelay(outbox.RelayConfig{
 		Holder:       holder,
 		Predecessor:  predecessor, // crashed on this data directory: its lease is not waited out
 		LeaseTTL:     *leaseTTL,
 		PollInterval: *pollInterval,
-	}, db.Reader(), w, natsjs.NewPublisher(js, pubOpts...), log.With("component", "relay"), m, time.Now)
+	}, db.Reader(), w, audit.PokeOnError(natsjs.NewPublisher(js, pubOpts...), func() { watcher.Poke() }), log.With("component", "relay"), m, time.Now)
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
@@ -226,6 +227,7 @@ func Run(ctx context.Context, env app.Env) error {
 		DeliveryTimeout: *deliveryTimeout,
 		MaxAttempts:     *maxAttempts,
 		Retry:           backoff.Policy{Base: *retryBase, Max: *retryMax},
+		ConsumerCheck:   time.Second, // a deleted or changed consumer is put back within seconds
 	}, js, l, tgts, log.With("component", "forwarder"), m, time.Now)
 
 	pruner, err := ledger.NewPruner(retentionCfg, l, log.With("component", "retention"), m)
@@ -248,12 +250,19 @@ func Run(ctx context.Context, env app.Env) error {
 	if err := presence.Announce(ctx); err != nil {
 		return err
 	}
+	// The stream watcher puts back a stream deleted or changed under this
+	// dispatcher and has what it lost published again (audit/watch.go).
+	watcher, err = audit.NewWatcher(audit.WatchConfig{MaxAge: streamCfg.MaxAge}, l, natsjs.NewStreamWatch(js, streamCfg, st), presence,
+		relay.Leading, log.With("component", "stream-watch"), m, time.Now)
+	if err != nil {
+		return fmt.Errorf("%w: %v", app.ErrUsage, err)
+	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	services := map[string]func(context.Context) error{"relay": relay.Run, "forwarder": fwd.Run, "retention": pruner.Run,
-		"audit": auditor.Run, "presence": presence.Run}
+		"audit": auditor.Run, "presence": presence.Run, "stream-watch": watcher.Run}
 	errs := make(chan error, len(services))
 	for name, run := range services {
 		wg.Go(func() {
