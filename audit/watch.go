@@ -87,7 +87,7 @@ type Watcher struct {
 	downSince  time.Time           // the stream has been unavailable since then
 	downLogged time.Time
 	noted      bool // the blocked note is in the ledger
-	wasLeading bool
+	probed     bool // the newest rows were compared with the stream since this dispatcher leads
 }
 
 // NewWatcher builds a watcher that queues messages again only while
@@ -170,24 +170,22 @@ func (w *Watcher) Round(ctx context.Context) {
 			w.log.Error("the stream's configuration was changed under the dispatcher; set it back", "stream", w.broker.Name())
 		}
 	}
-	leading := w.leading()
-	if leading && !w.wasLeading {
-		// Taking the lead (or starting): what happened to the stream before
-		// is not known. A tail of published rows the stream does not reach
-		// says it was reset.
-		w.prev = nil
-	}
-	w.wasLeading = leading
 	if why, verify := w.suspect(st, repaired, now); why != "" {
 		w.owe(why, verify)
 	}
-	if w.prev == nil && leading {
+	w.prev = &st
+	leading := w.leading()
+	if !leading {
+		w.probed = false
+	} else if !w.probed {
+		// Taking the lead (or starting): what happened to the stream
+		// before is not known. The newest published rows tell.
 		if err := w.probeTail(ctx); err != nil {
 			w.log.Warn("stream watch: reading the newest outbox rows", "err", err)
-			return // w.prev stays nil: the probe runs again
+			return // the probe runs again next round
 		}
+		w.probed = true
 	}
-	w.prev = &st
 	if w.owed != "" && leading {
 		if err := w.scan(ctx); err != nil && ctx.Err() == nil {
 			w.log.Warn("stream watch: looking for lost messages failed; trying again", "reason", w.owed, "err", err)
@@ -226,8 +224,9 @@ func (w *Watcher) owe(why string, verify bool) {
 }
 
 // probeTail reads the newest outbox rows, then the stream: a published row
-// with a sequence beyond the stream's last one means the stream was reset
-// (while this dispatcher was not looking).
+// with a sequence beyond the stream's last one means the stream was reset,
+// an undelivered one below its first that it was purged (while this
+// dispatcher was not looking).
 func (w *Watcher) probeTail(ctx context.Context) error {
 	last, err := w.store.LastID(ctx)
 	if err != nil {
@@ -244,9 +243,13 @@ func (w *Watcher) probeTail(ctx context.Context) error {
 		return err
 	}
 	for _, p := range rows {
-		if !p.PublishedAt.IsZero() && p.Seq > st.LastSeq {
-			w.owe("the stream holds fewer messages than the ledger has published (reset while this dispatcher was not leading)", true)
-			break
+		switch {
+		case p.PublishedAt.IsZero() || p.Seq == 0:
+		case p.Seq > st.LastSeq:
+			w.owe("the stream ends before messages the ledger has published (reset while this dispatcher was not looking)", true)
+			return nil
+		case p.Seq < st.FirstSeq && !p.Settled():
+			w.owe("the stream starts after undelivered messages the ledger has published (purged while this dispatcher was not looking)", false)
 		}
 	}
 	return nil

@@ -158,3 +158,37 @@ func TestWatcherNotesBlockedDelivery(t *testing.T) {
 		t.Fatal("the note stayed once the stream was back")
 	}
 }
+
+// Messages stored and purged between two looks, or before the first one,
+// are found too: the first by the newest rows compared with the stream when
+// the watcher starts leading, the second by a first sequence that moved past
+// messages stored since the last look.
+func TestWatcherFindsLossesItDidNotSee(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	testwait.For(t, 10*time.Second, "the relay to lead", w.relay.Leading)
+
+	first := []string{"unseen-1", "unseen-2"}
+	w.create(t, first...)
+	w.allPublished(t, first)
+	if err := w.stream.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wt := w.watcher(t, w.streamWatch(t), &blocker{})
+	wt.Round(ctx) // its first look
+	w.generationsAtLeast(t, 1, first)
+
+	wt.Round(ctx)
+	second := []string{"between-1", "between-2"}
+	w.create(t, second...)
+	w.allPublished(t, second)
+	if err := w.stream.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wt.Round(ctx)
+	w.generationsAtLeast(t, 1, second)
+	w.generationsAtLeast(t, 2, first) // the second purge took their new copies too
+	if got := testutil.ToFloat64(w.m.StreamLost); got != 6 {
+		t.Fatalf("lost messages counted %v, want 6", got)
+	}
+}

@@ -223,8 +223,8 @@ func (s Served) Blocked() string {
 		return ""
 	}
 	return fmt.Sprintf(" Delivery is blocked: the dispatcher cannot reach its delivery queue (the JetStream stream) since %s (%s). "+
-		"The request stays stored and is handed over once the queue is back; the dispatcher keeps trying. Do not create it again; "+
-		"tell the operator if this lasts.", s.BlockedSince.UTC().Format(time.RFC3339), s.BlockedReason)
+		"The request stays stored and is handed over once the queue is back; the dispatcher keeps trying. "+
+		"Tell the operator if this lasts.", s.BlockedSince.UTC().Format(time.RFC3339), s.BlockedReason)
 }
 
 // servedCache keeps what Served read for servedCacheFor: Find reads it for

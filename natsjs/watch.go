@@ -72,6 +72,10 @@ func (w *StreamWatch) State(ctx context.Context) (StreamState, error) {
 // gone (repaired RepairStreamMissing: a new, empty stream) or its
 // configuration differs from the one EnsureStream set (RepairStreamConfig).
 func (w *StreamWatch) Check(ctx context.Context) (st StreamState, repaired string, err error) {
+	if nc := w.js.Conn(); !nc.IsConnected() {
+		// A request would wait in the reconnect buffer until ctx ends.
+		return StreamState{}, "", fmt.Errorf("natsjs: not connected to the NATS server (%s)", nc.Status())
+	}
 	s, err := w.js.Stream(ctx, w.cfg.Name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
