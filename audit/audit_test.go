@@ -37,6 +37,8 @@ type world struct {
 	check  *natsjs.StreamChecker
 	relay  *outbox.Relay
 	log    *slog.Logger
+	js     jetstream.JetStream
+	cfg    natsjs.StreamConfig
 }
 
 func newWorld(t *testing.T) *world {
@@ -84,7 +86,7 @@ func newWorld(t *testing.T) *world {
 		}
 	})
 	return &world{db: db, wr: w, l: ledger.New(db, w, time.Now), read: db.Reader(), m: m, stream: st,
-		check: natsjs.NewStreamChecker(js, cfg.Name), relay: relay, log: log}
+		check: natsjs.NewStreamChecker(js, cfg.Name), relay: relay, log: log, js: js, cfg: cfg}
 }
 
 func (w *world) create(t *testing.T, ids ...string) {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"ticketrelay/internal/e2eproc"
@@ -65,15 +64,7 @@ func TestAuditRepublishesAMessageTheStreamLost(t *testing.T) {
 	// The broker loses it.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(disp.Addr("nats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := brokerJS(t, s.dir, disp.Addr("nats"))
 	st, err := js.Stream(ctx, "TICKETS")
 	if err != nil {
 		t.Fatal(err)

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"ticketrelay/internal/e2eproc"
 )
@@ -296,7 +294,7 @@ func TestCrashBothProcessesUnderLoad(t *testing.T) {
 	waitFor(t, 5*time.Second, "ticketrelay_outbox_backlog 0", func() bool {
 		return scrape(t, d2).Get("ticketrelay_outbox_backlog") == 0
 	})
-	if msgs := streamMsgs(t, d2.Addr("nats")); msgs != uint64(c.requests) {
+	if msgs := streamMsgs(t, s.dir, d2.Addr("nats")); msgs != uint64(c.requests) {
 		t.Errorf("stream TICKETS holds %d messages, want %d (one per request)", msgs, c.requests)
 	}
 }
@@ -339,17 +337,9 @@ func checkLedger(t *testing.T, db *sql.DB, answered map[string]createResult) {
 }
 
 // streamMsgs reports how many messages the TICKETS stream holds.
-func streamMsgs(t *testing.T, url string) uint64 {
+func streamMsgs(t *testing.T, dataDir, url string) uint64 {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.Name("ticketrelay-e2e"))
-	if err != nil {
-		t.Fatalf("nats %s: %v", url, err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := brokerJS(t, dataDir, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := js.Stream(ctx, "TICKETS")

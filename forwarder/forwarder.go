@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"time"
 
@@ -146,6 +147,10 @@ func (f *Forwarder) workers(t downstream.Target) int {
 	return DefaultWorkers
 }
 
+// consumerSettle is the wait before a consumer that is gone is created
+// again (see runTarget).
+const consumerSettle = 250 * time.Millisecond
+
 // maxAckPending bounds a target's messages that are out and not yet acked.
 // A message handed back for a later retry (NakWithDelay) counts until it
 // is delivered again, so the bound must not be near the worker count: with
@@ -227,10 +232,22 @@ func (f *Forwarder) runTarget(ctx context.Context, t downstream.Target, cons jet
 			return nil
 		}
 		f.log.Error("forwarder: the target's consumer is gone; creating it again", "target", t.Name())
+		// nats-server tells a deleted consumer's pulls before it removes
+		// the consumer's files: one created again under the same name at
+		// once lost its files to that removal (its next update failed
+		// with "meta.inf.tmp: no such file or directory").
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(consumerSettle):
+		}
 		for {
 			var err error
 			if cons, err = f.consumer(ctx, t.Name()); err == nil {
 				attempt = 0
+				f.metrics.StreamRepairs.WithLabelValues("consumer_missing").Inc()
+				f.log.Warn("forwarder: the target's consumer was created again; it delivers what the stream holds (settled requests are skipped)",
+					"target", t.Name())
 				break
 			}
 			attempt++
@@ -292,10 +309,13 @@ func (f *Forwarder) consume(ctx context.Context, t downstream.Target, cons jetst
 // consumer again. The server tells a pull that was waiting when the
 // consumer was deleted; a client that was disconnected at that moment is
 // never told, and its pulls to a consumer that no longer exists fail
-// quietly for ever. It returns when done is closed.
+// quietly for ever. A consumer whose configuration was changed (by anyone
+// who reaches the broker's API) is set back. It returns when done is
+// closed.
 func (f *Forwarder) checkConsumer(ctx context.Context, t downstream.Target, cons jetstream.Consumer, stop func(), done <-chan struct{}) {
 	tick := time.NewTicker(f.cfg.ConsumerCheck)
 	defer tick.Stop()
+	want := cons.CachedInfo().Config
 	for {
 		select {
 		case <-done:
@@ -303,14 +323,30 @@ func (f *Forwarder) checkConsumer(ctx context.Context, t downstream.Target, cons
 		case <-tick.C:
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := cons.Info(cctx)
+		info, err := cons.Info(cctx)
 		cancel()
-		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			f.log.Error("forwarder: the target's consumer no longer exists", "target", t.Name())
+		switch {
+		case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
+			f.log.Error("forwarder: the target's consumer no longer exists", "target", t.Name(), "err", err)
 			stop()
 			return
+		case err == nil && !sameConsumerConfig(info.Config, want):
+			f.metrics.StreamRepairs.WithLabelValues("consumer_config").Inc()
+			f.log.Error("forwarder: the target's consumer configuration was changed under the dispatcher; setting it back", "target", t.Name())
+			if c, err := f.consumer(ctx, t.Name()); err != nil {
+				f.log.Warn("forwarder: could not set the consumer's configuration back; trying again", "target", t.Name(), "err", err)
+			} else {
+				want = c.CachedInfo().Config
+			}
 		}
 	}
+}
+
+// sameConsumerConfig compares two consumer configurations as the server
+// stores them, but for the metadata the server writes itself.
+func sameConsumerConfig(a, b jetstream.ConsumerConfig) bool {
+	a.Metadata, b.Metadata = nil, nil
+	return reflect.DeepEqual(a, b)
 }
 
 // handle delivers one message. Its context is detached from shutdown so an

@@ -31,6 +31,50 @@ const (
 type Served struct {
 	Dispatchers int             // entries renewed within PresenceFresh
 	Targets     map[string]bool // the union of their targets
+	// BlockedSince is when the earliest of them found the stream
+	// unavailable (zero: none has), BlockedReason why (see Presence.Blocked).
+	BlockedSince  time.Time
+	BlockedReason string
+}
+
+// blockedPrefix + a dispatcher's holder names, in the settings table, its
+// note that it cannot hand requests to the stream: JSON {since, reason}.
+// (A setting rather than a column of dispatchers: no migration.)
+const blockedPrefix = "stream_blocked:"
+
+type blockedNote struct {
+	Since  int64  `json:"since"` // unix nanoseconds
+	Reason string `json:"reason"`
+}
+
+// Blocked records that this dispatcher cannot hand requests to the stream
+// since since, and why: find_request says so of every request on its way
+// while the entry is fresh. Unblocked and Withdraw delete the note.
+func (p *Presence) Blocked(ctx context.Context, since time.Time, reason string) error {
+	b, _ := json.Marshal(blockedNote{Since: since.UnixNano(), Reason: reason}) // always encodes
+	err := p.l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO settings (name, value) VALUES (?, ?)
+			ON CONFLICT(name) DO UPDATE SET value = excluded.value`, blockedPrefix+p.holder, string(b))
+		return err
+	})
+	p.l.served.forget()
+	if err != nil {
+		return fmt.Errorf("ledger: note blocked delivery of %s: %w", p.holder, err)
+	}
+	return nil
+}
+
+// Unblocked deletes the note Blocked wrote.
+func (p *Presence) Unblocked(ctx context.Context) error {
+	err := p.l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM settings WHERE name = ?`, blockedPrefix+p.holder)
+		return err
+	})
+	p.l.served.forget()
+	if err != nil {
+		return fmt.Errorf("ledger: clear blocked delivery of %s: %w", p.holder, err)
+	}
+	return nil
 }
 
 // Serves reports whether a running dispatcher delivers to target.
@@ -66,7 +110,12 @@ func (p *Presence) Announce(ctx context.Context) error {
 			p.holder, p.targets, p.ns, now.UnixNano()); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `DELETE FROM dispatchers WHERE seen_at < ?`, now.Add(-presenceForget).UnixNano())
+		if _, err := tx.ExecContext(ctx, `DELETE FROM dispatchers WHERE seen_at < ?`, now.Add(-presenceForget).UnixNano()); err != nil {
+			return err
+		}
+		// Notes of dispatchers forgotten above (or that crashed blocked).
+		_, err := tx.ExecContext(ctx, `DELETE FROM settings WHERE name LIKE ? || '%' AND substr(name, ?) NOT IN (SELECT holder FROM dispatchers)`,
+			blockedPrefix, len(blockedPrefix)+1)
 		return err
 	})
 	p.l.served.forget()
@@ -79,7 +128,10 @@ func (p *Presence) Announce(ctx context.Context) error {
 // Withdraw deletes the entry: the dispatcher is stopping.
 func (p *Presence) Withdraw(ctx context.Context) error {
 	err := p.l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM dispatchers WHERE holder = ?`, p.holder)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM dispatchers WHERE holder = ?`, p.holder); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `DELETE FROM settings WHERE name = ?`, blockedPrefix+p.holder)
 		return err
 	})
 	p.l.served.forget()
@@ -136,7 +188,43 @@ func (l *Ledger) Served(ctx context.Context) (Served, error) {
 	if err := rows.Err(); err != nil {
 		return s, fmt.Errorf("ledger: read dispatchers: %w", err)
 	}
+	rows.Close()
+	// A running dispatcher's note that it cannot reach the stream.
+	blocked, err := l.db.query(ctx, `SELECT s.value FROM settings s JOIN dispatchers d ON s.name = ? || d.holder
+		WHERE d.seen_at >= ?`, blockedPrefix, l.now().Add(-PresenceFresh).UnixNano())
+	if err != nil {
+		return s, fmt.Errorf("ledger: read blocked dispatchers: %w", err)
+	}
+	defer blocked.Close()
+	for blocked.Next() {
+		var v string
+		var n blockedNote
+		if err := blocked.Scan(&v); err != nil {
+			return s, fmt.Errorf("ledger: read blocked dispatchers: %w", err)
+		}
+		if json.Unmarshal([]byte(v), &n) != nil {
+			continue // not a note this version wrote: say nothing rather than fail find_request
+		}
+		if since := time.Unix(0, n.Since); s.BlockedSince.IsZero() || since.Before(s.BlockedSince) {
+			s.BlockedSince, s.BlockedReason = since, n.Reason
+		}
+	}
+	if err := blocked.Err(); err != nil {
+		return s, fmt.Errorf("ledger: read blocked dispatchers: %w", err)
+	}
 	return s, nil
+}
+
+// Blocked is what find_request adds to the detail of a request still on
+// its way while a running dispatcher cannot hand requests to the stream;
+// "" otherwise.
+func (s Served) Blocked() string {
+	if s.BlockedSince.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf(" Delivery is blocked: the dispatcher cannot reach its delivery queue (the JetStream stream) since %s (%s). "+
+		"The request stays stored and is handed over once the queue is back; the dispatcher keeps trying. "+
+		"Tell the operator if this lasts.", s.BlockedSince.UTC().Format(time.RFC3339), s.BlockedReason)
 }
 
 // servedCache keeps what Served read for servedCacheFor: Find reads it for

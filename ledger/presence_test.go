@@ -112,3 +112,73 @@ func TestPresenceRunWithdrawsOnStop(t *testing.T) {
 		t.Fatalf("Served = %+v after Run ended", s)
 	}
 }
+
+// A running dispatcher that cannot reach the stream notes it, and
+// find_request says delivery is blocked, since when and why, until the note
+// is cleared, the dispatcher withdraws, or its entry goes stale.
+func TestPresenceBlockedDelivery(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	ctx := context.Background()
+	if _, err := e.l.Create(ctx, request("req-blocked")); err != nil {
+		t.Fatal(err)
+	}
+	detail := func() string {
+		t.Helper()
+		st, err := e.l.Find(ctx, "", "req-blocked")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Status != ledger.StatusQueued {
+			t.Fatalf("status %s, want queued", st.Status)
+		}
+		return st.Detail
+	}
+	p := e.l.NewPresence("d1", []string{"local"}, "", discard())
+	if err := p.Announce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := detail(); strings.Contains(d, "blocked") {
+		t.Fatalf("detail %q speaks of a block before any", d)
+	}
+	since := e.clock.Now().Add(-3 * time.Second)
+	if err := p.Blocked(ctx, since, "natsjs: stream TICKETS: not connected"); err != nil {
+		t.Fatal(err)
+	}
+	if d := detail(); !contains(d, "Delivery is blocked", since.UTC().Format(time.RFC3339), "not connected", "Do not create it again") {
+		t.Fatalf("blocked: detail %q", d)
+	}
+	if err := p.Unblocked(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := detail(); strings.Contains(d, "blocked") {
+		t.Fatalf("detail %q after Unblocked", d)
+	}
+	if err := p.Blocked(ctx, since, "again"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Withdraw(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Announce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := detail(); strings.Contains(d, "blocked") {
+		t.Fatalf("detail %q: Withdraw left the note", d)
+	}
+	if err := p.Blocked(ctx, since, "stale"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Add(ledger.PresenceFresh + time.Second)
+	if d := detail(); strings.Contains(d, "Delivery is blocked") {
+		t.Fatalf("detail %q: a stale dispatcher's note still counts", d)
+	}
+}
+
+func contains(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}

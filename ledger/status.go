@@ -183,7 +183,7 @@ func (l *Ledger) explain(ctx context.Context, st *RequestStatus) error {
 		if err != nil {
 			return err
 		}
-		st.Detail += served.Unserved(st.Target)
+		st.Detail += served.Unserved(st.Target) + served.Blocked()
 	}
 	return nil
 }

@@ -71,6 +71,19 @@ type Dispatcher struct {
 	Pruned             prometheus.Counter
 	LedgerRequests     prometheus.Gauge
 	Writer             *Writer
+	// StreamRepairs counts what the dispatcher put back in the broker
+	// under it: a label of StreamRepairKinds.
+	StreamRepairs *prometheus.CounterVec // what
+}
+
+// StreamRepairKinds are the values of StreamRepairs' "what" label, all
+// exported from the start (at 0), so that an alert fires on the first one.
+var StreamRepairKinds = []string{
+	"stream_missing",   // the stream was gone: created again
+	"stream_config",    // its configuration was changed: set back
+	"stream_lost",      // it lost published messages (recreated or purged): they were published again
+	"consumer_missing", // a target's consumer was gone: created again
+	"consumer_config",  // a consumer's configuration was changed: set back
 }
 
 // Delivery outcomes used as the "outcome" label of Deliveries.
@@ -269,11 +282,19 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 			Help: "Requests held in the ledger (refreshed by each pruning round).",
 		}),
 		Writer: newWriter(),
+		StreamRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "stream_repairs_total",
+			Help: "Repairs of the JetStream stream and consumers made under a running dispatcher, by what was repaired (see the log line of each).",
+		}, []string{"what"}),
+	}
+	for _, k := range StreamRepairKinds {
+		d.StreamRepairs.WithLabelValues(k)
 	}
 	reg.MustRegister(d.Pruned, d.LedgerRequests, d.OutboxBacklog, d.OutboxOldestAge, d.Dispatched, d.DuplicateAcks, d.BatchFallbacks,
 		d.PublishErrors, d.AuditChecked, d.StreamLost, d.Unserved, d.CommitToAck, d.LeaseHeld, d.Deliveries, d.DeliveryAttempts,
 		d.DeliveryDuration, d.DeadLetters, d.AuthFailures, d.Uncertain, d.RedeliveredSkipped,
 		d.ConnectionsOpen, d.ConnectionsOpened, d.RateLimitWaits, d.RateLimitWaited)
+	reg.MustRegister(d.StreamRepairs)
 	d.Writer.register(reg)
 	return d
 }

@@ -21,6 +21,11 @@ type EmbeddedConfig struct {
 	Listen string
 	// StoreDir holds the JetStream file store.
 	StoreDir string
+	// Users are the public user nkeys the server admits (see
+	// LoadOrCreateSeed); a client without one of their seeds is refused at
+	// connect. Empty: no authentication (tests of this package only: the
+	// dispatcher always gives one).
+	Users []string
 }
 
 // readyTimeout bounds the wait for a started server to accept clients.
@@ -66,6 +71,9 @@ func StartEmbeddedContext(ctx context.Context, cfg EmbeddedConfig, log *slog.Log
 		SyncAlways: true,
 		NoSigs:     true, // the dispatcher owns signal handling
 		// No HTTP monitoring port, no cluster, no leafnodes: a local broker.
+	}
+	for _, pub := range cfg.Users {
+		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: pub})
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

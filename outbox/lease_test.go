@@ -54,6 +54,42 @@ func TestLeaseExpiryAndRelease(t *testing.T) {
 	step(other, true, "another name")
 }
 
+// A holder known to be dead (Lease.Dead) loses its lease at once; a live
+// holder that is not the dead one keeps it until it expires.
+func TestLeaseTakenFromADeadHolder(t *testing.T) {
+	b := startBroker(t)
+	js := b.connect(t)
+	path := filepath.Join(t.TempDir(), "tickets.db")
+	c := &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	n := newNode(t, "n", path, js, outbox.RelayConfig{}, time.Now)
+	acquire := func(l *outbox.Lease) bool {
+		t.Helper()
+		ok, err := l.Acquire(testCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	old := &outbox.Lease{Name: "relay", Holder: "host/1/aaaa", TTL: 15 * time.Second, Tx: n.w, Now: c.Now}
+	if !acquire(old) {
+		t.Fatal("free lease not taken")
+	}
+	other := &outbox.Lease{Name: "relay", Holder: "host/2/bbbb", TTL: 15 * time.Second, Tx: n.w, Now: c.Now, Dead: "host/9/dead"}
+	if acquire(other) {
+		t.Fatal("a lease whose holder is alive was taken")
+	}
+	succ := &outbox.Lease{Name: "relay", Holder: "host/3/cccc", TTL: 15 * time.Second, Tx: n.w, Now: c.Now, Dead: "host/1/aaaa"}
+	if !acquire(succ) {
+		t.Fatal("the dead holder's lease was not taken at once")
+	}
+	if acquire(old) {
+		t.Fatal("the old holder still holds the lease after the takeover")
+	}
+	if acquire(other) {
+		t.Fatal("a third holder took the successor's lease")
+	}
+}
+
 // Two dispatchers on one database: only the lease holder publishes; when it
 // stops it gives the lease back and the other takes over.
 func TestOnlyOneRelayPublishes(t *testing.T) {

@@ -41,6 +41,9 @@ type PublishResult struct {
 type RelayConfig struct {
 	// Holder identifies this relay in the lease table. Required.
 	Holder string
+	// Predecessor is a holder known to be dead (see Lease.Dead): a lease it
+	// still holds is taken at once. Optional.
+	Predecessor string
 	// BatchSize is the most rows read and published per round. Default 512.
 	BatchSize int
 	// Pipeline is how many batches may be in flight at once: while one
@@ -131,7 +134,7 @@ func NewRelay(cfg RelayConfig, read *sql.DB, tx TxRunner, pub Publisher, log *sl
 	}
 	return &Relay{
 		cfg: cfg, read: read, tx: tx, pub: pub, log: log, metrics: m, now: now,
-		lease: &Lease{Name: "relay", Holder: cfg.Holder, TTL: cfg.LeaseTTL, Tx: tx, Now: now},
+		lease: &Lease{Name: "relay", Holder: cfg.Holder, TTL: cfg.LeaseTTL, Tx: tx, Now: now, Dead: cfg.Predecessor},
 	}, nil
 }
 

@@ -320,7 +320,7 @@ func queued(t *testing.T, id string) ticket.Request {
 	return req
 }
 
-// The embedded nats-server has no authentication: the dispatcher refuses to
+// The embedded nats-server has no TLS: the dispatcher refuses to
 // open it beyond loopback, before it touches anything.
 func TestEmbeddedNATSStaysOnLoopback(t *testing.T) {
 	dir := t.TempDir()

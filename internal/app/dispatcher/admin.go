@@ -151,6 +151,7 @@ func adminStatus(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args [
 			fmt.Fprintf(out, "  %s  ticket %s  target %s  attempts %d\n    %s\n", u.RequestID, u.TicketID, u.Target, u.Attempts, downstream.Printable(u.LastError)) // text a downstream answered; -json escapes it
 		}
 	}
+	printBrokerHint(out, flagValue(fs, "data"))
 	return nil
 }
 

@@ -18,7 +18,6 @@ import (
 	"ticketrelay/internal/app"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"ticketrelay/audit"
@@ -69,6 +68,7 @@ func Run(ctx context.Context, env app.Env) error {
 		addrFile        = fs.String("addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
 		insecure        = fs.Bool("insecure", false, "allow -metrics-listen beyond loopback (/metrics has no authentication)")
 	)
+	broker := app.AddNATSFlags(fs, natsURL)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: dispatcher [flags]\n\nRelays accepted tickets to JetStream and delivers them to their targets.\n\n%s\nFlags:\n", adminUsage)
 		fs.PrintDefaults()
@@ -82,6 +82,9 @@ func Run(ctx context.Context, env app.Env) error {
 	}
 	if *dbPath == "" {
 		*dbPath = filepath.Join(*dataDir, "tickets.db")
+	}
+	if err := broker.Check(env.Lookup); err != nil {
+		return err
 	}
 	inst, err := installation.Parse(*installName)
 	if err != nil {
@@ -121,9 +124,9 @@ func Run(ctx context.Context, env app.Env) error {
 			app.ErrUsage, *auditAfter, *deliveryTimeout)
 	}
 	if *natsURL == "" && !app.IsLoopbackListen(*natsListen) {
-		// Whoever reaches it can read, publish and purge the stream.
-		return fmt.Errorf("%w: -nats-listen %s: the embedded nats-server has no authentication, so it listens on loopback only; "+
-			"to share the stream beyond this host, run a NATS server with credentials and give its URL as -nats", app.ErrUsage, *natsListen)
+		// Its traffic (every ticket) is not encrypted.
+		return fmt.Errorf("%w: -nats-listen %s: the embedded nats-server has no TLS, so it listens on loopback only; "+
+			"to share the stream beyond this host, run a NATS server with TLS and credentials and give its URL as -nats", app.ErrUsage, *natsListen)
 	}
 	cfg, err := config.Load(*configPath, env.Lookup)
 	if err != nil {
@@ -135,7 +138,8 @@ func Run(ctx context.Context, env app.Env) error {
 	// One dispatcher per data directory: a second one would share the
 	// JetStream store (and remove the first one's staging directory when it
 	// stops). Held until the process ends; the OS drops it on a crash.
-	unlock, err := lockDataDir(*dataDir)
+	holder := holderID()
+	unlock, predecessor, err := lockDataDir(*dataDir, holder)
 	if err != nil {
 		return err
 	}
@@ -146,6 +150,14 @@ func Run(ctx context.Context, env app.Env) error {
 
 	reg := app.NewRegistry()
 	m := metrics.NewDispatcher(reg)
+	// /metrics is served from here on, while the dispatcher waits for the
+	// database or a NATS server that cannot be reached yet.
+	addrs := map[string]string{}
+	stopMetrics, err := app.ServeMetrics(ctx, *metricsListen, reg, log, addrs)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	db, err := ledger.Open(ctx, *dbPath)
 	if err != nil {
 		return err
@@ -175,8 +187,11 @@ func Run(ctx context.Context, env app.Env) error {
 	}
 	defer closeTargets()
 
-	addrs := map[string]string{}
 	url := *natsURL
+	natsOpts, err := broker.Options(env.Lookup)
+	if err != nil {
+		return err
+	}
 	storeDir, stageDir := filepath.Join(*dataDir, "nats"), ""
 	if url == "" {
 		if stageDir, err = resolveStageDir(*natsStage, storeDir); err != nil {
@@ -184,7 +199,14 @@ func Run(ctx context.Context, env app.Env) error {
 		} else if stageDir != "" && *natsStage == "auto" {
 			defer os.Remove(stageDir) // empty once every batch has committed; runs after the server's shutdown
 		}
-		ns, err := natsjs.StartEmbeddedContext(ctx, natsjs.EmbeddedConfig{Listen: *natsListen, StoreDir: storeDir}, log)
+		// The embedded server admits the holder of the seed in the data
+		// directory only (see natsjs.LoadOrCreateSeed).
+		pub, seedOpt, seedPath, err := embeddedAuth(*dataDir)
+		if err != nil {
+			return err
+		}
+		natsOpts = append(natsOpts, seedOpt)
+		ns, err := natsjs.StartEmbeddedContext(ctx, natsjs.EmbeddedConfig{Listen: *natsListen, StoreDir: storeDir, Users: []string{pub}}, log)
 		if err != nil {
 			return err
 		}
@@ -192,21 +214,16 @@ func Run(ctx context.Context, env app.Env) error {
 		defer ns.Shutdown()
 		url = ns.ClientURL()
 		addrs["nats"] = url
+		if err := writeBrokerInfo(*dataDir, brokerInfo{URL: url, Nkey: seedPath, Stream: streamCfg.Name}); err != nil {
+			log.Warn("`dispatcher status` will not say how to reach the embedded nats-server", "err", err)
+		}
 	}
-	nc, err := nats.Connect(url,
-		nats.Name("ticketrelay-dispatcher"),
-		nats.MaxReconnects(-1),
-		nats.RetryOnFailedConnect(true),
-		nats.ReconnectWait(time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil { // nil: the connection was closed on purpose (shutdown)
-				log.Warn("nats disconnected", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
-	)
+	nc, err := app.ConnectNATS(ctx, url, "ticketrelay-dispatcher", natsOpts, log)
+	if ctx.Err() != nil {
+		return nil // stopped while waiting for the server: a clean stop
+	}
 	if err != nil {
-		return fmt.Errorf("nats %s: %w", url, err)
+		return err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second))
@@ -214,6 +231,9 @@ func Run(ctx context.Context, env app.Env) error {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	st, err := ensureStream(ctx, js, streamCfg, log)
+	if ctx.Err() != nil {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -243,12 +263,14 @@ func Run(ctx context.Context, env app.Env) error {
 		log.Warn("the NATS server does not take atomic batches (nats-server 2.12+ does): the relay publishes message by message")
 	}
 
-	holder := holderID()
+	var watcher *audit.Watcher // made below, before anything runs
 	relay, err := outbox.NewRelay(outbox.RelayConfig{
 		Holder:       holder,
+		Predecessor:  predecessor, // crashed on this data directory: its lease is not waited out
 		LeaseTTL:     *leaseTTL,
 		PollInterval: *pollInterval,
-	}, db.Reader(), w, natsjs.NewPublisher(js, append(pubOpts, natsjs.ForInstallation(inst))...), log.With("component", "relay"), m, time.Now)
+	}, db.Reader(), w, audit.PokeOnError(natsjs.NewPublisher(js, append(pubOpts, natsjs.ForInstallation(inst))...), func() { watcher.Poke() }),
+		log.With("component", "relay"), m, time.Now)
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
@@ -280,6 +302,7 @@ func Run(ctx context.Context, env app.Env) error {
 		MaxAttempts:     *maxAttempts,
 		Retry:           backoff.Policy{Base: *retryBase, Max: *retryMax},
 		RateLimits:      targets.RateLimits(cfg.Defs()),
+		ConsumerCheck:   time.Second, // a deleted or changed consumer is put back within seconds
 	}, js, deliveries, tgts, log.With("component", "forwarder"), m, time.Now)
 
 	pruner, err := ledger.NewPruner(retentionCfg, l, log.With("component", "retention"), m)
@@ -292,12 +315,6 @@ func Run(ctx context.Context, env app.Env) error {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
 
-	stopMetrics, err := app.ServeMetrics(ctx, *metricsListen, reg, log, addrs)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-
 	// Say which targets this dispatcher serves before saying it runs:
 	// find_request and the audit tell a request no one will deliver.
 	names := make([]string, len(tgts))
@@ -309,12 +326,19 @@ func Run(ctx context.Context, env app.Env) error {
 	if err := presence.Announce(ctx); err != nil {
 		return err
 	}
+	// The stream watcher puts back a stream deleted or changed under this
+	// dispatcher and has what it lost published again (audit/watch.go).
+	watcher, err = audit.NewWatcher(audit.WatchConfig{MaxAge: streamCfg.MaxAge}, l, natsjs.NewStreamWatch(js, streamCfg, st), presence,
+		relay.Leading, log.With("component", "stream-watch"), m, time.Now)
+	if err != nil {
+		return fmt.Errorf("%w: %v", app.ErrUsage, err)
+	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	services := map[string]func(context.Context) error{"relay": relay.Run, "forwarder": fwd.Run, "retention": pruner.Run,
-		"audit": auditor.Run, "presence": presence.Run}
+		"audit": auditor.Run, "presence": presence.Run, "stream-watch": watcher.Run}
 	if hosts != nil {
 		services["hosts"] = hosts.Run
 	}

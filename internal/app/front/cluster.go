@@ -6,18 +6,18 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"ticketrelay/clusterrec"
 	"ticketrelay/installation"
 	"ticketrelay/internal/app"
 	"ticketrelay/ledger"
-	"ticketrelay/natsjs"
 )
 
 // joinCluster connects to the installation's NATS cluster and binds its
 // request bucket: the tools then accept through the cluster record.
-func joinCluster(ctx context.Context, url, name string, l *ledger.Ledger, log *slog.Logger) (*clusterrec.Front, func(), error) {
+func joinCluster(ctx context.Context, url, name string, natsOpts []nats.Option, l *ledger.Ledger, log *slog.Logger) (*clusterrec.Front, func(), error) {
 	inst, err := installation.Parse(name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: -installation: %v", app.ErrUsage, err)
@@ -29,7 +29,7 @@ func joinCluster(ctx context.Context, url, name string, l *ledger.Ledger, log *s
 	if err != nil {
 		return nil, nil, err
 	}
-	nc, err := natsjs.Connect(url, "ticketrelay-mcp-front", log)
+	nc, err := app.ConnectNATS(ctx, url, "ticketrelay-mcp-front", natsOpts, log)
 	if err != nil {
 		return nil, nil, err
 	}

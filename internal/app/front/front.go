@@ -69,6 +69,7 @@ func Run(ctx context.Context, env app.Env) error {
 		installName    = fs.String("installation", "", "with -multi-host: the installation's `name` (as its dispatchers')")
 		benchNoop      = fs.Bool("bench-noop-tool", false, "for benchmarks only: also serve "+mcpserver.NoopToolPrefix+"<tool>, a twin of each create tool that validates its arguments and writes nothing")
 	)
+	natsFlags := app.AddNATSFlags(fs, natsURL)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: mcp-front [flags]\n\nServes the ticketrelay MCP tools (create_ticket, find_request).\n\n")
 		fs.PrintDefaults()
@@ -84,6 +85,9 @@ func Run(ctx context.Context, env app.Env) error {
 	}
 	if *unusedTimeout < 0 {
 		return fmt.Errorf("%w: -session-unused-timeout takes a duration ≥ 0", app.ErrUsage)
+	}
+	if err := natsFlags.Check(env.Lookup); err != nil {
+		return err
 	}
 	if *stdio && !set["metrics-listen"] {
 		*metricsListen = "" // several stdio instances must not race for one port
@@ -117,7 +121,11 @@ func Run(ctx context.Context, env app.Env) error {
 	l := ledger.New(db, w, time.Now)
 	var requests mcpserver.Requests = l
 	if *multiHost {
-		front, closeNATS, err := joinCluster(ctx, *natsURL, *installName, l, log)
+		natsOpts, err := natsFlags.Options(env.Lookup)
+		if err != nil {
+			return err
+		}
+		front, closeNATS, err := joinCluster(ctx, *natsURL, *installName, natsOpts, l, log)
 		if err != nil {
 			return err
 		}
