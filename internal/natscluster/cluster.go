@@ -235,8 +235,19 @@ func (c *Cluster) launch(ctx context.Context, i int) error {
 		return fmt.Errorf("natscluster: starting %s: %w", n.addrs.Name, err)
 	}
 	n.proc, n.stopped = p, false
+	// The client port answers before the monitoring port does, on a busy
+	// machine by a good while.
 	var v varz
-	if err := getJSON(ctx, c.hc, n.addrs.HTTP, "/varz", &v); err != nil {
+	err = poll(ctx, n.addrs.Name+"'s monitoring port", func() error {
+		if p.Exited() {
+			return fmt.Errorf("natscluster: %s exited: %s", n.addrs.Name, p.Tail(5))
+		}
+		if err := getJSON(ctx, c.hc, n.addrs.HTTP, "/varz", &v); err != nil {
+			return notYet("%v", err)
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("natscluster: %s: %w", n.addrs.Name, err)
 	}
 	c.fab.learn(i, v.ID)
