@@ -41,6 +41,22 @@ func exhausted(d ledger.Delivery) string {
 	return fmt.Sprintf("%d attempts exhausted (and %d more refused by a rate limit)", d.Counted(), d.Throttled)
 }
 
+// skipUnknown says why a message names a request the store does not hold.
+// A row is pruned only once its delivery is settled and -retention has
+// passed since it was accepted: a message older than that was settled and
+// forgotten (a replayed stream, a consumer reset), which is expected. A
+// younger one was never accepted by this installation: someone who reaches
+// the broker published it on the installation's subject.
+func (a *attempt) skipUnknown() {
+	md, err := a.msg.Metadata()
+	if err == nil && a.f.cfg.Retention > 0 && a.f.now().Sub(md.Timestamp) >= a.f.cfg.Retention {
+		a.log.Info("forwarder: message for a request settled and pruned after -retention; skipped", "published_at", md.Timestamp)
+		return
+	}
+	a.log.Error("forwarder: message for a request this installation never accepted (published by someone else "+
+		"on its subject); not delivered", "subject", a.msg.Subject())
+}
+
 // callEndSlack covers a downstream call's cancellation taking effect after
 // its deadline.
 const callEndSlack = time.Second
@@ -61,10 +77,9 @@ func (a *attempt) run(ctx context.Context) error {
 		return a.ack()
 	}
 	if !p.Accepted {
-		// Every message comes from a ledger row, and a row is pruned only once
-		// its delivery is settled: a message without one was settled and
-		// forgotten (a replayed stream, a consumer reset). Never deliver it.
-		a.log.Warn("forwarder: message for a request the ledger no longer holds; skipped")
+		// Never deliver a ticket the store does not hold. Which case it is
+		// decides what an operator should do, so the log says which.
+		a.skipUnknown()
 		a.f.metrics.RedeliveredSkipped.WithLabelValues(a.t.Name()).Inc()
 		return a.ack()
 	}

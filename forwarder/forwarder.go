@@ -61,6 +61,10 @@ type Config struct {
 	// created again if it is gone: a consumer deleted while this process
 	// was disconnected from the server sends no notice. Default 30s.
 	ConsumerCheck time.Duration
+	// Retention is how long the store keeps a settled request (the
+	// dispatcher's -retention): a message older than it that the store
+	// does not hold was settled and pruned. Zero: not known.
+	Retention time.Duration
 }
 
 // WithDefaults fills zero fields.

@@ -1,9 +1,13 @@
 package forwarder_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,32 +97,69 @@ func TestDeliversTheLedgersTicket(t *testing.T) {
 	}
 }
 
-// A message whose request the ledger does not hold (pruned after it was
-// settled, a replayed stream) is acknowledged without calling the API.
+// A message whose request the ledger does not hold is acknowledged without
+// calling the API, and the log says which case it is: settled and pruned
+// (older than -retention), or never accepted (forged on the subject).
 func TestMessageForUnknownRequestSkipped(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	api := newKeyedAPI("tracker")
-	e.startForwarder(t, testConfig(), api)
-	tk := ticket.Ticket{
-		Request: ticket.Request{RequestID: "never-accepted-1", Tool: "create_ticket", Target: api.name, Title: "ghost", Priority: "normal"},
-		ID:      ticket.IDFor("never-accepted-1"), CreatedAt: time.Now().UTC(),
+	for _, c := range []struct {
+		name      string
+		retention time.Duration
+		want      string
+	}{
+		{"never accepted", time.Hour, "never accepted"},
+		{"pruned", time.Nanosecond, "settled and pruned"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			var logs syncBuffer
+			e.log = slog.New(slog.NewTextHandler(&logs, nil))
+			api := newKeyedAPI("tracker")
+			cfg := testConfig()
+			cfg.Retention = c.retention
+			e.startForwarder(t, cfg, api)
+			tk := ticket.Ticket{
+				Request: ticket.Request{RequestID: "never-accepted-1", Tool: "create_ticket", Target: api.name, Title: "ghost", Priority: "normal"},
+				ID:      ticket.IDFor("never-accepted-1"), CreatedAt: time.Now().UTC(),
+			}
+			data, err := json.Marshal(tk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.publishRaw(t, outbox.SubjectFor(api.name), tk.RequestID, data)
+			waitFor(t, 15*time.Second, "the message to be skipped", func() bool {
+				return testutil.ToFloat64(e.m.RedeliveredSkipped.WithLabelValues(api.name)) == 1
+			})
+			e.waitConsumerIdle(t, api.name)
+			if n := len(api.Calls()); n != 0 {
+				t.Errorf("%d calls for a request the ledger never accepted, want 0", n)
+			}
+			if _, found, err := e.l.Delivery(context.Background(), tk.RequestID); err != nil || found {
+				t.Errorf("delivery record for the unknown request: found %v err %v", found, err)
+			}
+			if got := logs.String(); !strings.Contains(got, c.want) {
+				t.Errorf("the log does not say %q:\n%s", c.want, got)
+			}
+		})
 	}
-	data, err := json.Marshal(tk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.publishRaw(t, outbox.SubjectFor(api.name), tk.RequestID, data)
-	waitFor(t, 15*time.Second, "the message to be skipped", func() bool {
-		return testutil.ToFloat64(e.m.RedeliveredSkipped.WithLabelValues(api.name)) == 1
-	})
-	e.waitConsumerIdle(t, api.name)
-	if n := len(api.Calls()); n != 0 {
-		t.Errorf("%d calls for a request the ledger never accepted, want 0", n)
-	}
-	if _, found, err := e.l.Delivery(context.Background(), tk.RequestID); err != nil || found {
-		t.Errorf("delivery record for the unknown request: found %v err %v", found, err)
-	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger written from many goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestSlowTargetDoesNotHoldUpAnother(t *testing.T) {

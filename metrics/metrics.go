@@ -255,7 +255,7 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 		}, byTarget),
 		RedeliveredSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "redeliveries_skipped_total",
-			Help: "Messages acknowledged without calling the downstream: redeliveries of requests already settled, messages for requests the ledger no longer holds, and messages on another target's subject than their ticket's.",
+			Help: "Messages acknowledged without calling the downstream: redeliveries of requests already settled, messages for requests the store does not hold (settled and pruned, or never accepted), and messages on another target's subject than their ticket's.",
 		}, byTarget),
 		ConnectionsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "downstream_connections_open",

@@ -303,6 +303,7 @@ func Run(ctx context.Context, env app.Env) error {
 		Retry:           backoff.Policy{Base: *retryBase, Max: *retryMax},
 		RateLimits:      targets.RateLimits(cfg.Defs()),
 		ConsumerCheck:   time.Second, // a deleted or changed consumer is put back within seconds
+		Retention:       retentionCfg.Keep,
 	}, js, deliveries, tgts, log.With("component", "forwarder"), m, time.Now)
 
 	pruner, err := ledger.NewPruner(retentionCfg, l, log.With("component", "retention"), m)
