@@ -77,7 +77,7 @@ func TestOneAnswerOnEveryHost(t *testing.T) {
 func TestClaimWithoutCommitIsTakenOver(t *testing.T) {
 	ctx := ctxT(t)
 	js := embeddedJS(t)
-	cfg := clusterrec.Config{TakeoverAfter: 500 * time.Millisecond}
+	cfg := clusterrec.Config{TakeoverAfter: 2 * time.Second}
 	a, b := newHost(t, js, "host-a", cfg), newHost(t, js, "host-b", cfg)
 	req := request("req-crash", "left by a crash")
 	tk := ticket.Ticket{Request: req, ID: ticket.IDFor(req.Scoped()), CreatedAt: time.Now().Add(-time.Minute).UTC()}
@@ -86,7 +86,7 @@ func TestClaimWithoutCommitIsTakenOver(t *testing.T) {
 	if err != nil || !c.Mine {
 		t.Fatalf("a's claim = %+v, %v", c, err)
 	}
-	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, time.Second)
 	_, err = b.store.Claim(short, tk, req.Hash(), nil)
 	cancel()
 	if !errors.Is(err, clusterrec.ErrInProgress) {
