@@ -320,6 +320,11 @@ func TestLeadersKilledMidCalls(t *testing.T) {
 	if err := in.cluster.Restart(ctx, kv); err != nil {
 		t.Fatal(err)
 	}
+	// One fault at a time: the restarted node must be a current replica
+	// again before another node stops, or two of three are out.
+	if err := in.cluster.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
 	st, err := in.cluster.StreamLeader(ctx, "ticketrelay-"+installationName)
 	if err != nil {
 		t.Fatal(err)
@@ -330,6 +335,9 @@ func TestLeadersKilledMidCalls(t *testing.T) {
 	}
 	waitAccepted(in.hook.Count() + 10)
 	if err := in.cluster.Cont(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.cluster.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
 	waitAccepted(in.hook.Count() + 5)
