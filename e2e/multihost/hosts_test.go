@@ -93,15 +93,16 @@ type answer struct {
 	ExternalURL string `json:"external_url"`
 }
 
-// call calls tool on h and decodes its answer; a tool error is returned as
-// an error carrying its text.
+// call calls tool on h and decodes its answer; a tool error, or a call
+// that failed, is returned as an error carrying its text.
 func (h *host) call(t *testing.T, tool string, args map[string]any) (answer, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	res, err := h.cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 	if err != nil {
-		t.Fatalf("%s on %s: %v", tool, h.name, err)
+		// Not t.Fatal: callers run on other goroutines too.
+		return answer{}, fmt.Errorf("%s on %s: the call itself failed (retry): %w", tool, h.name, err)
 	}
 	text := res.Content[0].(*mcp.TextContent).Text
 	if res.IsError {
