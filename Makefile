@@ -89,3 +89,11 @@ torture: ## long fault-injection run (TORTURE_DURATION=3m, SEED=N, TORTURE_CALLE
 	$(BUILD) -o bin/nats-server github.com/nats-io/nats-server/v2
 	bin/torture -front bin/mcp-front -dispatcher bin/dispatcher -nats-server bin/nats-server \
 		-duration $(TORTURE_DURATION) -seed $(SEED) -callers $(TORTURE_CALLERS) $(TORTURE_FLAGS)
+
+# The same run with power cuts (issue 24): data and JetStream store on a FUSE
+# mount (root, /dev/fuse), every process SIGKILLed together and the mount cut.
+# TORTURE_FLAGS=-powercut-lazy-nats runs it against a nats-server without
+# sync_interval: always: stream-durable must FAIL there, everything else PASS.
+.PHONY: torture-powercut
+torture-powercut: ## power-cut run of the whole system (root, /dev/fuse; same variables as torture)
+	$(MAKE) torture TORTURE_FLAGS='-powercut $(TORTURE_FLAGS)'

@@ -20,6 +20,9 @@ type Input struct {
 	Shutdown []string
 	// FakeFaults counts the faults the fakes were told to inject, by name.
 	FakeFaults map[string]int
+	// PowerCut is what the power-cut mode saw at its cuts (nil in the
+	// other mode).
+	PowerCut *PowerCutInput `json:",omitempty"`
 }
 
 // Property is the verdict on one property.
@@ -140,13 +143,14 @@ func Check(in Input) Result {
 		}
 		c.recs[r.RequestID] = append(c.recs[r.RequestID], r)
 	}
-	return Result{
-		Properties: []Property{
-			c.answersAgree(), c.acceptedDelivered(), c.keyedExactlyOnce(), c.unkeyedAtMostOnce(),
-			c.ambiguousUncertain(), c.settled(), c.recordsAgree(), c.processes(),
-		},
-		Counts: c.counts(),
+	props := []Property{
+		c.answersAgree(), c.acceptedDelivered(), c.keyedExactlyOnce(), c.unkeyedAtMostOnce(),
+		c.ambiguousUncertain(), c.settled(), c.recordsAgree(), c.processes(),
 	}
+	if in.PowerCut != nil {
+		props = append(props, c.powerCut()...)
+	}
+	return Result{Properties: props, Counts: c.counts()}
 }
 
 // seenAccepted reports whether any client saw id accepted: a create
@@ -203,7 +207,7 @@ func (c *checker) counts() Counts {
 			n.Finds++
 		case KindKill:
 			switch e.Cause {
-			case CauseScheduler, CauseDisarm:
+			case CauseScheduler, CauseDisarm, CausePowerCut:
 				n.Kills[e.Component]++
 			case CauseFailpoint:
 				n.FailpointKills[e.Detail]++

@@ -12,6 +12,7 @@ import (
 
 	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/failpoint"
+	"ticketrelay/internal/powercut"
 )
 
 // Components of the system under test.
@@ -31,6 +32,8 @@ type cluster struct {
 	configPath string
 	natsConf   string
 	natsAddr   string
+	natsStore  string
+	pc         *powercut.FS // the mount of the data and the store (power-cut mode), or nil
 	secrets    []string
 	h          *history
 	log        *slog.Logger
@@ -42,10 +45,16 @@ type cluster struct {
 	instances map[string]int
 }
 
-func newCluster(cfg Config, configYAML string, secrets []string, h *history) (*cluster, error) {
+// newCluster prepares a cluster whose data directory and JetStream store are
+// under cfg.Dir, or on pc's mount if pc is not nil.
+func newCluster(cfg Config, pc *powercut.FS, configYAML string, secrets []string, h *history) (*cluster, error) {
+	root := cfg.Dir
+	if pc != nil {
+		root = pc.Mountpoint()
+	}
 	c := &cluster{
-		cfg: cfg, logDir: filepath.Join(cfg.Dir, "logs"), dataDir: filepath.Join(cfg.Dir, "data"),
-		secrets: secrets, h: h, log: cfg.Log,
+		cfg: cfg, logDir: filepath.Join(cfg.Dir, "logs"), dataDir: filepath.Join(root, "data"),
+		natsStore: filepath.Join(root, "nats"), pc: pc, secrets: secrets, h: h, log: cfg.Log,
 		procs: map[string]*e2eproc.Proc{}, armed: map[string]string{}, instances: map[string]int{},
 	}
 	c.dbPath = filepath.Join(c.dataDir, "tickets.db")
@@ -65,8 +74,12 @@ func newCluster(cfg Config, configYAML string, secrets []string, h *history) (*c
 	}
 	c.natsAddr = addr
 	// sync_interval: always makes a PubAck mean "fsynced" (DESIGN.md).
-	conf := fmt.Sprintf("server_name: torture\nlisten: %q\njetstream {\n  store_dir: %q\n  sync_interval: always\n}\n",
-		addr, filepath.Join(cfg.Dir, "nats"))
+	// Without it (Config.LazyNATS) nats-server syncs every two minutes.
+	sync := "  sync_interval: always\n"
+	if cfg.LazyNATS {
+		sync = ""
+	}
+	conf := fmt.Sprintf("server_name: torture\nlisten: %q\njetstream {\n  store_dir: %q\n%s}\n", addr, c.natsStore, sync)
 	if err := os.WriteFile(c.natsConf, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
@@ -159,6 +172,24 @@ func (c *cluster) kill(comp, cause string) {
 
 var failpointRE = regexp.MustCompile(`failpoint (\S+): SIGKILL`)
 
+// killTogether SIGKILLs every running process at once (a power cut), then
+// waits for them all and records why.
+func (c *cluster) killTogether(cause string) {
+	var killed []*e2eproc.Proc
+	var comps []string
+	for _, comp := range []string{CompFront, CompDispatcher, CompNATS} {
+		if p := c.proc(comp); p != nil && !p.Exited() {
+			p.Kill9()
+			killed, comps = append(killed, p), append(comps, comp)
+		}
+	}
+	for i, p := range killed {
+		<-p.Done()
+		c.h.add(Event{Kind: KindKill, Component: comps[i], Cause: cause, Detail: p.Name()})
+	}
+	c.log.Info("killed together", "processes", comps, "cause", cause)
+}
+
 // reap records and returns the components that exited without being asked.
 func (c *cluster) reap() []string {
 	var dead []string
@@ -183,8 +214,13 @@ func (c *cluster) reap() []string {
 
 // stopAll stops every process with SIGINT, front first.
 func (c *cluster) stopAll() error {
+	return c.stop(CompFront, CompDispatcher, CompNATS)
+}
+
+// stop stops comps with SIGINT, in order.
+func (c *cluster) stop(comps ...string) error {
 	var errs []error
-	for _, comp := range []string{CompFront, CompDispatcher, CompNATS} {
+	for _, comp := range comps {
 		if p := c.proc(comp); p != nil && !p.Exited() {
 			if err := p.Shutdown(); err != nil {
 				errs = append(errs, err)

@@ -39,6 +39,18 @@ type Config struct {
 	// Settle bounds the wait for every accepted request to settle after the
 	// callers are done. Default 60s.
 	Settle time.Duration
+	// PowerCut runs the power-cut mode (see powercut.go): the data directory
+	// and the nats-server's store live on an internal/powercut mount, and
+	// each of the Kills is a power cut of the whole system (every process
+	// SIGKILLed together, then the mount cut) instead of one process's
+	// kill. It needs /dev/fuse and root, and the program must call
+	// ChildMain first (the harness reads SQLite in a child process).
+	PowerCut bool
+	// LazyNATS (with PowerCut) runs the nats-server without
+	// sync_interval: always, with its default two-minute sync: a cut then
+	// loses acknowledged messages, which the dispatcher's stream audit must
+	// find and publish again.
+	LazyNATS bool
 	// Log receives the harness's progress (nil: discarded).
 	Log *slog.Logger
 }
@@ -67,6 +79,9 @@ func (c Config) validate() error {
 		if v == "" {
 			errs = append(errs, fmt.Errorf("torture: %s is required", name))
 		}
+	}
+	if c.LazyNATS && !c.PowerCut {
+		errs = append(errs, errors.New("torture: LazyNATS needs PowerCut"))
 	}
 	if c.Callers < 1 || c.Requests < 0 || c.Duration < time.Second || c.Kills < 0 || c.FaultRate > 1 {
 		errs = append(errs, fmt.Errorf("torture: invalid config: callers %d, requests %d, duration %s, kills %d, fault rate %g",

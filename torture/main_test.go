@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"ticketrelay/torture"
 )
 
 // Paths of the binaries TestMain builds.
@@ -17,6 +19,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	torture.ChildMain() // the power-cut run reads SQLite in a child: this binary run again
 	os.Exit(buildAndRun(m))
 }
 

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"ticketrelay/internal/powercut"
 )
 
 // Report is the outcome of a run.
@@ -21,6 +23,9 @@ type Report struct {
 	Result   Result
 	Replay   string // how to replay the run's seed
 	Warnings []string
+	// PowerCut is what the power-cut mode saw at its cuts (nil in the
+	// other mode).
+	PowerCut *PowerCutInput
 }
 
 // OK reports whether every property held.
@@ -39,8 +44,19 @@ func (r Report) Lines() []string {
 
 // ReplayCommand is how a run is replayed; Run fills Report.Replay with it.
 var ReplayCommand = func(c Config) string {
-	return fmt.Sprintf("make torture SEED=%d TORTURE_DURATION=%s TORTURE_CALLERS=%d TORTURE_FLAGS='-requests %d -kills %d -fault-rate %g'",
-		c.Seed, c.Duration, c.Callers, c.Requests, c.Kills, c.FaultRate)
+	return fmt.Sprintf("make torture SEED=%d TORTURE_DURATION=%s TORTURE_CALLERS=%d TORTURE_FLAGS='-requests %d -kills %d -fault-rate %g%s'",
+		c.Seed, c.Duration, c.Callers, c.Requests, c.Kills, c.FaultRate, modeFlags(c))
+}
+
+// modeFlags are cmd/torture's flags for c's mode.
+func modeFlags(c Config) string {
+	switch {
+	case c.LazyNATS:
+		return " -powercut -powercut-lazy-nats"
+	case c.PowerCut:
+		return " -powercut"
+	}
+	return ""
 }
 
 // Run runs the system under faults and checks the history. The error is
@@ -74,7 +90,28 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	defer fk.close()
-	cl, err := newCluster(cfg, fk.configYAML(), fk.env(), h)
+	readSnap := ReadSnapshot
+	var pc *powercut.FS
+	if cfg.PowerCut {
+		if err := probeChild(ctx); err != nil {
+			return rep, err
+		}
+		if pc, err = mountPowerCut(ctx, cfg.Dir); err != nil {
+			return rep, err
+		}
+		// Deferred before killAll, so it runs after it: nothing may
+		// use the mount when it goes.
+		defer func() {
+			if err := pc.Unmount(); err != nil {
+				log.Warn("unmount", "err", err)
+			}
+		}()
+		readSnap = func(ctx context.Context, path string) (Snapshot, error) {
+			out, err := readSnapshotChild(ctx, path)
+			return out.Snapshot, err
+		}
+	}
+	cl, err := newCluster(cfg, pc, fk.configYAML(), fk.env(), h)
 	if err != nil {
 		return rep, err
 	}
@@ -83,8 +120,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		if err := cl.start(ctx, comp, ""); err != nil {
 			return rep, err
 		}
+		if comp == CompDispatcher {
+			if err := cl.syncNATSStore(ctx); err != nil {
+				return rep, err
+			}
+		}
 	}
-	log.Info("system up; faults start", "url", cl.frontURL(), "duration", cfg.Duration, "callers", cfg.Callers, "kills", cfg.Kills)
+	log.Info("system up; faults start", "url", cl.frontURL(), "duration", cfg.Duration, "callers", cfg.Callers, "kills", cfg.Kills,
+		"powercut", cfg.PowerCut, "lazy_nats", cfg.LazyNATS)
 
 	// The fault phase.
 	faults, stopFaults := context.WithTimeout(ctx, cfg.Duration)
@@ -93,8 +136,17 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	var feeding sync.WaitGroup
 	feeding.Go(func() { fd.run(faults) })
 	sch := &scheduler{cl: cl, rng: rng(2), kills: cfg.Kills, budget: cfg.Kills + 2}
+	var cut *cutter
 	schErr := make(chan error, 1)
-	go func() { schErr <- sch.run(ctx, faults, cfg.Duration) }()
+	if cfg.PowerCut {
+		cut = newCutter(cl, pc, fk, rng(2), cfg.Kills, cfg.LazyNATS)
+		go func() { schErr <- cut.run(ctx, faults, cfg.Duration) }()
+	} else {
+		go func() { schErr <- sch.run(ctx, faults, cfg.Duration) }()
+	}
+	// The callers stop early if the run cannot go on.
+	callCtx, stopCalls := context.WithCancel(ctx)
+	defer stopCalls()
 
 	ld := &load{url: cl.frontURL, h: h, prefix: fmt.Sprintf("trq-%x", cfg.Seed), faults: faults,
 		deadline: time.Now().Add(cfg.Duration + cfg.Grace), requests: cfg.Requests, pace: 150 * time.Millisecond}
@@ -104,18 +156,43 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	var callers sync.WaitGroup
 	for i := range cfg.Callers {
 		c := &caller{id: i + 1, rng: rng(uint64(100 + i)), l: ld}
-		callers.Go(func() { c.run(ctx) })
+		callers.Go(func() { c.run(callCtx) })
 	}
 
-	<-faults.Done()
-	if err := <-schErr; err != nil {
+	err = <-schErr
+	if errors.Is(err, errRefused) {
+		// A process would not start on what a cut left: the verdict.
+		stopFaults()
+		stopCalls()
+		feeding.Wait()
+		callers.Wait()
+		rep.Result = Result{Properties: []Property{powerCutRefused(cut.in)}}
+		rep.PowerCut = &cut.in
+		rep.Elapsed = time.Since(began)
+		return rep, nil
+	}
+	if err != nil {
 		return rep, err
 	}
+	<-faults.Done()
 	if err := ctx.Err(); err != nil {
 		return rep, err
 	}
 	feeding.Wait()
-	if err := sch.calm(ctx); err != nil {
+	if cut != nil {
+		err = cut.calm(ctx)
+	} else {
+		err = sch.calm(ctx)
+	}
+	if errors.Is(err, errRefused) {
+		stopCalls()
+		callers.Wait()
+		rep.Result = Result{Properties: []Property{powerCutRefused(cut.in)}}
+		rep.PowerCut = &cut.in
+		rep.Elapsed = time.Since(began)
+		return rep, nil
+	}
+	if err != nil {
 		return rep, err
 	}
 	h.add(Event{Kind: KindPhase, Detail: "faults stopped"})
@@ -125,7 +202,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	// Quiescence: every ledger row published and settled.
 	dbPath := cl.dbPath
-	rep.Settled, err = waitSettled(ctx, dbPath, cfg.Settle)
+	rep.Settled, err = waitSettled(ctx, readSnap, dbPath, cfg.Settle)
 	if err != nil {
 		return rep, err
 	}
@@ -143,17 +220,36 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	log.Info("settled; stopping the system")
 
 	var shutdown []string
-	if err := cl.stopAll(); err != nil {
-		shutdown = append(shutdown, err.Error())
-	}
-	snap, err := ReadSnapshot(ctx, dbPath)
-	if err != nil {
-		return rep, err
+	var snap Snapshot
+	if cut == nil {
+		if err := cl.stopAll(); err != nil {
+			shutdown = append(shutdown, err.Error())
+		}
+		if snap, err = ReadSnapshot(ctx, dbPath); err != nil {
+			return rep, err
+		}
+	} else {
+		// nats-server last: the stream is checked against the final ledger.
+		if err := cl.stop(CompFront, CompDispatcher); err != nil {
+			shutdown = append(shutdown, err.Error())
+		}
+		if snap, err = readSnap(ctx, dbPath); err != nil {
+			return rep, err
+		}
+		if err := cut.finish(ctx, snap); err != nil {
+			return rep, err
+		}
+		if err := cl.stop(CompNATS); err != nil {
+			shutdown = append(shutdown, err.Error())
+		}
 	}
 	if err := h.err(); err != nil {
 		return rep, err
 	}
 	in := Input{Events: h.snapshot(), Final: final, Records: fk.records(), DB: snap, Shutdown: shutdown, FakeFaults: fd.counts()}
+	if cut != nil {
+		in.PowerCut, rep.PowerCut = &cut.in, &cut.in
+	}
 	if err := saveInput(filepath.Join(cfg.Dir, "checked.json"), in); err != nil {
 		return rep, err
 	}
@@ -175,10 +271,10 @@ func saveInput(path string, in Input) error {
 
 // waitSettled polls the database until every ledger row is settled or the
 // timeout passes.
-func waitSettled(ctx context.Context, dbPath string, timeout time.Duration) (bool, error) {
+func waitSettled(ctx context.Context, read func(context.Context, string) (Snapshot, error), dbPath string, timeout time.Duration) (bool, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		snap, err := ReadSnapshot(ctx, dbPath)
+		snap, err := read(ctx, dbPath)
 		if err != nil {
 			return false, err
 		}

@@ -26,6 +26,8 @@ type Row struct {
 	// Generation counts republishes under a new message id: an operator
 	// redrive or the stream audit.
 	Generation int `json:"generation"`
+	// StreamSeq is where the stream stored the message (0: not known).
+	StreamSeq uint64 `json:"stream_seq,omitempty"`
 	// From the deliveries table (nil: none yet).
 	Delivery *DeliveryRow `json:"delivery,omitempty"`
 }
@@ -130,11 +132,12 @@ func ReadSnapshot(ctx context.Context, path string) (Snapshot, error) {
 	if err != nil {
 		return s, err
 	}
-	err = each(ctx, tx, `SELECT request_id, subject, published_at IS NOT NULL, generation FROM outbox`, func(rs *sql.Rows) error {
+	err = each(ctx, tx, `SELECT request_id, subject, published_at IS NOT NULL, generation, coalesce(stream_seq, 0) FROM outbox`, func(rs *sql.Rows) error {
 		var id, subject string
 		var pub bool
 		var gen int
-		if err := rs.Scan(&id, &subject, &pub, &gen); err != nil {
+		var seq int64
+		if err := rs.Scan(&id, &subject, &pub, &gen, &seq); err != nil {
 			return err
 		}
 		r := s.Rows[id]
@@ -142,7 +145,7 @@ func ReadSnapshot(ctx context.Context, path string) (Snapshot, error) {
 			s.Orphans = append(s.Orphans, "outbox row of request "+id)
 			return nil
 		}
-		r.HasOutbox, r.Subject, r.Published, r.Generation = true, subject, pub, gen
+		r.HasOutbox, r.Subject, r.Published, r.Generation, r.StreamSeq = true, subject, pub, gen, uint64(seq)
 		return nil
 	})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 )
 
 func main() {
+	torture.ChildMain() // -powercut reads SQLite in a child: this program run again
 	var cfg torture.Config
 	flag.StringVar(&cfg.FrontBin, "front", "bin/mcp-front", "mcp-front `binary`")
 	flag.StringVar(&cfg.DispatcherBin, "dispatcher", "bin/dispatcher", "dispatcher `binary`")
@@ -28,6 +29,8 @@ func main() {
 	flag.DurationVar(&cfg.Duration, "duration", 3*time.Minute, "length of the fault phase")
 	flag.IntVar(&cfg.Kills, "kills", 0, "SIGKILLs during the fault phase (0: one per 5s)")
 	flag.Float64Var(&cfg.FaultRate, "fault-rate", 0.25, "share of downstream calls answered with a fault (negative: none)")
+	flag.BoolVar(&cfg.PowerCut, "powercut", false, "power-cut mode: data and JetStream store on a FUSE mount (needs /dev/fuse, root); each of -kills SIGKILLs every process together and drops what was not fsynced")
+	flag.BoolVar(&cfg.LazyNATS, "powercut-lazy-nats", false, "with -powercut: nats-server without sync_interval: always, to show a cut losing acknowledged messages and the stream audit publishing them again")
 	verbose := flag.Bool("v", false, "log the harness's progress to stderr")
 	flag.Parse()
 	if flag.NArg() > 0 {
