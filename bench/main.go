@@ -19,7 +19,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	fs.SetOutput(stderr)
 	var cfg Config
 	var sessions, only, frontEnv, frontArgs, dispEnv, dispArgs, cpuProfile string
-	fs.StringVar(&cfg.BinDir, "bin", "bin", "`directory` with mcp-front, dispatcher and noopserver (and profwrap for -pprof)")
+	fs.StringVar(&cfg.BinDir, "bin", "bin", "`directory` with mcp-front, dispatcher, noopserver, receiver and riverbaseline (and profwrap for -pprof)")
 	fs.StringVar(&cfg.OutDir, "out", "bench/results", "`directory` for latest.md (latest-quick.md with -quick); empty: none")
 	fs.StringVar(&cfg.WorkDir, "work", "", "`directory` for the scenarios' data (default: a temporary one, removed afterwards)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the temporary data directory")
@@ -33,7 +33,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	fs.IntVar(&cfg.RelayRows, "relay-rows", 0, "scenario 4's outbox backlog (default 100000, quick 10000)")
 	fs.IntVar(&cfg.RawRows, "raw-rows", 0, "messages of scenario 4's raw publish baseline (default a quarter of -relay-rows, at least 5000)")
 	fs.IntVar(&cfg.GrowthRows, "growth-rows", 0, "scenario 6's prefilled ledger rows (default 1000000, quick 100000)")
-	fs.StringVar(&only, "only", "", "comma-separated `scenarios` to run (default all: 1-7)")
+	fs.IntVar(&cfg.BacklogRows, "backlog-rows", 0, "scenario 8's backlog (default 50000, quick 5000)")
+	fs.IntVar(&cfg.BacklogRounds, "backlog-rounds", 0, "scenario 8's alternated rounds of each sender (default 2, quick 1)")
+	fs.IntVar(&cfg.SlowRows, "slow-rows", 0, "scenario 8's backlog to the slow receiver (default 4000, quick 1000)")
+	fs.DurationVar(&cfg.SlowLatency, "slow-latency", 0, "how long scenario 8's slow receiver takes to answer (default 50ms)")
+	fs.IntVar(&cfg.RiverWorkers, "river-workers", 0, "MaxWorkers of scenario 8's River baseline (default 100)")
+	fs.StringVar(&only, "only", "", "comma-separated `scenarios` to run (default all: 1-8)")
 	fs.StringVar(&cfg.PprofDir, "pprof", "", "save CPU profiles of the servers at the largest session count to this `directory`")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile to this `file`")
 	fs.StringVar(&frontEnv, "front-env", "", "space-separated `VAR=value` added to mcp-front's environment (a tuning trial, e.g. GOGC=200)")

@@ -25,7 +25,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	cfg.BinDir = bin
-	for _, b := range []string{"mcp-front", "dispatcher", "noopserver"} {
+	need := []string{"mcp-front", "dispatcher", "noopserver"}
+	if cfg.wants(8) {
+		need = append(need, "receiver", "riverbaseline")
+	}
+	for _, b := range need {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
 			return fmt.Errorf("bench: %s not built (make bench builds it): %w", b, err)
 		}
@@ -105,6 +109,9 @@ func (r *runner) runAll(ctx context.Context) {
 	}
 	if cfg.wants(6) {
 		r.step(ctx, "scenario 6", func() error { return r.scenario6(ctx, top) })
+	}
+	if cfg.wants(8) {
+		r.step(ctx, "scenario 8", func() error { return r.scenario8(ctx) })
 	}
 }
 
