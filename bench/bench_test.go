@@ -331,3 +331,32 @@ func TestMedian(t *testing.T) {
 		}
 	}
 }
+
+func TestResultName(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "latest.md"},
+		{Config{Quick: true}, "latest-quick.md"},
+		{Config{Only: []int{8}}, "latest-only-8.md"},
+		{Config{Quick: true, Only: []int{4, 8}}, "latest-quick-only-4-8.md"},
+		{Config{Only: []int{8}, AB: &ABConfig{}}, "ab.md"},
+	} {
+		if got := resultName(c.cfg.WithDefaults()); got != c.want {
+			t.Errorf("%+v: %s, want %s", c.cfg, got, c.want)
+		}
+	}
+}
+
+func TestBacklogOrder(t *testing.T) {
+	for rounds, want := range map[int]string{
+		1: "relay river ceiling",
+		2: "relay ceiling river ceiling relay",
+		3: "relay ceiling river ceiling relay relay river ceiling",
+	} {
+		if got := strings.Join(backlogOrder(rounds, "relay", "river", "ceiling"), " "); got != want {
+			t.Errorf("%d rounds: %s, want %s", rounds, got, want)
+		}
+	}
+}

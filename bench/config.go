@@ -15,7 +15,9 @@ type Config struct {
 	// BinDir holds mcp-front, dispatcher and noopserver (and profwrap when
 	// PprofDir is set; receiver and riverbaseline for scenario 8). Required.
 	BinDir string
-	// OutDir receives latest.md (full run) or latest-quick.md. Empty: none.
+	// OutDir receives latest.md (full run) or latest-quick.md, with
+	// "-only-N-M" before ".md" when Only names some of the scenarios.
+	// Empty: none.
 	OutDir string
 	// WorkDir holds every scenario's data directory. Default: a new
 	// temporary directory, removed at the end unless Keep is set.
@@ -144,7 +146,7 @@ func (c Config) WithDefaults() Config {
 		c.RiverWorkers = 100
 	}
 	if len(c.Only) == 0 {
-		c.Only = []int{1, 2, 3, 4, 5, 6, 7, 8}
+		c.Only = slices.Clone(allScenarios)
 	}
 	if c.Version == "" {
 		c.Version = "dev"
@@ -157,6 +159,9 @@ func (c Config) WithDefaults() Config {
 	}
 	return c
 }
+
+// allScenarios are the scenarios of a whole run.
+var allScenarios = []int{1, 2, 3, 4, 5, 6, 7, 8}
 
 func (c Config) validate() error {
 	if c.BinDir == "" {
@@ -176,7 +181,7 @@ func (c Config) validate() error {
 		}
 	}
 	for _, s := range c.Only {
-		if s < 1 || s > 8 {
+		if !slices.Contains(allScenarios, s) {
 			return fmt.Errorf("bench: there is no scenario %d (1-8)", s)
 		}
 	}

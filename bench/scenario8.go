@@ -90,49 +90,44 @@ func (d drain) String() string {
 func (r *runner) scenario8(ctx context.Context) error {
 	n, rounds := r.cfg.BacklogRows, r.cfg.BacklogRounds
 	var relay, riv, ceil []drain
-	runs := []func(k int) error{
-		func(k int) error {
-			profile := ""
-			if k == 1 && r.cfg.PprofDir != "" {
-				profile = "dispatcher-backlog"
-			}
-			d, err := r.backlogRelay(ctx, fmt.Sprintf("s8-relay-%d", k), n, 0, profile)
-			relay = append(relay, d)
-			return err
-		},
-		func(k int) error {
-			d, err := r.backlogRiver(ctx, fmt.Sprintf("s8-river-%d", k), n)
-			riv = append(riv, d)
-			return err
-		},
-		func(k int) error {
-			d, err := r.backlogCeiling(ctx, fmt.Sprintf("s8-ceiling-%d", k), n)
-			ceil = append(ceil, d)
-			return err
-		},
-	}
-	for k := range rounds {
-		// Every other round in reverse order: no sender always runs first.
-		order := []int{0, 1, 2}
-		if k%2 == 1 {
-			slices.Reverse(order)
+	doRelay := func() error {
+		profile := ""
+		if len(relay) == 0 && r.cfg.PprofDir != "" {
+			profile = "dispatcher-backlog"
 		}
-		for _, i := range order {
-			if err := runs[i](k + 1); err != nil {
-				return err
-			}
+		d, err := r.backlogRelay(ctx, fmt.Sprintf("s8-relay-%d", len(relay)+1), n, 0, profile)
+		relay = append(relay, d)
+		return err
+	}
+	doRiver := func() error {
+		d, err := r.backlogRiver(ctx, fmt.Sprintf("s8-river-%d", len(riv)+1), n)
+		riv = append(riv, d)
+		return err
+	}
+	doCeiling := func() error {
+		d, err := r.backlogCeiling(ctx, fmt.Sprintf("s8-ceiling-%d", len(ceil)+1), n)
+		ceil = append(ceil, d)
+		return err
+	}
+	for _, run := range backlogOrder(rounds, doRelay, doRiver, doCeiling) {
+		if err := run(); err != nil {
+			return err
 		}
 	}
 	workers := r.dispatcherWorkers()
 	rate := func(ds []drain) float64 { return median(ds, drain.rate) }
+	if len(relay) == 0 || len(riv) == 0 || len(ceil) == 0 {
+		return errors.New("bench: scenario 8 ran no round")
+	}
 	rt, rr, rc := rate(relay), rate(riv), rate(ceil)
 	cpu := time.Duration(median(relay, func(d drain) float64 { return float64(d.cpuPer()) }))
 	rivCPU := time.Duration(median(riv, func(d drain) float64 { return float64(d.cpuPer()) }))
 	var dups, rivDups, ceilDups int64
-	var conns, rivConns int64
+	var conns, open, rivConns int64
 	for _, d := range relay {
 		dups += d.recv.Duplicates
 		conns = max(conns, d.recv.NewConns)
+		open = max(open, d.recv.MaxOpen)
 	}
 	for _, d := range riv {
 		rivDups += d.recv.Duplicates
@@ -142,8 +137,8 @@ func (r *runner) scenario8(ctx context.Context) error {
 		ceilDups += d.recv.Duplicates
 	}
 	settings := fmt.Sprintf("%s-ticket backlog, fresh receiver (bench/receiver, 200 at once) per run, timed from the sender's start until the receiver holds every key; "+
-		"medians of %d rounds alternated ticketrelay / River / ceiling; dispatcher defaults (%d workers), backlog prefilled in the ledger unpublished; "+
-		"River %s: jobs inserted first, %d workers", count3(n), rounds, workers, r.riverVersion(), r.cfg.RiverWorkers)
+		"medians of %d ticketrelay and %d River runs, in the order %s; dispatcher defaults (%d workers), backlog prefilled in the ledger unpublished; "+
+		"River %s on SQLite: jobs inserted first, %d workers", count3(n), len(relay), len(riv), backlogOrderText(rounds), workers, r.riverVersion(), r.cfg.RiverWorkers)
 	r.rep.add(row{"8", fmt.Sprintf("deliver a %s-ticket backlog to a webhook, vs River", count3(n)), settings,
 		perSec(rt), perSec(rr) + " River on SQLite", times(ratio(rt, rr)), "≥ 3×", verdict(ratio(rt, rr) >= 3)})
 	r.rep.add(row{"8", "the same vs plain concurrent POSTs (the ceiling)", fmt.Sprintf("same rounds; ceiling: %d goroutines of the load generator POSTing the same payloads, nothing stored", ceilingSenders),
@@ -153,7 +148,7 @@ func (r *runner) scenario8(ctx context.Context) error {
 		"≤ 250 µs", verdict(cpu <= 250*time.Microsecond)})
 	r.rep.add(row{"8", "duplicates at the receiver", "same runs; POSTs repeating a key the receiver already held, all rounds, until the sender was stopped",
 		strconv.FormatInt(dups, 10), fmt.Sprintf("%d River, %d ceiling", rivDups, ceilDups), "—", "0", verdict(dups == 0)})
-	r.rep.add(row{"8", "new connections at the receiver", "same runs; TCP connections accepted (http.Server.ConnState), the most in one run",
+	r.rep.add(row{"8", "new connections at the receiver", fmt.Sprintf("same runs; TCP connections accepted (http.Server.ConnState), the most in one run; at most %d open at once", open),
 		strconv.FormatInt(conns, 10), fmt.Sprintf("%d workers (River: %d for %d workers)", workers, rivConns, r.cfg.RiverWorkers), "—", "≤ workers", verdict(conns > 0 && conns <= int64(workers))})
 	for i, d := range relay {
 		r.rep.detail("8 ticketrelay round %d: %s", i+1, d)
@@ -178,6 +173,27 @@ func (r *runner) scenario8(ctx context.Context) error {
 		perSec(d.rate()), perSec(bound) + " bound", times(ratio(d.rate(), bound)), "≥ 0.8×", verdict(ratio(d.rate(), bound) >= 0.8 && d.recv.Duplicates == 0)})
 	r.rep.detail("8 ticketrelay, receiver answering in %s: %s", lat, d)
 	return nil
+}
+
+// backlogOrder is the order of scenario 8's runs: ticketrelay and the
+// ceiling alternate round by round, and a River run (a minute of the run's
+// budget on a 2-core machine) sits between each pair of rounds, so that
+// both ticketrelay's runs bracket it: relay, ceiling, River, ceiling, relay.
+// An odd last round is relay, River, ceiling.
+func backlogOrder[F any](rounds int, relay, river, ceiling F) []F {
+	var out []F
+	for k := 1; k <= rounds; k += 2 {
+		if k == rounds {
+			out = append(out, relay, river, ceiling)
+		} else {
+			out = append(out, relay, ceiling, river, ceiling, relay)
+		}
+	}
+	return out
+}
+
+func backlogOrderText(rounds int) string {
+	return strings.Join(backlogOrder(rounds, "ticketrelay", "River", "ceiling"), ", ")
 }
 
 // median of f over ds (the mean of the middle two for an even count).
@@ -337,13 +353,26 @@ func (r *runner) backlogRelay(ctx context.Context, name string, n int, latency t
 	}
 	defer disp.stop()
 	var profiled sync.WaitGroup
+	done := make(chan struct{})
 	if profile != "" {
-		// A fixed window from the start: the drain's length is not known
-		// beforehand, and a CPU profile cannot be ended early.
-		profiled.Go(func() { r.profile(pprofAddr, profile)(ctx, profileWindow(n)) })
+		// Back-to-back windows until the receiver holds every key: the
+		// drain's length is not known beforehand, and a CPU profile cannot
+		// be ended early. go tool pprof merges the files it is given.
+		profiled.Go(func() {
+			for i := 1; ; i++ {
+				r.profile(pprofAddr, fmt.Sprintf("%s-%02d", profile, i))(ctx, profileWindow)
+				select {
+				case <-done:
+					return
+				default:
+				}
+			}
+		})
 	}
 	end, err := awaitKeys(ctx, recv, disp, n)
+	close(done)
 	if err != nil {
+		profiled.Wait()
 		return d, err
 	}
 	d.took = end.Sub(start)
@@ -354,16 +383,20 @@ func (r *runner) backlogRelay(ctx context.Context, name string, n int, latency t
 			m.Get(connsOpened, "target", backlogTarget), m.Get(deliveryAttempts, "target", backlogTarget),
 			meanOf(m, deliverSeconds), meanOf(m, commitSeconds), opsPerCommit(m))
 	}
-	err = finish(ctx, &d, recv, disp)
+	cpu, err := cpuTime(disp.Pid())
+	// The last window ends by itself; the dispatcher is idle meanwhile.
 	profiled.Wait()
+	if err != nil {
+		return d, err
+	}
+	err = finish(ctx, &d, recv, disp)
+	d.cpu = cpu
 	return d, err
 }
 
-// profileWindow is how long the CPU profile of scenario 8's first
-// dispatcher runs: most of the drain at the rates seen so far.
-func profileWindow(n int) time.Duration {
-	return min(max(time.Duration(n)*200*time.Microsecond, 2*time.Second), 15*time.Second)
-}
+// profileWindow is the length of each CPU profile of scenario 8's first
+// dispatcher.
+const profileWindow = 5 * time.Second
 
 // backlogRiver inserts n jobs with bench/riverbaseline, then starts its
 // River client against a fresh receiver and times the delivery.
