@@ -44,6 +44,7 @@ test/short: ## quick run without the race detector
 vet:
 	$(GO) vet ./...
 	cd bench/noopserver && $(GO) vet ./... # a module of its own: go-sdk's defaults, unpatched
+	cd bench/riverbaseline && $(GO) vet ./... # a module of its own: River and its SQLite driver
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
 lint: vet
@@ -71,6 +72,8 @@ fmt:
 bench: build ## benchmark table vs same-run baselines (a few minutes; BENCH_QUICK=1: ~1 minute); writes bench/results/
 	$(BUILD) -o bin/ ./cmd/loadgen ./bench/profwrap
 	cd bench/noopserver && $(BUILD) -o $(CURDIR)/bin/ .
+	$(BUILD) -o bin/ ./bench/receiver
+	cd bench/riverbaseline && $(BUILD) -o $(CURDIR)/bin/ . # River: a module of its own
 	bin/loadgen -bin bin -out bench/results -version $(VERSION) $(if $(filter 1,$(BENCH_QUICK)),-quick) $(BENCH_FLAGS)
 
 clean:

@@ -17,6 +17,7 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/downstream/local"
+	"ticketrelay/forwarder"
 	"ticketrelay/ledger"
 	"ticketrelay/mcpserver"
 	"ticketrelay/metrics"
@@ -281,10 +282,81 @@ func TestConfig(t *testing.T) {
 	if quick.Measure >= full.Measure || quick.GrowthRows >= full.GrowthRows {
 		t.Errorf("quick run is not smaller: %+v", quick)
 	}
-	if err := (Config{BinDir: "bin", Only: []int{8}}).WithDefaults().validate(); err == nil {
-		t.Error("scenario 8 accepted")
+	if full.BacklogRows != 50_000 || quick.BacklogRows >= full.BacklogRows || quick.BacklogRounds > full.BacklogRounds || quick.SlowRows >= full.SlowRows {
+		t.Errorf("scenario 8 defaults: full %+v, quick %+v", full, quick)
+	}
+	if !full.wants(8) {
+		t.Error("scenario 8 is not in the full run")
+	}
+	if err := (Config{BinDir: "bin", Only: []int{9}}).WithDefaults().validate(); err == nil {
+		t.Error("scenario 9 accepted")
 	}
 	if !full.wants(4) || (Config{Only: []int{1}}).wants(4) {
 		t.Error("wants")
+	}
+}
+
+func TestDispatcherWorkers(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{nil, forwarder.DefaultWorkers},
+		{[]string{"-workers", "64"}, 64},
+		{[]string{"-log-level", "warn", "--workers=8"}, 8},
+		{[]string{"-workers", "0"}, forwarder.DefaultWorkers},
+		{[]string{"-max-workers", "5"}, forwarder.DefaultWorkers},
+	} {
+		r := &runner{cfg: Config{DispatcherArgs: c.args}}
+		if got := r.dispatcherWorkers(); got != c.want {
+			t.Errorf("%q: %d workers, want %d", c.args, got, c.want)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	ds := func(secs ...float64) []drain {
+		var out []drain
+		for _, s := range secs {
+			out = append(out, drain{tickets: 100, took: time.Duration(s * float64(time.Second))})
+		}
+		return out
+	}
+	for _, c := range []struct {
+		ds   []drain
+		want float64
+	}{{ds(1), 100}, {ds(4, 1, 2), 50}, {ds(1, 2), 75}, {nil, 0}} {
+		if got := median(c.ds, drain.rate); got != c.want {
+			t.Errorf("median of %v = %v, want %v", c.ds, got, c.want)
+		}
+	}
+}
+
+func TestResultName(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "latest.md"},
+		{Config{Quick: true}, "latest-quick.md"},
+		{Config{Only: []int{8}}, "latest-only-8.md"},
+		{Config{Quick: true, Only: []int{4, 8}}, "latest-quick-only-4-8.md"},
+		{Config{Only: []int{8}, AB: &ABConfig{}}, "ab.md"},
+	} {
+		if got := resultName(c.cfg.WithDefaults()); got != c.want {
+			t.Errorf("%+v: %s, want %s", c.cfg, got, c.want)
+		}
+	}
+}
+
+func TestBacklogOrder(t *testing.T) {
+	for rounds, want := range map[int]string{
+		1: "relay river ceiling",
+		2: "relay ceiling river ceiling relay",
+		3: "relay ceiling river ceiling relay relay river ceiling",
+	} {
+		if got := strings.Join(backlogOrder(rounds, "relay", "river", "ceiling"), " "); got != want {
+			t.Errorf("%d rounds: %s, want %s", rounds, got, want)
+		}
 	}
 }

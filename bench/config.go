@@ -13,9 +13,11 @@ import (
 // run, or of the quick one when Quick is set (see WithDefaults).
 type Config struct {
 	// BinDir holds mcp-front, dispatcher and noopserver (and profwrap when
-	// PprofDir is set). Required.
+	// PprofDir is set; receiver and riverbaseline for scenario 8). Required.
 	BinDir string
-	// OutDir receives latest.md (full run) or latest-quick.md. Empty: none.
+	// OutDir receives latest.md (full run) or latest-quick.md, with
+	// "-only-N-M" before ".md" when Only names some of the scenarios.
+	// Empty: none.
 	OutDir string
 	// WorkDir holds every scenario's data directory. Default: a new
 	// temporary directory, removed at the end unless Keep is set.
@@ -53,7 +55,22 @@ type Config struct {
 	// GrowthRows is scenario 6's prefilled ledger. Default 1,000,000
 	// (quick: 100,000).
 	GrowthRows int
-	// Only lists the scenarios to run (1-7). Default all.
+	// BacklogRows is scenario 8's backlog. Default 50,000 (quick: 5,000).
+	BacklogRows int
+	// BacklogRounds is how many times scenario 8 runs each of its three
+	// senders, alternately. Default 2 (quick: 1): a River round takes about
+	// a minute on a 2-core machine.
+	BacklogRounds int
+	// SlowRows is scenario 8's backlog against the receiver that answers in
+	// SlowLatency: at the bound (workers ÷ latency) it takes SlowRows ×
+	// latency ÷ workers. Default 4,000 (quick: 1,000).
+	SlowRows int
+	// SlowLatency is how long that receiver takes to answer. Default 50ms.
+	SlowLatency time.Duration
+	// RiverWorkers is the River baseline's MaxWorkers. Default 100 (see
+	// docs/decisions/0033).
+	RiverWorkers int
+	// Only lists the scenarios to run (1-8). Default all.
 	Only []int
 	// PprofDir, if set, runs the largest scenario-1 level's mcp-front under
 	// bench/profwrap and the go-sdk no-op server with a pprof listener, and
@@ -113,8 +130,23 @@ func (c Config) WithDefaults() Config {
 	if c.GrowthRows == 0 {
 		c.GrowthRows = map[bool]int{false: 1_000_000, true: 100_000}[c.Quick]
 	}
+	if c.BacklogRows == 0 {
+		c.BacklogRows = map[bool]int{false: 50_000, true: 5_000}[c.Quick]
+	}
+	if c.BacklogRounds == 0 {
+		c.BacklogRounds = map[bool]int{false: 2, true: 1}[c.Quick]
+	}
+	if c.SlowRows == 0 {
+		c.SlowRows = map[bool]int{false: 4_000, true: 1_000}[c.Quick]
+	}
+	if c.SlowLatency == 0 {
+		c.SlowLatency = 50 * time.Millisecond
+	}
+	if c.RiverWorkers == 0 {
+		c.RiverWorkers = 100
+	}
 	if len(c.Only) == 0 {
-		c.Only = []int{1, 2, 3, 4, 5, 6, 7}
+		c.Only = slices.Clone(allScenarios)
 	}
 	if c.Version == "" {
 		c.Version = "dev"
@@ -128,9 +160,16 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// allScenarios are the scenarios of a whole run.
+var allScenarios = []int{1, 2, 3, 4, 5, 6, 7, 8}
+
 func (c Config) validate() error {
 	if c.BinDir == "" {
 		return errors.New("bench: no binary directory")
+	}
+	if c.BacklogRows < 1 || c.BacklogRounds < 1 || c.SlowRows < 1 || c.SlowLatency < 0 || c.RiverWorkers < 1 {
+		return fmt.Errorf("bench: invalid config: backlog rows %d, backlog rounds %d, slow rows %d, slow latency %s, River workers %d",
+			c.BacklogRows, c.BacklogRounds, c.SlowRows, c.SlowLatency, c.RiverWorkers)
 	}
 	if c.Warmup < 0 || c.Settle < 0 || c.Measure <= 0 || c.Rounds < 1 || c.RelayRows < 1 || c.RawRows < 1 || c.GrowthRows < 1 {
 		return fmt.Errorf("bench: invalid config: warmup %s, measure %s, rounds %d, relay rows %d, growth rows %d",
@@ -142,8 +181,8 @@ func (c Config) validate() error {
 		}
 	}
 	for _, s := range c.Only {
-		if s < 1 || s > 7 {
-			return fmt.Errorf("bench: there is no scenario %d (1-7)", s)
+		if !slices.Contains(allScenarios, s) {
+			return fmt.Errorf("bench: there is no scenario %d (1-8)", s)
 		}
 	}
 	return nil

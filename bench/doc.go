@@ -20,6 +20,13 @@
 //     1's throughput, then (for information) at a moderate 100 tickets/s.
 //  6. scenario 1 at 32 sessions on a ledger that already holds many rows.
 //  7. peak RSS of mcp-front and dispatcher during scenario 1 at 32 sessions.
+//  8. a backlog of accepted tickets (issue 22) delivered by a dispatcher to a
+//     webhook receiver in its own process (bench/receiver), from the
+//     dispatcher's start until the receiver holds every key, vs River on
+//     SQLite doing the same job (bench/riverbaseline, a module of its own)
+//     and plain concurrent POSTs (the ceiling); dispatcher CPU per ticket,
+//     duplicates and new connections at the receiver; then the same
+//     against a receiver that answers in 50 ms.
 //
 // The harness is Linux-only: it reads CPU time and peak RSS from /proc.
 package bench

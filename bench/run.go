@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -25,7 +26,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	cfg.BinDir = bin
-	for _, b := range []string{"mcp-front", "dispatcher", "noopserver"} {
+	need := []string{"mcp-front", "dispatcher", "noopserver"}
+	if cfg.wants(8) {
+		need = append(need, "receiver", "riverbaseline")
+	}
+	for _, b := range need {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
 			return fmt.Errorf("bench: %s not built (make bench builds it): %w", b, err)
 		}
@@ -53,13 +58,7 @@ func Run(ctx context.Context, cfg Config) error {
 	r.rep.notes = r.notes()
 	r.rep.text(cfg.Stdout)
 	if cfg.OutDir != "" {
-		name := "latest.md"
-		switch {
-		case cfg.AB != nil:
-			name = "ab.md"
-		case cfg.Quick:
-			name = "latest-quick.md"
-		}
+		name := resultName(cfg)
 		path := filepath.Join(cfg.OutDir, name)
 		if err := writeFileAtomic(path, r.rep.markdown); err != nil {
 			return err
@@ -67,6 +66,26 @@ func Run(ctx context.Context, cfg Config) error {
 		fmt.Fprintf(cfg.Stdout, "written to %s\n", path)
 	}
 	return nil
+}
+
+// resultName is the file a run's table is written to: a run of some of the
+// scenarios (-only) never replaces the table of a whole run.
+func resultName(cfg Config) string {
+	if cfg.AB != nil {
+		return "ab.md"
+	}
+	name := "latest"
+	if cfg.Quick {
+		name += "-quick"
+	}
+	if len(cfg.Only) < len(allScenarios) {
+		var only []string
+		for _, s := range cfg.Only {
+			only = append(only, strconv.Itoa(s))
+		}
+		name += "-only-" + strings.Join(only, "-")
+	}
+	return name + ".md"
 }
 
 type runner struct {
@@ -105,6 +124,9 @@ func (r *runner) runAll(ctx context.Context) {
 	}
 	if cfg.wants(6) {
 		r.step(ctx, "scenario 6", func() error { return r.scenario6(ctx, top) })
+	}
+	if cfg.wants(8) {
+		r.step(ctx, "scenario 8", func() error { return r.scenario8(ctx) })
 	}
 }
 

@@ -12,6 +12,9 @@ const (
 	commitSeconds  = "ticketrelay_sqlite_commit_duration_seconds"
 	commitBatch    = "ticketrelay_sqlite_commit_batch_size"
 	deliverSeconds = "ticketrelay_delivery_duration_seconds"
+
+	connsOpened      = "ticketrelay_downstream_connections_opened_total"
+	deliveryAttempts = "ticketrelay_delivery_attempts_total"
 )
 
 // scrape reads the Prometheus page at http://addr/metrics.
