@@ -3,6 +3,7 @@ package clusterrec
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -29,6 +30,10 @@ type Front struct {
 
 	mu   sync.Mutex
 	busy map[string]int // scoped id → this process's calls for it
+
+	beatMu   sync.Mutex // guards the two below; held across their read
+	beatRead time.Time  // when the host's heartbeat was last read
+	adopted  bool       // as it said then
 }
 
 // NewFront builds the multi-host front of l on s.
@@ -64,6 +69,9 @@ func (f *Front) Create(ctx context.Context, req ticket.Request) (ledger.Result, 
 	scoped := req.Scoped()
 	hash := req.Hash()
 	t := ticket.Ticket{Request: req, ID: ticket.IDFor(scoped), CreatedAt: f.now().UTC()}
+	if err := f.dispatcherAlive(ctx); err != nil {
+		return ledger.Result{}, err
+	}
 	held, release := f.hold(scoped)
 	defer release()
 	cctx, cancel := context.WithTimeout(ctx, f.ClaimTimeout)
@@ -90,6 +98,33 @@ func (f *Front) Create(ctx context.Context, req ticket.Request) (ledger.Result, 
 	}
 	return res, nil
 }
+
+// ErrOrphaned: this host's dispatcher was found lost and the other hosts
+// adopted its requests; what this host accepted now would wait for it.
+var ErrOrphaned = errors.New("clusterrec: this host's dispatcher is not running (the other hosts took over its requests)")
+
+// dispatcherAlive refuses new requests while this host's heartbeat says the
+// other hosts adopted it (its dispatcher was lost): the requests would
+// wait in this host's outbox for a dispatcher that is gone. Read at most
+// once per heartbeatEvery; a host that never beat yet accepts.
+func (f *Front) dispatcherAlive(ctx context.Context) error {
+	f.beatMu.Lock()
+	defer f.beatMu.Unlock()
+	if time.Since(f.beatRead) >= heartbeatEvery {
+		f.beatRead = time.Now()
+		hb, found, err := f.store.heartbeat(ctx, f.store.Host())
+		if err == nil {
+			f.adopted = found && hb.State != HostLive
+		}
+	}
+	if f.adopted {
+		return fmt.Errorf("%w: %w", ErrUnavailable, ErrOrphaned)
+	}
+	return nil
+}
+
+// heartbeatEvery is how often the front reads its host's heartbeat.
+const heartbeatEvery = time.Second
 
 // replay is the answer to a request another call accepted, from its
 // record.
@@ -131,8 +166,21 @@ func (f *Front) Find(ctx context.Context, subject, requestID string) (ledger.Req
 			return local, nil
 		}
 	}
+	if rec.Delivery == nil && rec.Phase == PhaseClaimed {
+		// A call that was cut between its claim and its answer, or one
+		// in progress: nothing says it was accepted, and a repeat with the
+		// same arguments completes it (taking the claim over) or replays
+		// it. "queued" would tell the agent not to call again.
+		return ledger.RequestStatus{RequestID: requestID, Status: ledger.StatusUnknown, Detail: interruptedDetail}, nil
+	}
 	return st, nil
 }
+
+// interruptedDetail is find_request's detail for a claim no host has
+// accepted.
+const interruptedDetail = "Not accepted yet: a call with this request_id was interrupted before it was accepted, or is being " +
+	"accepted right now. Call the same create tool again with the SAME request_id and arguments: that completes it, " +
+	"or returns its result, and never makes a second ticket. Do not use a new request_id."
 
 // Ledger is d as the ledger's delivery record of scoped; nil for none.
 func (d *Delivery) Ledger(scoped string) *ledger.Delivery {

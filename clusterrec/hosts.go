@@ -30,7 +30,18 @@ type Heartbeat struct {
 	Watermark time.Time `json:"watermark"`
 	State     string    `json:"state"`                // HostLive, or HostAdopting/HostAdopted once another host took over
 	By        string    `json:"adopted_by,omitempty"` // the host that adopted it
+	// AdoptedUpTo: the records written before it (server time) were
+	// looked at by the last adoption; the next one starts there. Quiet
+	// counts the adoptions in a row that found nothing new.
+	AdoptedUpTo time.Time `json:"adopted_up_to,omitzero"`
+	Quiet       int       `json:"quiet,omitempty"`
 }
+
+// quietRounds is how many adoptions in a row must find nothing before a
+// lost host's records stop being looked at: its mcp-front may accept for a
+// while after its dispatcher was lost (it refuses once it sees itself
+// adopted, see Front).
+const quietRounds = 12
 
 // Host states.
 const (
@@ -137,7 +148,9 @@ func (h *Hosts) RunOnce(ctx context.Context) error {
 		}
 		silent := now.Sub(e.Created())
 		switch {
-		case hb.State == HostAdopted:
+		case hb.State == HostAdopted && hb.Quiet >= quietRounds:
+		case hb.State == HostAdopted && now.Sub(e.Created()) < h.cfg.Every:
+			// Adopted this round already.
 		case hb.State == HostLive && silent < h.cfg.DeadAfter:
 			if !h.seen[hb.Host] {
 				h.seen[hb.Host] = true
@@ -146,12 +159,27 @@ func (h *Hosts) RunOnce(ctx context.Context) error {
 		case hb.State == HostAdopting && silent < h.cfg.DeadAfter:
 			// Another host is adopting it now.
 		default:
-			if err := h.adopt(ctx, k, e.Revision(), hb, silent); err != nil {
+			if err := h.adopt(ctx, k, e.Revision(), hb, silent, now); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// heartbeat reads host's heartbeat.
+func (s *Store) heartbeat(ctx context.Context, host string) (Heartbeat, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	var hb Heartbeat
+	e, err := s.kv.Get(ctx, hostPrefix+host)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return hb, false, nil
+	}
+	if err != nil {
+		return hb, false, err
+	}
+	return hb, true, json.Unmarshal(e.Value(), &hb)
 }
 
 // beat writes this host's heartbeat and returns the server's time of it.
@@ -177,10 +205,16 @@ func (h *Hosts) beat(ctx context.Context) (time.Time, error) {
 }
 
 // adopt takes over what lost host hb left: first the right to adopt (a
-// compare-and-set on its heartbeat, so one host adopts), then every
-// unsettled request it holds in the record that was accepted after its
-// watermark.
-func (h *Hosts) adopt(ctx context.Context, key string, rev uint64, hb Heartbeat, silent time.Duration) error {
+// compare-and-set on its heartbeat, so one host adopts at a time), then
+// every unsettled request it holds in the record that was written since
+// the last adoption (the first one: since its watermark). now is the
+// server's time of this round.
+func (h *Hosts) adopt(ctx context.Context, key string, rev uint64, hb Heartbeat, silent time.Duration, now time.Time) error {
+	from := hb.Watermark.Add(-h.cfg.Slack)
+	if !hb.AdoptedUpTo.IsZero() {
+		from = hb.AdoptedUpTo.Add(-h.cfg.Every)
+	}
+	first := hb.State != HostAdopted
 	hb.State, hb.By = HostAdopting, h.store.Host()
 	b, _ := json.Marshal(hb)
 	if _, err := h.store.kv.Update(ctx, key, b, rev); err != nil {
@@ -189,9 +223,11 @@ func (h *Hosts) adopt(ctx context.Context, key string, rev uint64, hb Heartbeat,
 		}
 		return fmt.Errorf("hosts: adopt %s: %w", hb.Host, err)
 	}
-	h.log.Warn("hosts: a host is lost; adopting what it left", "host", hb.Host, "hostname", hb.Hostname, "silent", silent.Round(time.Second),
-		"watermark", hb.Watermark)
-	keys, err := h.recordsSince(ctx, hb.Watermark.Add(-h.cfg.Slack), hb.Host)
+	if first {
+		h.log.Warn("hosts: a host is lost; adopting what it left", "host", hb.Host, "hostname", hb.Hostname,
+			"silent", silent.Round(time.Second), "watermark", hb.Watermark)
+	}
+	keys, err := h.recordsSince(ctx, from, hb.Host)
 	if err != nil {
 		return fmt.Errorf("hosts: adopt %s: %w", hb.Host, err)
 	}
@@ -205,12 +241,17 @@ func (h *Hosts) adopt(ctx context.Context, key string, rev uint64, hb Heartbeat,
 			adopted++
 		}
 	}
-	hb.State = HostAdopted
+	hb.State, hb.AdoptedUpTo = HostAdopted, now
+	if hb.Quiet++; adopted > 0 {
+		hb.Quiet = 0
+	}
 	b, _ = json.Marshal(hb)
 	if _, err := h.store.kv.Put(ctx, key, b); err != nil {
 		return fmt.Errorf("hosts: adopt %s: %w", hb.Host, err)
 	}
-	h.log.Warn("hosts: adopted a lost host's unpublished requests", "host", hb.Host, "requests", adopted, "looked_at", len(keys))
+	if first || adopted > 0 {
+		h.log.Warn("hosts: adopted a lost host's unpublished requests", "host", hb.Host, "requests", adopted, "looked_at", len(keys))
+	}
 	return nil
 }
 
@@ -266,30 +307,36 @@ func (h *Hosts) recordsSince(ctx context.Context, from time.Time, lost string) (
 }
 
 // adoptRecord takes key's request over from host lost, if it is still
-// that host's and unsettled: the record names this host, then this
-// host's ledger commits it (its relay publishes it).
+// that host's and unsettled: this host's ledger commits it first (its
+// relay publishes it), then the record names this host. Killed in
+// between, the record still names the lost host and the next adoption
+// commits it again: the same ticket, and the stream and the record keep
+// it to one delivery.
 func (h *Hosts) adoptRecord(ctx context.Context, key, lost string) (bool, error) {
+	rec, rev, found, err := h.store.get(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	if !found || rec.Host != lost || rec.settled() {
+		return false, nil
+	}
+	req := rec.Ticket.Request
+	if _, err := h.local.CreateAt(ctx, req, rec.ArgsHash, rec.Ticket.CreatedAt); err != nil {
+		return false, fmt.Errorf("commit %s: %w", req.RequestID, err)
+	}
 	for {
-		rec, rev, found, err := h.store.get(ctx, key)
-		if err != nil {
-			return false, err
-		}
-		if !found || rec.Host != lost || rec.settled() {
-			return false, nil
-		}
 		taken := rec
 		taken.Host, taken.Phase = h.store.Host(), PhaseAccepted
 		switch _, err := h.store.update(ctx, key, taken, rev); {
-		case errors.Is(err, errConflict):
-			continue
-		case err != nil:
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, errConflict):
 			return false, err
 		}
-		req := rec.Ticket.Request
-		if _, err := h.local.CreateAt(ctx, req, rec.ArgsHash, rec.Ticket.CreatedAt); err != nil {
-			return false, fmt.Errorf("commit %s: %w", req.RequestID, err)
+		// A delivery was recorded meanwhile, or another host took it.
+		if rec, rev, found, err = h.store.get(ctx, key); err != nil || !found || rec.Host != lost {
+			return err == nil, err
 		}
-		return true, nil
 	}
 }
 

@@ -171,7 +171,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	// error stops the forwarder before any target has started.
 	consumers := make(map[string]jetstream.Consumer, len(f.targets))
 	for name := range f.targets {
-		cons, err := f.consumer(ctx, name)
+		cons, err := f.startConsumer(ctx, name)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // stopped while starting: not an error
@@ -197,6 +197,28 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	wg.Wait()
 	f.settling.Wait()
 	return errors.Join(errs...)
+}
+
+// startConsumer creates target name's consumer, waiting out a cluster that
+// does not answer (a leader election, a node cut off as the dispatcher
+// starts); a configuration the server refuses is final.
+func (f *Forwarder) startConsumer(ctx context.Context, name string) (jetstream.Consumer, error) {
+	pace := backoff.Policy{Base: 200 * time.Millisecond, Max: 5 * time.Second}
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cons, err := f.consumer(cctx, name)
+		cancel()
+		var api *jetstream.APIError
+		if err == nil || ctx.Err() != nil || (errors.As(err, &api) && api.Code == 400) {
+			return cons, err
+		}
+		f.log.Warn("forwarder: the server did not create the target's consumer; retrying", "target", name, "err", err, "attempt", attempt)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(pace.Delay(attempt)):
+		}
+	}
 }
 
 // consumer creates (or updates) the durable consumer of target name.

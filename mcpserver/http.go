@@ -261,7 +261,7 @@ func NewHTTPHandler(srv *mcp.Server, cfg HTTPConfig) *HTTPHandler {
 			id := r.Header.Get("Mcp-Session-Id")
 			msg, parsed := r.Context().Value(msgInfoKey{}).(msgInfo)
 			switch {
-			case id == "" && r.Method == http.MethodPost && parsed && msg.method != methodInitialize:
+			case id == "" && r.Method == http.MethodPost && parsed && msg.method != methodInitialize && sessionProtocol(r.Header.Get("Mcp-Protocol-Version")):
 				// The SDK would open a session for it, answer it under a
 				// made-up initialize (a call: "invalid during session
 				// initialization", code 0) and close it again.
@@ -341,6 +341,15 @@ func (h *HTTPHandler) Sessions() int {
 
 // isStatelessProtocol reports whether an MCP-Protocol-Version header names
 // 2026-07-28 or later (versions are dates, so they compare as strings).
+// sessionProtocol reports whether a request without a session that names
+// protocol version v (none, or one the SDK serves with sessions) is one
+// the SDK would answer under a made-up session. A version the SDK does
+// not know is left to it: it answers with the versions it supports
+// (UnsupportedProtocolVersionError, SEP-2575).
+func sessionProtocol(v string) bool {
+	return v == "" || (!isStatelessProtocol(v) && slices.Contains(mcp.SupportedProtocolVersions(), v))
+}
+
 func isStatelessProtocol(v string) bool {
 	return len(v) == len(StatelessProtocol) && v >= StatelessProtocol
 }

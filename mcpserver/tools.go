@@ -385,6 +385,10 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 			s.log.Error("create refused: the cluster record is full", "tool", b.Tool, "err", err)
 			return toolError("the ticket was not accepted: ticketrelay's cluster record is full (an operator must act); " +
 				"nothing was written. Tell the user; retrying will not help until it is fixed."), nil
+		case errors.Is(err, clusterrec.ErrOrphaned):
+			s.log.Warn("create refused: this host's dispatcher is not running", "tool", b.Tool, "request_id", r.RequestID)
+			return toolError("the ticket was not accepted: this ticketrelay host cannot deliver right now (its dispatcher is not " +
+				"running). Retry with the SAME request_id and arguments: another host will take it; it never makes a second ticket."), nil
 		case errors.Is(err, clusterrec.ErrUnavailable) && ctx.Err() == nil:
 			// No quorum or an election that outlasted the call: the claim was
 			// not decided, and a retry with the same request_id is safe.

@@ -1,0 +1,105 @@
+package clusterrec_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"ticketrelay/clusterrec"
+	"ticketrelay/internal/testwait"
+	"ticketrelay/ledger"
+	"ticketrelay/ticket"
+)
+
+// A host whose dispatcher is lost: its unpublished requests are adopted
+// by another host (its ledger commits them); its front then refuses new
+// requests; and a request its front accepted after the adoption, before
+// it noticed, is adopted by the next round.
+func TestLostHostIsAdoptedAgainUntilQuiet(t *testing.T) {
+	ctx := ctxT(t)
+	js := embeddedJS(t)
+	a, b := newHost(t, js, "host-a", clusterrec.Config{}), newHost(t, js, "host-b", clusterrec.Config{})
+	none := func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil }
+	cfg := clusterrec.HostsConfig{Every: 100 * time.Millisecond, DeadAfter: time.Second, Slack: time.Second}
+	ha := clusterrec.NewHosts(cfg, a.store, a.l, none, discard(), time.Now)
+	hb := clusterrec.NewHosts(cfg, b.store, b.l, none, discard(), time.Now)
+	if err := hb.RunOnce(ctx); err != nil { // b beats once, then its dispatcher is gone
+		t.Fatal(err)
+	}
+	if _, err := b.front.Create(ctx, request("left-1", "accepted by b, never published")); err != nil {
+		t.Fatal(err)
+	}
+	held := func(id string) bool {
+		st, err := a.l.Find(ctx, "", id)
+		return err == nil && st.Status != ledger.StatusUnknown
+	}
+	if held("left-1") {
+		t.Fatal("a holds left-1 before b is lost")
+	}
+	if !testwait.Until(20*time.Second, func() bool {
+		if err := ha.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return held("left-1")
+	}) {
+		t.Fatal("a never adopted left-1")
+	}
+	rec, _, _, err := a.store.Get(ctx, "left-1")
+	if err != nil || rec.Host != "host-a" {
+		t.Fatalf("record after adoption: %+v, %v", rec, err)
+	}
+	// b's front refuses once it sees itself adopted.
+	var refusal error
+	if !testwait.Until(10*time.Second, func() bool {
+		_, refusal = b.front.Create(ctx, request("after-adoption", "refused"))
+		return refusal != nil
+	}) || !errors.Is(refusal, clusterrec.ErrOrphaned) {
+		t.Fatalf("b's front after its adoption: %v, want ErrOrphaned", refusal)
+	}
+	// A request b's front accepted in the moment before it noticed: the
+	// next rounds adopt it too.
+	late := request("left-2", "accepted by b after the adoption")
+	tk := ticket.Ticket{Request: late, ID: ticket.IDFor(late.Scoped()), CreatedAt: time.Now().UTC()}
+	if _, err := b.store.Claim(ctx, tk, late.Hash(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.l.CreateAt(ctx, late, late.Hash(), tk.CreatedAt); err != nil {
+		t.Fatal(err)
+	}
+	if !testwait.Until(20*time.Second, func() bool {
+		if err := ha.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return held("left-2")
+	}) {
+		t.Fatal("a never adopted left-2, accepted by b after the first adoption")
+	}
+}
+
+// An unaccepted claim (its host was cut between claim and commit) is
+// unknown to find_request, not queued: the agent is told to call again,
+// and the call completes it.
+func TestInterruptedClaimIsUnknownUntilRetried(t *testing.T) {
+	ctx := ctxT(t)
+	js := embeddedJS(t)
+	a, b := newHost(t, js, "host-a", clusterrec.Config{TakeoverAfter: 500 * time.Millisecond}), newHost(t, js, "host-b", clusterrec.Config{TakeoverAfter: 500 * time.Millisecond})
+	req := request("cut-1", "cut after its claim")
+	tk := ticket.Ticket{Request: req, ID: ticket.IDFor(req.Scoped()), CreatedAt: time.Now().UTC()}
+	if _, err := a.store.Claim(ctx, tk, req.Hash(), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []*host{a, b} {
+		st, err := h.front.Find(ctx, "", "cut-1")
+		if err != nil || st.Status != ledger.StatusUnknown || st.TicketID != "" {
+			t.Fatalf("find on %s of an interrupted claim = %+v, %v; want unknown", h.id, st, err)
+		}
+	}
+	res, err := b.front.Create(ctx, req)
+	if err != nil || res.TicketID != tk.ID {
+		t.Fatalf("the retry = %+v, %v", res, err)
+	}
+	if st, err := a.front.Find(ctx, "", "cut-1"); err != nil || st.Status != ledger.StatusQueued || st.TicketID != tk.ID {
+		t.Fatalf("find after the retry = %+v, %v; want queued %s", st, err, tk.ID)
+	}
+}
