@@ -89,3 +89,7 @@ torture: ## long fault-injection run (TORTURE_DURATION=3m, SEED=N, TORTURE_CALLE
 	$(BUILD) -o bin/nats-server github.com/nats-io/nats-server/v2
 	bin/torture -front bin/mcp-front -dispatcher bin/dispatcher -nats-server bin/nats-server \
 		-duration $(TORTURE_DURATION) -seed $(SEED) -callers $(TORTURE_CALLERS) $(TORTURE_FLAGS)
+
+.PHONY: torture-multihost
+torture-multihost: ## long multi-host run: 3 hosts on a 3-node NATS cluster behind a proxy, one lost for good (torture's variables)
+	$(MAKE) torture TORTURE_FLAGS='-hosts 3 $(TORTURE_FLAGS)'

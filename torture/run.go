@@ -21,6 +21,7 @@ type Report struct {
 	Result   Result
 	Replay   string // how to replay the run's seed
 	Warnings []string
+	Multi    *MultiFigures // a multi-host run's figures (mhrun.go)
 }
 
 // OK reports whether every property held.
@@ -50,6 +51,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return Report{}, err
+	}
+	if cfg.Hosts > 0 {
+		return runMultiHost(ctx, cfg)
 	}
 	if cfg.Seed == 0 {
 		cfg.Seed = uint64(time.Now().UnixNano())

@@ -28,6 +28,9 @@ func main() {
 	flag.DurationVar(&cfg.Duration, "duration", 3*time.Minute, "length of the fault phase")
 	flag.IntVar(&cfg.Kills, "kills", 0, "SIGKILLs during the fault phase (0: one per 5s)")
 	flag.Float64Var(&cfg.FaultRate, "fault-rate", 0.25, "share of downstream calls answered with a fault (negative: none)")
+	flag.IntVar(&cfg.Hosts, "hosts", 0, "multi-host run: `N` hosts (2 or 3) of one installation on a 3-node NATS cluster, one lost for good half way (0: one host)")
+	flag.DurationVar(&cfg.HostDeadAfter, "host-dead-after", 3*time.Second, "with -hosts: the hosts' -host-dead-after")
+	flag.DurationVar(&cfg.LostOutboxFor, "lost-outbox-for", 0, "with -hosts: how long the lost host's front accepts with its dispatcher already dead (0: a tenth of -duration)")
 	verbose := flag.Bool("v", false, "log the harness's progress to stderr")
 	flag.Parse()
 	if flag.NArg() > 0 {
