@@ -100,3 +100,7 @@ torture: ## long fault-injection run (TORTURE_DURATION=3m, SEED=N, TORTURE_CALLE
 .PHONY: torture-powercut
 torture-powercut: ## power-cut run of the whole system (root, /dev/fuse; same variables as torture)
 	$(MAKE) torture TORTURE_FLAGS='-powercut $(TORTURE_FLAGS)'
+
+.PHONY: torture-multihost
+torture-multihost: ## long multi-host run: 3 hosts on a 3-node NATS cluster behind a proxy, one lost for good (torture's variables)
+	$(MAKE) torture TORTURE_FLAGS='-hosts 3 $(TORTURE_FLAGS)'

@@ -53,6 +53,17 @@ type Config struct {
 	LazyNATS bool
 	// Log receives the harness's progress (nil: discarded).
 	Log *slog.Logger
+	// Hosts, 2 or 3, makes the run multi-host: that many hosts of one
+	// installation on a 3-node NATS cluster behind a round-robin proxy, one
+	// of them lost for good half way (mhrun.go). 0: one host.
+	Hosts int
+	// HostDeadAfter is the hosts' -host-dead-after in a multi-host run.
+	// Default 3s.
+	HostDeadAfter time.Duration
+	// LostOutboxFor is how long the lost host's front keeps accepting with
+	// its dispatcher already dead, before the host is removed: what it
+	// accepts then is in no stream. Default Duration/10.
+	LostOutboxFor time.Duration
 }
 
 // withDefaults returns c with every zero field set.

@@ -26,6 +26,7 @@ type Report struct {
 	// PowerCut is what the power-cut mode saw at its cuts (nil in the
 	// other mode).
 	PowerCut *PowerCutInput
+	Multi    *MultiFigures // a multi-host run's figures (mhrun.go)
 }
 
 // OK reports whether every property held.
@@ -66,6 +67,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return Report{}, err
+	}
+	if cfg.Hosts > 0 {
+		return runMultiHost(ctx, cfg)
 	}
 	if cfg.Seed == 0 {
 		cfg.Seed = uint64(time.Now().UnixNano())

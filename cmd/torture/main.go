@@ -31,6 +31,9 @@ func main() {
 	flag.Float64Var(&cfg.FaultRate, "fault-rate", 0.25, "share of downstream calls answered with a fault (negative: none)")
 	flag.BoolVar(&cfg.PowerCut, "powercut", false, "power-cut mode: data and JetStream store on a FUSE mount (needs /dev/fuse, root); each of -kills SIGKILLs every process together and drops what was not fsynced")
 	flag.BoolVar(&cfg.LazyNATS, "powercut-lazy-nats", false, "with -powercut: nats-server without sync_interval: always, to show a cut losing acknowledged messages and the stream audit publishing them again")
+	flag.IntVar(&cfg.Hosts, "hosts", 0, "multi-host run: `N` hosts (2 or 3) of one installation on a 3-node NATS cluster, one lost for good half way (0: one host)")
+	flag.DurationVar(&cfg.HostDeadAfter, "host-dead-after", 3*time.Second, "with -hosts: the hosts' -host-dead-after")
+	flag.DurationVar(&cfg.LostOutboxFor, "lost-outbox-for", 0, "with -hosts: how long the lost host's front accepts with its dispatcher already dead (0: a tenth of -duration)")
 	verbose := flag.Bool("v", false, "log the harness's progress to stderr")
 	flag.Parse()
 	if flag.NArg() > 0 {
