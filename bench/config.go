@@ -53,7 +53,7 @@ type Config struct {
 	// GrowthRows is scenario 6's prefilled ledger. Default 1,000,000
 	// (quick: 100,000).
 	GrowthRows int
-	// Only lists the scenarios to run (1-7). Default all.
+	// Only lists the scenarios to run (1-8). Default all.
 	Only []int
 	// PprofDir, if set, runs the largest scenario-1 level's mcp-front under
 	// bench/profwrap and the go-sdk no-op server with a pprof listener, and
@@ -114,7 +114,7 @@ func (c Config) WithDefaults() Config {
 		c.GrowthRows = map[bool]int{false: 1_000_000, true: 100_000}[c.Quick]
 	}
 	if len(c.Only) == 0 {
-		c.Only = []int{1, 2, 3, 4, 5, 6, 7}
+		c.Only = []int{1, 2, 3, 4, 5, 6, 7, clusterScenario}
 	}
 	if c.Version == "" {
 		c.Version = "dev"
@@ -142,8 +142,8 @@ func (c Config) validate() error {
 		}
 	}
 	for _, s := range c.Only {
-		if s < 1 || s > 7 {
-			return fmt.Errorf("bench: there is no scenario %d (1-7)", s)
+		if s < 1 || s > clusterScenario {
+			return fmt.Errorf("bench: there is no scenario %d (1-%d)", s, clusterScenario)
 		}
 	}
 	return nil

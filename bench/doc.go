@@ -20,6 +20,11 @@
 //     1's throughput, then (for information) at a moderate 100 tickets/s.
 //  6. scenario 1 at 32 sessions on a ledger that already holds many rows.
 //  7. peak RSS of mcp-front and dispatcher during scenario 1 at 32 sessions.
+//  8. multi-host mode (issue 19) on a 3-node nats-server cluster: cluster
+//     record Claim+Accept latency on R3 vs R1 at 1, 16 and 64 callers;
+//     create_ticket on two hosts vs one; the longest time with no call
+//     accepted after SIGKILL of the bucket's and the stream's leaders; the
+//     record's disk and memory per request (cluster*.go).
 //
 // The harness is Linux-only: it reads CPU time and peak RSS from /proc.
 package bench

@@ -19,7 +19,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	fs.SetOutput(stderr)
 	var cfg Config
 	var sessions, only, frontEnv, frontArgs, dispEnv, dispArgs, cpuProfile string
-	fs.StringVar(&cfg.BinDir, "bin", "bin", "`directory` with mcp-front, dispatcher and noopserver (and profwrap for -pprof)")
+	fs.StringVar(&cfg.BinDir, "bin", "bin", "`directory` with mcp-front, dispatcher and noopserver (and profwrap for -pprof; nats-server for scenario 8, else built from the pinned module)")
 	fs.StringVar(&cfg.OutDir, "out", "bench/results", "`directory` for latest.md (latest-quick.md with -quick); empty: none")
 	fs.StringVar(&cfg.WorkDir, "work", "", "`directory` for the scenarios' data (default: a temporary one, removed afterwards)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the temporary data directory")
@@ -33,7 +33,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	fs.IntVar(&cfg.RelayRows, "relay-rows", 0, "scenario 4's outbox backlog (default 100000, quick 10000)")
 	fs.IntVar(&cfg.RawRows, "raw-rows", 0, "messages of scenario 4's raw publish baseline (default a quarter of -relay-rows, at least 5000)")
 	fs.IntVar(&cfg.GrowthRows, "growth-rows", 0, "scenario 6's prefilled ledger rows (default 1000000, quick 100000)")
-	fs.StringVar(&only, "only", "", "comma-separated `scenarios` to run (default all: 1-7)")
+	fs.StringVar(&only, "only", "", "comma-separated `scenarios` to run (default all: 1-8)")
 	fs.StringVar(&cfg.PprofDir, "pprof", "", "save CPU profiles of the servers at the largest session count to this `directory`")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile to this `file`")
 	fs.StringVar(&frontEnv, "front-env", "", "space-separated `VAR=value` added to mcp-front's environment (a tuning trial, e.g. GOGC=200)")

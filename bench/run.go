@@ -106,6 +106,9 @@ func (r *runner) runAll(ctx context.Context) {
 	if cfg.wants(6) {
 		r.step(ctx, "scenario 6", func() error { return r.scenario6(ctx, top) })
 	}
+	if cfg.wants(clusterScenario) {
+		r.step(ctx, "scenario 8 (multi-host)", func() error { return r.scenario8(ctx, top) })
+	}
 }
 
 // step runs one scenario and turns its failure into an ERR row.
