@@ -90,6 +90,26 @@ func (r *runner) connectDeployment(ctx context.Context, d *deployment, n int) er
 	return nil
 }
 
+// procs are d's server processes, fronts first; procNames name them.
+func (d *deployment) procs() []*proc {
+	var ps []*proc
+	for _, h := range d.hosts {
+		ps = append(ps, h.front)
+	}
+	for _, h := range d.hosts {
+		ps = append(ps, h.disp)
+	}
+	return ps
+}
+
+func (d *deployment) procNames() []string {
+	var names []string
+	for _, p := range d.procs() {
+		names = append(names, p.Name())
+	}
+	return names
+}
+
 // delivered is how many tickets d's dispatchers have delivered.
 func (d *deployment) delivered() (float64, error) {
 	var sum float64
@@ -168,7 +188,7 @@ func (r *runner) clusterHosts(ctx context.Context, c *natscluster.Cluster, ct cl
 	}
 	for range ct.rounds {
 		for _, d := range sides {
-			if err := d.run(ctx, r.timed(createTool, &freshSource{})); err != nil {
+			if err := d.run(ctx, r.timed(createTool, &freshSource{}, d.procs()...)); err != nil {
 				return err
 			}
 		}
@@ -187,7 +207,7 @@ func (r *runner) clusterHosts(ctx context.Context, c *natscluster.Cluster, ct cl
 		ms(percentile(multi.o.lat, 99)), ms(percentile(single.o.lat, 99)) + " single host",
 		times(ratio(float64(percentile(multi.o.lat, 99)), float64(percentile(single.o.lat, 99)))), "—", result})
 	for _, d := range sides {
-		r.rep.detail("%s; waited %s in all for its dispatchers to deliver its rounds", describe(fmt.Sprintf("8 create_ticket @%d, %s", n, d.name), d.o), d.drain.Round(time.Millisecond))
+		r.rep.detail("%s; waited %s in all for its dispatchers to deliver its rounds", describe(fmt.Sprintf("8 create_ticket @%d, %s", n, d.name), d.o, d.procNames()...), d.drain.Round(time.Millisecond))
 	}
 	single.close()
 	return r.clusterFailover(ctx, c, ct, multi)
@@ -272,8 +292,8 @@ func (r *runner) clusterFailover(ctx context.Context, c *natscluster.Cluster, ct
 		return err
 	}
 	type fault struct {
-		what, node string
-		at, over   time.Time
+		what, node, also string
+		at, over         time.Time
 	}
 	var faults []fault
 	for k := range ct.faults {
@@ -287,7 +307,8 @@ func (r *runner) clusterFailover(ctx context.Context, c *natscluster.Cluster, ct
 		if err != nil {
 			return err
 		}
-		f := fault{what: what, node: c.Name(leader), at: time.Now()}
+		f := fault{what: what, node: c.Name(leader), also: r.alsoLed(ctx, c, leader, what)}
+		f.at = time.Now()
 		r.log.Info("scenario 8: SIGKILL of the "+what+" leader", "node", f.node)
 		if err := c.Kill(leader); err != nil {
 			return err
@@ -326,8 +347,8 @@ func (r *runner) clusterFailover(ctx context.Context, c *natscluster.Cluster, ct
 		}
 		r.rep.add(row{"8", "failover: SIGKILL of the " + f.what + " leader",
 			fmt.Sprintf("2 hosts, %d callers each calling create_ticket back to back, a failed call retried on the other host with the same request_id; "+
-				"the longest time with no call accepted, from the last acceptance before the SIGKILL until %d calls were accepted after it; node %s restarted and current again before the next fault",
-				callers, ct.afterFault, f.node),
+				"the longest time with no call accepted, from the last acceptance before the SIGKILL until %d calls were accepted after it; node %s%s; restarted and current again before the next fault",
+				callers, ct.afterFault, f.node, f.also),
 			ms(gap), "—", "—", "≤ 10 s", result})
 	}
 	r.rep.detail("8 failover: %d calls accepted over %s, %d failed calls retried on the other host", len(acc), time.Since(loadStart).Round(time.Second), nRetries)
@@ -335,6 +356,31 @@ func (r *runner) clusterFailover(ctx context.Context, c *natscluster.Cluster, ct
 		r.rep.detail("8 failover: failed calls that do not say to retry, first %d: %q", len(nBad), nBad)
 	}
 	return nil
+}
+
+// alsoLed says which other leaders node i holds besides the one about to
+// be killed: a node that leads the bucket too stalls acceptance longer.
+func (r *runner) alsoLed(ctx context.Context, c *natscluster.Cluster, i int, what string) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var also []string
+	if what != "bucket" {
+		if l, err := c.KVLeader(ctx, clusterInstallation.Bucket()); err == nil && l == i {
+			also = append(also, "the bucket's")
+		}
+	}
+	if what != "stream" {
+		if l, err := c.StreamLeader(ctx, clusterInstallation.Stream()); err == nil && l == i {
+			also = append(also, "the stream's")
+		}
+	}
+	if l, err := c.MetaLeader(ctx); err == nil && l == i {
+		also = append(also, "the JetStream meta")
+	}
+	if len(also) == 0 {
+		return " (no other leader)"
+	}
+	return " (also " + strings.Join(also, " and ") + " leader)"
 }
 
 // longestGap is the longest time between consecutive acceptances (sorted)
