@@ -60,6 +60,10 @@ func Run(ctx context.Context, cfg Config) error {
 		case cfg.Quick:
 			name = "latest-quick.md"
 		}
+		if len(cfg.Only) == 1 && cfg.Only[0] == clusterScenario {
+			// Run alone, scenario 8 keeps the full table's file intact.
+			name = strings.Replace(name, "latest", "latest-cluster", 1)
+		}
 		path := filepath.Join(cfg.OutDir, name)
 		if err := writeFileAtomic(path, r.rep.markdown); err != nil {
 			return err
