@@ -288,8 +288,11 @@ func TestConfig(t *testing.T) {
 	if !full.wants(8) {
 		t.Error("scenario 8 is not in the full run")
 	}
-	if err := (Config{BinDir: "bin", Only: []int{9}}).WithDefaults().validate(); err == nil {
-		t.Error("scenario 9 accepted")
+	if err := (Config{BinDir: "bin", Only: []int{clusterScenario + 1}}).WithDefaults().validate(); err == nil {
+		t.Errorf("scenario %d accepted", clusterScenario+1)
+	}
+	if err := (Config{BinDir: "bin", Only: []int{clusterScenario}}).WithDefaults().validate(); err != nil || !full.wants(clusterScenario) {
+		t.Errorf("the cluster scenario: %v, in the full run: %v", err, full.wants(clusterScenario))
 	}
 	if !full.wants(4) || (Config{Only: []int{1}}).wants(4) {
 		t.Error("wants")

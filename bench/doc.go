@@ -27,6 +27,11 @@
 //     and plain concurrent POSTs (the ceiling); dispatcher CPU per ticket,
 //     duplicates and new connections at the receiver; then the same
 //     against a receiver that answers in 50 ms.
+//  9. multi-host mode (issue 19) on a 3-node nats-server cluster: cluster
+//     record Claim+Accept latency on R3 vs R1 at 1, 16 and 64 callers;
+//     create_ticket on two hosts vs one; the longest time with no call
+//     accepted after SIGKILL of the bucket's and the stream's leaders; the
+//     record's disk and memory per request (cluster*.go).
 //
 // The harness is Linux-only: it reads CPU time and peak RSS from /proc.
 package bench

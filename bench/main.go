@@ -19,7 +19,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	fs.SetOutput(stderr)
 	var cfg Config
 	var sessions, only, frontEnv, frontArgs, dispEnv, dispArgs, cpuProfile string
-	fs.StringVar(&cfg.BinDir, "bin", "bin", "`directory` with mcp-front, dispatcher, noopserver, receiver and riverbaseline (and profwrap for -pprof)")
+	fs.StringVar(&cfg.BinDir, "bin", "bin", "`directory` with mcp-front, dispatcher, noopserver, receiver and riverbaseline (and profwrap for -pprof; nats-server for scenario 9, else built from the pinned module)")
 	fs.StringVar(&cfg.OutDir, "out", "bench/results", "`directory` for latest.md (latest-quick.md with -quick; latest[-quick]-only-N.md with -only); empty: none")
 	fs.StringVar(&cfg.WorkDir, "work", "", "`directory` for the scenarios' data (default: a temporary one, removed afterwards)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the temporary data directory")
