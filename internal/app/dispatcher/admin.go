@@ -42,7 +42,7 @@ var adminCommandNames = []string{"status", "redrive", "resolve"}
 var adminOnlyFlags = []string{"json", "failed", "target", "delivered"}
 
 const adminUsage = `Usage:
-  dispatcher status  [-db PATH | -data DIR] [-json]
+  dispatcher status  [-db PATH | -data DIR] [-json] [-multi-host -nats URL -installation NAME]
   dispatcher redrive [-db PATH | -data DIR] REQUEST_ID...
   dispatcher redrive [-db PATH | -data DIR] -failed [-target T]
   dispatcher resolve [-db PATH | -data DIR] REQUEST_ID (-delivered EXTERNAL_ID | -failed)
@@ -60,6 +60,7 @@ func runAdmin(ctx context.Context, name string, env app.Env) error {
 	fs.Bool("failed", false, "redrive: every failed request; resolve: settle as not delivered")
 	fs.String("target", "", "redrive -failed: only this `target`")
 	fs.String("delivered", "", "resolve: settle as delivered, with the `external_id` found downstream")
+	addClusterFlags(fs)
 	args, err := parseInterspersed(fs, env.Args[1:], env.Lookup, adminOnlyFlags...)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -114,16 +115,24 @@ func adminStatus(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args [
 	if err != nil {
 		return err
 	}
+	cluster, err := clusterStatusOf(ctx, fs)
+	if err != nil {
+		return err
+	}
 	if flagValue(fs, "json") == "true" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(statusJSON{
+		if err := enc.Encode(statusJSON{
 			Dispatchers:      s.Dispatchers,
 			Backlog:          s.Backlog,
 			OldestAgeSeconds: s.OldestAge.Seconds(),
 			Targets:          orEmpty(s.Targets),
 			Uncertain:        orEmpty(s.Uncertain),
-		})
+			Cluster:          cluster,
+		}); err != nil {
+			return err
+		}
+		return clusterErr(cluster)
 	}
 	fmt.Fprintf(out, "dispatchers running: %d\noutbox backlog: %d (oldest %s)\n\n", s.Dispatchers, s.Backlog, s.OldestAge.Round(time.Millisecond))
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -151,7 +160,10 @@ func adminStatus(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args [
 			fmt.Fprintf(out, "  %s  ticket %s  target %s  attempts %d\n    %s\n", u.RequestID, u.TicketID, u.Target, u.Attempts, downstream.Printable(u.LastError)) // text a downstream answered; -json escapes it
 		}
 	}
-	return nil
+	if cluster != nil {
+		printCluster(out, cluster)
+	}
+	return clusterErr(cluster)
 }
 
 // statusJSON is `status -json`: snake_case keys, the age in seconds, lists
@@ -162,6 +174,7 @@ type statusJSON struct {
 	OldestAgeSeconds float64                `json:"oldest_age_seconds"`
 	Targets          []ledger.TargetCounts  `json:"targets"`
 	Uncertain        []ledger.RequestStatus `json:"uncertain"`
+	Cluster          *clusterView           `json:"cluster,omitempty"` // with -multi-host
 }
 
 func orEmpty[T any](s []T) []T {
