@@ -139,7 +139,7 @@ func peerText(p peerView) string {
 	case p.Offline:
 		return "(offline)"
 	case !p.Current:
-		return "(lagging " + strconv.FormatUint(p.Lag, 10) + " ops, seen " + (time.Duration(p.ActiveSeconds * float64(time.Second))).Round(time.Millisecond).String() + " ago)"
+		return "(not current: " + strconv.FormatUint(p.Lag, 10) + " ops behind, last seen " + (time.Duration(p.ActiveSeconds * float64(time.Second))).Round(time.Millisecond).String() + " ago)"
 	}
 	return "(current)"
 }
