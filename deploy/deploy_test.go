@@ -54,6 +54,7 @@ func exported(t *testing.T) map[string]bool {
 	r := &recorder{names: map[string]bool{"up": true}}
 	metrics.NewFront(r)
 	metrics.NewDispatcher(r)
+	metrics.NewCluster(r) // multi-host dispatchers only
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if !r.names["ticketrelay_dispatched_total"] || !r.names["ticketrelay_tool_call_duration_seconds_bucket"] {
 		t.Fatalf("recorder saw no ticketrelay metrics: %d names", len(r.names))
@@ -123,7 +124,11 @@ func TestAlertRulesNameExportedMetrics(t *testing.T) {
 	}
 	// The operations issue asks for these rules by name.
 	for _, want := range []string{"TicketrelayOutboxBacklogOld", "TicketrelayDeadLetters", "TicketrelayUncertainRequests",
-		"TicketrelayAuthFailures", "TicketrelayScrapeDown"} {
+		"TicketrelayAuthFailures", "TicketrelayScrapeDown",
+		// Issue 19, for operators: lost quorum, a lagging replica, the
+		// bucket near its limit, a host lost.
+		"TicketrelayClusterNoQuorum", "TicketrelayClusterReplicaLagging", "TicketrelayClusterBucketNearFull",
+		"TicketrelayClusterHostLost"} {
 		if !alerts[want] {
 			t.Errorf("alerts.yml has no rule %s", want)
 		}
