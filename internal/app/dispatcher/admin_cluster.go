@@ -111,13 +111,15 @@ func printCluster(out io.Writer, v *clusterView) {
 	if v.Hosts != nil {
 		fmt.Fprintf(out, "\n")
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "HOST\tHOSTNAME\tSTATE\tSILENT\t")
+		// The entry's time is the last beat of a live or silent host, and
+		// the moment another host marked it of an adopting or adopted one.
+		fmt.Fprintln(tw, "HOST\tHOSTNAME\tSTATE\tLAST ENTRY\t")
 		for _, h := range v.Hosts {
 			state := h.State
 			if h.AdoptedBy != "" {
 				state += " by " + h.AdoptedBy
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", h.Host, h.Hostname, state, (time.Duration(h.SilentSeconds * float64(time.Second))).Round(time.Second))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t\n", h.Host, h.Hostname, state, secondsText(h.LastEntryAgeSeconds))
 		}
 		tw.Flush()
 		if len(v.Hosts) == 0 {
@@ -138,8 +140,10 @@ func peerText(p peerView) string {
 		return "(leader)"
 	case p.Offline:
 		return "(offline)"
+	case !p.Current && p.ActiveSeconds > 0:
+		return "(not current: " + strconv.FormatUint(p.Lag, 10) + " ops behind, last seen " + secondsText(p.ActiveSeconds) + " ago)"
 	case !p.Current:
-		return "(not current: " + strconv.FormatUint(p.Lag, 10) + " ops behind, last seen " + (time.Duration(p.ActiveSeconds * float64(time.Second))).Round(time.Millisecond).String() + " ago)"
+		return "(not current: " + strconv.FormatUint(p.Lag, 10) + " ops behind)"
 	}
 	return "(current)"
 }
@@ -165,4 +169,8 @@ func clusterErr(v *clusterView) error {
 		return nil
 	}
 	return fmt.Errorf("status: %w: %s", errClusterIncomplete, strings.Join(v.Errors, "; "))
+}
+
+func secondsText(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
 }

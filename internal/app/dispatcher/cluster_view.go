@@ -50,12 +50,14 @@ type peerView struct {
 }
 
 type hostView struct {
-	Host          string    `json:"host"`
-	Hostname      string    `json:"hostname"`
-	State         string    `json:"state"` // clusterrec.HostStates
-	LastBeat      time.Time `json:"last_beat"`
-	SilentSeconds float64   `json:"silent_seconds"`
-	AdoptedBy     string    `json:"adopted_by,omitempty"`
+	Host     string `json:"host"`
+	Hostname string `json:"hostname"`
+	State    string `json:"state"` // clusterrec.HostStates
+	// The entry's server time: the host's last beat while it is live or
+	// silent, the moment another host marked it once adopting or adopted.
+	LastEntry           time.Time `json:"last_entry"`
+	LastEntryAgeSeconds float64   `json:"last_entry_age_seconds"`
+	AdoptedBy           string    `json:"adopted_by,omitempty"`
 }
 
 // lookAtCluster asks for the stream, the bucket and the heartbeats; what
@@ -88,7 +90,7 @@ func lookAtCluster(ctx context.Context, js jetstream.JetStream, store *clusterre
 	v.Hosts = []hostView{}
 	for _, h := range hosts {
 		v.Hosts = append(v.Hosts, hostView{Host: h.Host, Hostname: h.Hostname, State: h.State(now, deadAfter),
-			LastBeat: h.LastBeat, SilentSeconds: max(0, now.Sub(h.LastBeat).Seconds()), AdoptedBy: h.By})
+			LastEntry: h.LastBeat, LastEntryAgeSeconds: max(0, now.Sub(h.LastBeat).Seconds()), AdoptedBy: h.By})
 	}
 	return v
 }
