@@ -204,17 +204,32 @@ func TestOperatorsView(t *testing.T) {
 		}
 	}
 
-	// A node that is not the bucket's leader is lost: one replica of the
-	// bucket falls behind, the leader stays.
-	other := (bucketLeader + 1) % in.cluster.Size()
+	// A node that leads neither the stream nor the bucket is lost: one
+	// replica of each falls behind, the leaders stay (so every question
+	// is still answered at once).
+	if streamLeader, err = in.cluster.StreamLeader(ctx, "ticketrelay-"+installationName); err != nil {
+		t.Fatal(err)
+	}
+	if bucketLeader, err = in.cluster.KVLeader(ctx, "ticketrelay-"+installationName+"-requests"); err != nil {
+		t.Fatal(err)
+	}
+	other := 0
+	for other == streamLeader || other == bucketLeader {
+		other++
+	}
 	if err := in.cluster.Kill(other); err != nil {
 		t.Fatal(err)
 	}
-	a.waitMetrics(t, "a bucket replica behind", func(m e2eproc.Metrics) bool {
-		return m.Get("ticketrelay_cluster_replicas", "resource", "bucket", "state", "lagging")+
-			m.Get("ticketrelay_cluster_replicas", "resource", "bucket", "state", "offline") == 1 &&
-			m.Get("ticketrelay_cluster_replicas", "resource", "bucket", "state", "current") == 2 &&
-			m.Get("ticketrelay_cluster_leader_known", "resource", "bucket") == 1
+	a.waitMetrics(t, "a replica of the stream and of the bucket behind", func(m e2eproc.Metrics) bool {
+		for _, res := range []string{"stream", "bucket"} {
+			if m.Get("ticketrelay_cluster_replicas", "resource", res, "state", "lagging")+
+				m.Get("ticketrelay_cluster_replicas", "resource", res, "state", "offline") != 1 ||
+				m.Get("ticketrelay_cluster_replicas", "resource", res, "state", "current") != 2 ||
+				m.Get("ticketrelay_cluster_leader_known", "resource", res) != 1 {
+				return false
+			}
+		}
+		return m.Get("ticketrelay_cluster_record_available") == 1
 	})
 	text, err = in.status(t, a)
 	if err != nil {
