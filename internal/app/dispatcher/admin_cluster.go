@@ -70,7 +70,9 @@ func clusterStatusOf(ctx context.Context, fs *flag.FlagSet) (*clusterView, error
 		store = nil
 	}
 	v := lookAtCluster(ctx, js, store, inst, deadAfter, time.Now())
-	v.Errors = append(errs, v.Errors...)
+	if len(errs) > 0 {
+		v.Errors = append(errs, v.Errors...)
+	}
 	return &v, nil
 }
 
