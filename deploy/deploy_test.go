@@ -3,6 +3,7 @@
 package deploy
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -16,6 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.yaml.in/yaml/v3"
 
+	"ticketrelay/internal/app"
+	"ticketrelay/internal/app/dispatcher"
+	"ticketrelay/internal/app/front"
 	"ticketrelay/metrics"
 )
 
@@ -54,6 +58,7 @@ func exported(t *testing.T) map[string]bool {
 	r := &recorder{names: map[string]bool{"up": true}}
 	metrics.NewFront(r)
 	metrics.NewDispatcher(r)
+	metrics.NewCluster(r) // multi-host dispatchers only
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if !r.names["ticketrelay_dispatched_total"] || !r.names["ticketrelay_tool_call_duration_seconds_bucket"] {
 		t.Fatalf("recorder saw no ticketrelay metrics: %d names", len(r.names))
@@ -123,7 +128,11 @@ func TestAlertRulesNameExportedMetrics(t *testing.T) {
 	}
 	// The operations issue asks for these rules by name.
 	for _, want := range []string{"TicketrelayOutboxBacklogOld", "TicketrelayDeadLetters", "TicketrelayUncertainRequests",
-		"TicketrelayAuthFailures", "TicketrelayScrapeDown"} {
+		"TicketrelayAuthFailures", "TicketrelayScrapeDown",
+		// Issue 19, for operators: lost quorum, a lagging replica, the
+		// bucket near its limit, a host lost.
+		"TicketrelayClusterNoQuorum", "TicketrelayClusterReplicaLagging", "TicketrelayClusterBucketNearFull",
+		"TicketrelayClusterHostLost"} {
 		if !alerts[want] {
 			t.Errorf("alerts.yml has no rule %s", want)
 		}
@@ -300,5 +309,66 @@ func TestSystemdUnitsUseDocumentedFlags(t *testing.T) {
 		if !strings.Contains(string(b), "KillSignal=SIGTERM") {
 			t.Errorf("%s must stop the process with SIGTERM (clean shutdown)", unit)
 		}
+	}
+}
+
+// TestMultiHostDropIns keeps deploy/multihost/ true to the processes:
+// both drop-ins replace ExecStart with the multi-host flags, every flag
+// they pass is one the process has (its -help), every variable they use
+// is set in cluster.env, and the README points at the cluster's
+// configuration.
+func TestMultiHostDropIns(t *testing.T) {
+	envFile, err := os.ReadFile("multihost/cluster.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := map[string]bool{}
+	for _, line := range strings.Split(string(envFile), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") && v != "" {
+			defined[k] = true
+		}
+	}
+	helpOf := map[string]func(context.Context, app.Env) error{"dispatcher": dispatcher.Run, "mcp-front": front.Run}
+	for unit, bin := range map[string]string{
+		"multihost/ticketrelay-dispatcher.service.d/multihost.conf": "dispatcher",
+		"multihost/ticketrelay-front.service.d/multihost.conf":      "mcp-front",
+	} {
+		b, err := os.ReadFile(unit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.ReplaceAll(string(b), "\\\n", " ")
+		if !regexp.MustCompile(`(?m)^ExecStart=$`).MatchString(text) || !strings.Contains(text, "EnvironmentFile=/etc/ticketrelay/cluster.env") {
+			t.Errorf("%s: must reset ExecStart and read /etc/ticketrelay/cluster.env", unit)
+		}
+		for _, f := range []string{"-multi-host ", "-nats ${NATS_URLS} ", "-installation ${INSTALLATION}"} {
+			if !strings.Contains(text, f) {
+				t.Errorf("%s does not pass %s", unit, f)
+			}
+		}
+		for _, m := range regexp.MustCompile(`\$\{([A-Z_]+)\}`).FindAllStringSubmatch(text, -1) {
+			if !defined[m[1]] {
+				t.Errorf("%s uses ${%s}, which cluster.env does not set", unit, m[1])
+			}
+		}
+		var help strings.Builder
+		helpOf[bin](context.Background(), app.Env{Args: []string{"-help"}, Stdin: strings.NewReader(""), Stdout: &help, Stderr: &help,
+			Lookup: func(string) (string, bool) { return "", false }})
+		exec := regexp.MustCompile(`(?m)^ExecStart=/\S+ (.*)$`).FindStringSubmatch(text)
+		if exec == nil {
+			t.Fatalf("%s has no ExecStart command", unit)
+		}
+		for _, f := range regexp.MustCompile(`(?:^|\s)(-[a-z-]+)`).FindAllStringSubmatch(exec[1], -1) {
+			if !strings.Contains(help.String(), "  "+f[1]+" ") && !strings.Contains(help.String(), "  "+f[1]+"\n") {
+				t.Errorf("%s passes %s, which %s -help does not list", unit, f[1], bin)
+			}
+		}
+	}
+	readme, err := os.ReadFile("multihost/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "../nats/cluster/") {
+		t.Error("multihost/README.md does not point at the NATS cluster's configuration (../nats/cluster/)")
 	}
 }

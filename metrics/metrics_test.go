@@ -65,3 +65,88 @@ ticketrelay_dead_letters_total{target="ops-hook"} 1
 		t.Errorf("stream_audit_unserved_total: %d series after Init, want 0", n)
 	}
 }
+
+// TestClusterExportsTheLastView: nothing before the first look; then
+// exactly the last view, every host state at a value (0 included), and a
+// resource or the hosts that did not answer left out rather than shown
+// at 0.
+func TestClusterExportsTheLastView(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	c := metrics.NewCluster(reg)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
+		t.Fatalf("before the first look: %d series (%v); want none", n, err)
+	}
+	c.Set(metrics.ClusterState{
+		Installation: "demo", Available: true,
+		Replication: map[string]metrics.Replication{
+			"stream": {LeaderKnown: true, Current: 3},
+			"bucket": {LeaderKnown: true, Current: 2, Lagging: 1, Lag: 42},
+		},
+		HaveBucket: true, BucketBytes: 750, BucketMaxBytes: 1000,
+		Hosts:    map[string]int{"live": 1, "adopted": 1},
+		HostList: []metrics.ClusterHost{{Host: "aa", Hostname: "h1"}, {Host: "bb", Hostname: "h2", Lost: true}},
+	})
+	want := `
+# HELP ticketrelay_cluster_bucket_bytes Size of the request bucket; new requests are refused from 90% of its limit (cluster_bucket_max_bytes).
+# TYPE ticketrelay_cluster_bucket_bytes gauge
+ticketrelay_cluster_bucket_bytes{installation="demo"} 750
+# HELP ticketrelay_cluster_bucket_max_bytes Size limit of the request bucket (-bucket-max-bytes); -1: none.
+# TYPE ticketrelay_cluster_bucket_max_bytes gauge
+ticketrelay_cluster_bucket_max_bytes{installation="demo"} 1000
+# HELP ticketrelay_cluster_host_lost 1 for a host that has not beaten for -host-dead-after (silent, adopting or adopted), 0 for a live one; per host id and hostname.
+# TYPE ticketrelay_cluster_host_lost gauge
+ticketrelay_cluster_host_lost{host="aa",hostname="h1",installation="demo"} 0
+ticketrelay_cluster_host_lost{host="bb",hostname="h2",installation="demo"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ticketrelay_cluster_bucket_bytes",
+		"ticketrelay_cluster_bucket_max_bytes", "ticketrelay_cluster_host_lost"); err != nil {
+		t.Error(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "installation" {
+					key += " " + l.GetName() + "=" + l.GetValue()
+				}
+			}
+			got[key] = m.GetGauge().GetValue()
+		}
+	}
+	for key, v := range map[string]float64{
+		"ticketrelay_cluster_record_available":                       1,
+		"ticketrelay_cluster_leader_known resource=bucket":           1,
+		"ticketrelay_cluster_replicas resource=bucket state=lagging": 1,
+		"ticketrelay_cluster_replicas resource=bucket state=current": 2,
+		"ticketrelay_cluster_replicas resource=stream state=offline": 0,
+		"ticketrelay_cluster_replica_lag resource=bucket":            42,
+		"ticketrelay_cluster_hosts state=silent":                     0,
+		"ticketrelay_cluster_hosts state=adopted":                    1,
+	} {
+		if g, ok := got[key]; !ok || g != v {
+			t.Errorf("%s = %v (present %v); want %v", key, g, ok, v)
+		}
+	}
+
+	// The cluster stops answering: what did not answer is gone, not 0.
+	c.Set(metrics.ClusterState{Installation: "demo", Available: false,
+		Replication: map[string]metrics.Replication{"stream": {LeaderKnown: false, Offline: 2, Current: 1}}})
+	want = `
+# HELP ticketrelay_cluster_leader_known 1 when the resource (stream, bucket) has a leader, else 0: it has lost its quorum and accepts no write.
+# TYPE ticketrelay_cluster_leader_known gauge
+ticketrelay_cluster_leader_known{installation="demo",resource="stream"} 0
+# HELP ticketrelay_cluster_record_available 1 when the dispatcher's last look at the NATS cluster got every answer (stream, request bucket, heartbeats), else 0: no quorum, no meta leader, or the cluster unreachable; tool calls then fail with a retryable error.
+# TYPE ticketrelay_cluster_record_available gauge
+ticketrelay_cluster_record_available{installation="demo"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ticketrelay_cluster_leader_known",
+		"ticketrelay_cluster_record_available", "ticketrelay_cluster_hosts", "ticketrelay_cluster_bucket_bytes",
+		"ticketrelay_cluster_host_lost"); err != nil {
+		t.Error(err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/nats-io/nats.go"
 	"io"
 	"log/slog"
 	"os"
@@ -26,7 +27,7 @@ import (
 // adminCommands are the dispatcher's operator subcommands. They open the
 // database themselves and write through their own group-commit writer, so
 // they work whether or not the dispatcher is running.
-var adminCommands = map[string]func(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args []string, out io.Writer) error{
+var adminCommands = map[string]func(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, natsOpts []nats.Option, args []string, out io.Writer) error{
 	"status":  adminStatus,
 	"redrive": adminRedrive,
 	"resolve": adminResolve,
@@ -42,7 +43,7 @@ var adminCommandNames = []string{"status", "redrive", "resolve"}
 var adminOnlyFlags = []string{"json", "failed", "target", "delivered"}
 
 const adminUsage = `Usage:
-  dispatcher status  [-db PATH | -data DIR] [-json]
+  dispatcher status  [-db PATH | -data DIR] [-json] [-multi-host -nats URL -installation NAME]
   dispatcher redrive [-db PATH | -data DIR] REQUEST_ID...
   dispatcher redrive [-db PATH | -data DIR] -failed [-target T]
   dispatcher resolve [-db PATH | -data DIR] REQUEST_ID (-delivered EXTERNAL_ID | -failed)
@@ -60,6 +61,7 @@ func runAdmin(ctx context.Context, name string, env app.Env) error {
 	fs.Bool("failed", false, "redrive: every failed request; resolve: settle as not delivered")
 	fs.String("target", "", "redrive -failed: only this `target`")
 	fs.String("delivered", "", "resolve: settle as delivered, with the `external_id` found downstream")
+	natsFlags := addClusterFlags(fs)
 	args, err := parseInterspersed(fs, env.Args[1:], env.Lookup, adminOnlyFlags...)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -85,7 +87,14 @@ func runAdmin(ctx context.Context, name string, env app.Env) error {
 	log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	w := ledger.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer)
 	defer w.Close()
-	return cmd(ctx, ledger.New(db, w, time.Now), fs, args, env.Stdout)
+	if err := natsFlags.Check(env.Lookup); err != nil {
+		return err
+	}
+	natsOpts, err := natsFlags.Options(env.Lookup)
+	if err != nil {
+		return err
+	}
+	return cmd(ctx, ledger.New(db, w, time.Now), fs, natsOpts, args, env.Stdout)
 }
 
 // parseInterspersed parses flags that may come after positional arguments
@@ -106,7 +115,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string, lookup func(string) (str
 
 func flagValue(fs *flag.FlagSet, name string) string { return fs.Lookup(name).Value.String() }
 
-func adminStatus(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args []string, out io.Writer) error {
+func adminStatus(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, natsOpts []nats.Option, args []string, out io.Writer) error {
 	if len(args) > 0 {
 		return fmt.Errorf("%w: status takes no arguments", app.ErrUsage)
 	}
@@ -114,16 +123,24 @@ func adminStatus(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args [
 	if err != nil {
 		return err
 	}
+	cluster, err := clusterStatusOf(ctx, fs, natsOpts)
+	if err != nil {
+		return err
+	}
 	if flagValue(fs, "json") == "true" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(statusJSON{
+		if err := enc.Encode(statusJSON{
 			Dispatchers:      s.Dispatchers,
 			Backlog:          s.Backlog,
 			OldestAgeSeconds: s.OldestAge.Seconds(),
 			Targets:          orEmpty(s.Targets),
 			Uncertain:        orEmpty(s.Uncertain),
-		})
+			Cluster:          cluster,
+		}); err != nil {
+			return err
+		}
+		return clusterErr(cluster)
 	}
 	fmt.Fprintf(out, "dispatchers running: %d\noutbox backlog: %d (oldest %s)\n\n", s.Dispatchers, s.Backlog, s.OldestAge.Round(time.Millisecond))
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -152,7 +169,10 @@ func adminStatus(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args [
 		}
 	}
 	printBrokerHint(out, flagValue(fs, "data"))
-	return nil
+	if cluster != nil {
+		printCluster(out, cluster)
+	}
+	return clusterErr(cluster)
 }
 
 // statusJSON is `status -json`: snake_case keys, the age in seconds, lists
@@ -163,6 +183,7 @@ type statusJSON struct {
 	OldestAgeSeconds float64                `json:"oldest_age_seconds"`
 	Targets          []ledger.TargetCounts  `json:"targets"`
 	Uncertain        []ledger.RequestStatus `json:"uncertain"`
+	Cluster          *clusterView           `json:"cluster,omitempty"` // with -multi-host
 }
 
 func orEmpty[T any](s []T) []T {
@@ -172,7 +193,7 @@ func orEmpty[T any](s []T) []T {
 	return s
 }
 
-func adminRedrive(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args []string, out io.Writer) error {
+func adminRedrive(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, _ []nats.Option, args []string, out io.Writer) error {
 	all := flagValue(fs, "failed") == "true"
 	target := flagValue(fs, "target")
 	switch {
@@ -229,7 +250,7 @@ func knownTarget(ctx context.Context, l *ledger.Ledger, target string) error {
 	return fmt.Errorf("redrive -failed -target %s: the ledger has no delivery record for target %q (targets it has records for: %s)", target, target, have)
 }
 
-func adminResolve(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, args []string, out io.Writer) error {
+func adminResolve(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, _ []nats.Option, args []string, out io.Writer) error {
 	ext := flagValue(fs, "delivered")
 	failed := flagValue(fs, "failed") == "true"
 	if len(args) != 1 || (ext == "") == !failed {

@@ -277,6 +277,7 @@ func Run(ctx context.Context, env app.Env) error {
 	var deliveries forwarder.Deliveries = l
 	var auditStore audit.Store = l
 	var hosts *clusterrec.Hosts
+	var watch *clusterWatch
 	if *multiHost {
 		store, err := openBucket(ctx, js, clusterrec.Config{Installation: inst, Host: ledgerID, Replicas: *replicas,
 			TTL: streamCfg.MaxAge, MaxBytes: *bucketMaxBytes}, log.With("component", "cluster"))
@@ -291,6 +292,8 @@ func Run(ctx context.Context, env app.Env) error {
 		}
 		hosts = clusterrec.NewHosts(clusterrec.HostsConfig{Every: *hostDeadAfter / 6, DeadAfter: *hostDeadAfter}, store, l, pending,
 			log.With("component", "hosts"), time.Now)
+		watch = &clusterWatch{js: js, store: store, inst: inst, deadAfter: *hostDeadAfter, every: clusterWatchEvery(*hostDeadAfter),
+			m: metrics.NewCluster(reg), log: log.With("component", "cluster"), now: time.Now}
 		log.Info("multi-host: deliveries recorded in the cluster record", "bucket", inst.Bucket(), "host", ledgerID, "replicas", *replicas)
 	}
 	fwd := forwarder.New(forwarder.Config{
@@ -342,6 +345,9 @@ func Run(ctx context.Context, env app.Env) error {
 		"audit": auditor.Run, "presence": presence.Run, "stream-watch": watcher.Run}
 	if hosts != nil {
 		services["hosts"] = hosts.Run
+	}
+	if watch != nil {
+		services["cluster-watch"] = watch.Run
 	}
 	errs := make(chan error, len(services))
 	for name, run := range services {

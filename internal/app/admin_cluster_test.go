@@ -1,0 +1,123 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"ticketrelay/clusterrec"
+	"ticketrelay/installation"
+	"ticketrelay/internal/app"
+	"ticketrelay/ledger"
+	"ticketrelay/natsjs"
+)
+
+// `status -multi-host` against a real (embedded, single-node) JetStream
+// server holding an installation's stream, bucket and one heartbeat: the
+// installation, the host, the replicas and the bucket against its limit
+// under the ledger's part; a missing bucket is an error that says so,
+// after what could be shown; -multi-host without -nats is a usage error.
+// The clustered case (leaders, lagging replicas, a lost host, no quorum)
+// is e2e/multihost's TestOperatorsView.
+func TestAdminStatusMultiHost(t *testing.T) {
+	a := newAdminDB(t)
+	a.request(t, "req-delivered", "support", string(ledger.StatusDelivered), 1, "", "4711")
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ns, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: filepath.Join(t.TempDir(), "nats")}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const inst installation.Name = "ops"
+	if _, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Installation: inst, Replicas: 1, Owner: natsjs.OwnerCluster}.WithDefaults()); err != nil {
+		t.Fatal(err)
+	}
+	store, err := clusterrec.Open(ctx, js, clusterrec.Config{Installation: inst, Host: "host-1", Replicas: 1, MaxBytes: 1 << 20}, log, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	none := func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil }
+	if err := clusterrec.NewHosts(clusterrec.HostsConfig{}, store, a.l, none, log, time.Now).RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := a.admin(t, "status", "-multi-host", "-nats", ns.ClientURL(), "-installation", string(inst))
+	if err != nil {
+		t.Fatalf("status -multi-host: %v\n%s", err, out)
+	}
+	for _, want := range []string{"dispatchers running: 0", "installation ops (multi-host)",
+		"stream ticketrelay-ops: R1, leader ticketrelay-embedded, 0 messages",
+		"request bucket KV_ticketrelay-ops-requests: R1, leader ticketrelay-embedded, 1 messages",
+		"of 1.0 MiB (0%; new requests are refused from 90%)", "host-1", "live"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status -multi-host does not say %q:\n%s", want, out)
+		}
+	}
+
+	js1, err := a.admin(t, "status", "-json", "-multi-host", "-nats", ns.ClientURL(), "-installation", string(inst))
+	if err != nil {
+		t.Fatalf("status -json -multi-host: %v", err)
+	}
+	var s struct {
+		Backlog int64 `json:"backlog"`
+		Cluster struct {
+			Installation string `json:"installation"`
+			Bucket       struct {
+				Replicas int   `json:"replicas"`
+				MaxBytes int64 `json:"max_bytes"`
+				Bytes    int64 `json:"bytes"`
+			} `json:"bucket"`
+			Hosts []struct {
+				Host  string `json:"host"`
+				State string `json:"state"`
+			} `json:"hosts"`
+			Errors []string `json:"errors"`
+		} `json:"cluster"`
+	}
+	if err := json.Unmarshal([]byte(js1), &s); err != nil {
+		t.Fatalf("status -json -multi-host: %v\n%s", err, js1)
+	}
+	c := s.Cluster
+	if c.Installation != "ops" || c.Bucket.Replicas != 1 || c.Bucket.MaxBytes != 1<<20 || c.Bucket.Bytes == 0 ||
+		len(c.Hosts) != 1 || c.Hosts[0].Host != "host-1" || c.Hosts[0].State != "live" || c.Errors == nil || len(c.Errors) != 0 {
+		t.Errorf("status -json -multi-host: %+v\n%s", c, js1)
+	}
+
+	// Without -multi-host: the ledger's status only, as before.
+	plain, err := a.admin(t, "status")
+	if err != nil || strings.Contains(plain, "installation") || !strings.Contains(plain, "dispatchers running: 0") {
+		t.Errorf("status without -multi-host: %v\n%s", err, plain)
+	}
+
+	// An installation with no bucket on this server: said, and an error.
+	out, err = a.admin(t, "status", "-multi-host", "-nats", ns.ClientURL(), "-installation", "nobody")
+	if err == nil || errors.Is(err, app.ErrUsage) || !strings.Contains(err.Error(), "no request bucket") {
+		t.Errorf("status of an installation without a bucket: %v; want an error naming the missing bucket", err)
+	}
+	if !strings.Contains(out, "installation nobody (multi-host)") || !strings.Contains(out, "request bucket: no answer") {
+		t.Errorf("status of an installation without a bucket:\n%s", out)
+	}
+
+	if _, err := a.admin(t, "status", "-multi-host", "-installation", "ops"); !errors.Is(err, app.ErrUsage) {
+		t.Errorf("status -multi-host without -nats: %v; want a usage error", err)
+	}
+}

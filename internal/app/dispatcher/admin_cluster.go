@@ -1,0 +1,179 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"ticketrelay/clusterrec"
+	"ticketrelay/installation"
+	"ticketrelay/internal/app"
+)
+
+// addClusterFlags declares the flags with which `dispatcher status` looks
+// at a multi-host installation's cluster. They are the dispatcher's own
+// (same names, same environment twins), so an operator runs status with
+// the environment of the dispatcher's unit and gets its installation.
+func addClusterFlags(fs *flag.FlagSet) app.NATSFlags {
+	fs.Bool("multi-host", false, "status: also show the installation's hosts, stream and request bucket (needs -nats and -installation)")
+	url := fs.String("nats", "", "status -multi-host: `URL` of the installation's NATS cluster")
+	fs.String("installation", "", "status -multi-host: the installation's `name`")
+	fs.Duration("host-dead-after", 30*time.Second, "status -multi-host: the dispatchers' -host-dead-after (a host silent this long is shown as silent)")
+	return app.AddNATSFlags(fs, url)
+}
+
+// clusterStatusOf looks at the cluster when status runs with -multi-host;
+// nil without it. A view with errors is returned with them.
+func clusterStatusOf(ctx context.Context, fs *flag.FlagSet, natsOpts []nats.Option) (*clusterView, error) {
+	if flagValue(fs, "multi-host") != "true" {
+		return nil, nil
+	}
+	url := flagValue(fs, "nats")
+	inst, err := installation.Parse(flagValue(fs, "installation"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: -installation: %v", app.ErrUsage, err)
+	}
+	if url == "" || inst == installation.Embedded {
+		return nil, fmt.Errorf("%w: status -multi-host needs -nats URL and -installation NAME (the dispatchers' own)", app.ErrUsage)
+	}
+	deadAfter, err := time.ParseDuration(flagValue(fs, "host-dead-after"))
+	if err != nil || deadAfter < time.Second {
+		return nil, fmt.Errorf("%w: -host-dead-after must be at least 1s", app.ErrUsage)
+	}
+	// One attempt, not the services' patient reconnects: status answers now.
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("ticketrelay-status"), nats.Timeout(5 * time.Second), nats.NoReconnect()}, natsOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: nats %s: %w", url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: jetstream: %w", err)
+	}
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	store, err := clusterrec.Inspect(ictx, js, inst)
+	cancel()
+	var errs []string
+	if err != nil {
+		if errors.Is(err, clusterrec.ErrForeignBucket) {
+			return nil, err
+		}
+		errs = append(errs, err.Error())
+		store = nil
+	}
+	v := lookAtCluster(ctx, js, store, inst, deadAfter, time.Now())
+	if len(errs) > 0 {
+		v.Errors = append(errs, v.Errors...)
+	}
+	return &v, nil
+}
+
+// printCluster writes the view under the ledger's status.
+func printCluster(out io.Writer, v *clusterView) {
+	fmt.Fprintf(out, "\ninstallation %s (multi-host)\n", v.Installation)
+	for _, r := range []struct {
+		what string
+		v    *resourceView
+	}{{"stream", v.Stream}, {"request bucket", v.Bucket}} {
+		if r.v == nil {
+			fmt.Fprintf(out, "%s: no answer\n", r.what)
+			continue
+		}
+		leader := r.v.Leader
+		if leader == "" {
+			leader = "NONE (no quorum: writes are refused)"
+		}
+		fmt.Fprintf(out, "%s %s: R%d, leader %s, %d messages, %s", r.what, r.v.Name, r.v.Replicas, leader, r.v.Messages, bytesText(r.v.Bytes))
+		if r.v.MaxBytes > 0 {
+			fmt.Fprintf(out, " of %s (%.0f%%; new requests are refused from %.0f%%)", bytesText(uint64(r.v.MaxBytes)),
+				100*float64(r.v.Bytes)/float64(r.v.MaxBytes), 100*clusterrec.Headroom)
+		} else if r.v == v.Bucket {
+			fmt.Fprint(out, " (no limit)")
+		}
+		fmt.Fprintln(out)
+		var peers []string
+		for _, p := range r.v.Peers {
+			if p.Name == "" {
+				continue
+			}
+			peers = append(peers, p.Name+" "+peerText(p))
+		}
+		if len(peers) > 0 {
+			fmt.Fprintf(out, "  replicas: %s\n", strings.Join(peers, ", "))
+		}
+	}
+	if v.Hosts != nil {
+		fmt.Fprintf(out, "\n")
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		// The entry's time is the last beat of a live or silent host, and
+		// the moment another host marked it of an adopting or adopted one.
+		fmt.Fprintln(tw, "HOST\tHOSTNAME\tSTATE\tLAST ENTRY\t")
+		for _, h := range v.Hosts {
+			state := h.State
+			if h.AdoptedBy != "" {
+				state += " by " + h.AdoptedBy
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t\n", h.Host, h.Hostname, state, secondsText(h.LastEntryAgeSeconds))
+		}
+		tw.Flush()
+		if len(v.Hosts) == 0 {
+			fmt.Fprintln(out, "no host has beaten yet")
+		}
+	}
+	if len(v.Errors) > 0 {
+		fmt.Fprintf(out, "\nthe cluster did not answer everything (no quorum, or the server unreachable):\n")
+		for _, e := range v.Errors {
+			fmt.Fprintf(out, "  %s\n", e)
+		}
+	}
+}
+
+func peerText(p peerView) string {
+	switch {
+	case p.Leader:
+		return "(leader)"
+	case p.Offline:
+		return "(offline)"
+	case !p.Current && p.ActiveSeconds > 0:
+		return "(not current: " + strconv.FormatUint(p.Lag, 10) + " ops behind, last seen " + secondsText(p.ActiveSeconds) + " ago)"
+	case !p.Current:
+		return "(not current: " + strconv.FormatUint(p.Lag, 10) + " ops behind)"
+	}
+	return "(current)"
+}
+
+func bytesText(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// errClusterIncomplete: status printed what the cluster answered, and some
+// of it did not answer; the exit status says so.
+var errClusterIncomplete = errors.New("the cluster did not answer every question")
+
+func clusterErr(v *clusterView) error {
+	if v == nil || len(v.Errors) == 0 {
+		return nil
+	}
+	return fmt.Errorf("status: %w: %s", errClusterIncomplete, strings.Join(v.Errors, "; "))
+}
+
+func secondsText(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
+}

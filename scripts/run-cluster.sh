@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# make run-cluster: a multi-host installation on loopback. Three nats-server
+# nodes (bin/natscluster, sync_interval: always on each) and two hosts, A
+# and B, each its own dispatcher, mcp-front and SQLite file, in one
+# installation (-multi-host). Ctrl-C stops everything. A host's processes
+# may be killed at will (that is the point); the NATS nodes exiting stops
+# the demonstration.
+#
+# Settings (environment; the Makefile passes its variables):
+#   CLUSTER_DATA        data directory (default data-cluster): nats/, host-a/, host-b/
+#   CLUSTER_NAME        installation name (default demo)
+#   CLUSTER_LISTEN_A/B  MCP address of host A/B (default 127.0.0.1:8081 / 127.0.0.1:8082)
+#   CLUSTER_METRICS_A/B metrics of host A/B's mcp-front; its dispatcher's are on
+#                       the next port (default 127.0.0.1:9466 / 127.0.0.1:9468)
+#   CLUSTER_DEAD_AFTER  -host-dead-after: how long a host may be silent before
+#                       the other host publishes and delivers what it left (default 15s)
+#   BIN                 where the binaries are (default bin)
+set -euo pipefail
+
+DATA=${CLUSTER_DATA:-data-cluster}
+NAME=${CLUSTER_NAME:-demo}
+LISTEN_A=${CLUSTER_LISTEN_A:-127.0.0.1:8081}
+LISTEN_B=${CLUSTER_LISTEN_B:-127.0.0.1:8082}
+METRICS_A=${CLUSTER_METRICS_A:-127.0.0.1:9466}
+METRICS_B=${CLUSTER_METRICS_B:-127.0.0.1:9468}
+DEAD_AFTER=${CLUSTER_DEAD_AFTER:-15s}
+BIN=${BIN:-bin}
+
+say() { echo "run-cluster: $*" >&2; }
+next_port() { echo "${1%:*}:$(( ${1##*:} + 1 ))"; }
+
+mkdir -p -m 700 "$DATA" "$DATA/host-a" "$DATA/host-b"
+pids=()
+stop() {
+	trap - INT TERM EXIT
+	say "stopping"
+	# SIGTERM: the hosts stop cleanly; natscluster kills its nodes.
+	kill -TERM "${pids[@]}" 2>/dev/null || true
+	wait "${pids[@]}" 2>/dev/null || true
+}
+trap 'stop; exit 130' INT TERM
+trap stop EXIT
+
+# The NATS nodes pick free ports; natscluster writes their URLs once the
+# cluster is formed. A stale file from an earlier run must not be read.
+rm -f "$DATA/nats/client-urls"
+"$BIN/natscluster" -dir "$DATA/nats" -bin "$BIN/nats-server" 2>"$DATA/nats.log" &
+nats_pid=$!
+pids+=("$nats_pid")
+say "starting 3 NATS nodes (log: $DATA/nats.log)"
+for _ in $(seq 1 600); do # 60 s
+	[ -s "$DATA/nats/client-urls" ] && break
+	kill -0 "$nats_pid" 2>/dev/null || { say "natscluster exited:"; tail -20 "$DATA/nats.log" >&2; exit 1; }
+	sleep 0.1
+done
+[ -s "$DATA/nats/client-urls" ] || { say "the NATS cluster did not form within 60 s:"; tail -20 "$DATA/nats.log" >&2; exit 1; }
+URLS=$(cat "$DATA/nats/client-urls")
+
+# start_host X LISTEN METRICS: a dispatcher and an mcp-front on DATA/host-x,
+# logging to DATA/host-x/*.log, their pids in DATA/host-x/*.pid.
+start_host() {
+	local h=$1 listen=$2 metrics=$3 dir="$DATA/host-$1"
+	local common=(-multi-host -nats "$URLS" -installation "$NAME")
+	"$BIN/dispatcher" -data "$dir" "${common[@]}" -host-dead-after "$DEAD_AFTER" \
+		-metrics-listen "$(next_port "$metrics")" 2>>"$dir/dispatcher.log" &
+	echo $! >"$dir/dispatcher.pid"
+	pids+=($!)
+	"$BIN/mcp-front" -db "$dir/tickets.db" "${common[@]}" -listen "$listen" -metrics-listen "$metrics" \
+		-stateless 2>>"$dir/mcp-front.log" &
+	echo $! >"$dir/mcp-front.pid"
+	pids+=($!)
+	say "host ${h^^}: MCP http://$listen/mcp (logs: $dir/dispatcher.log, $dir/mcp-front.log)"
+}
+start_host a "$LISTEN_A" "$METRICS_A"
+start_host b "$LISTEN_B" "$METRICS_B"
+
+# Wait until both fronts answer a tool call: the dispatchers have made the
+# stream and the bucket, and the fronts have bound them.
+call() { # call ADDR TOOL JSON-ARGS
+	curl -sS --max-time 30 "http://$1/mcp" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
+		-d "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"$2\",\"arguments\":$3}}"
+}
+for addr in "$LISTEN_A" "$LISTEN_B"; do
+	for _ in $(seq 1 600); do # 60 s
+		if call "$addr" find_request '{"request_id":"run-cluster-ready"}' 2>/dev/null | grep -q '"status'; then
+			continue 2
+		fi
+		sleep 0.1
+	done
+	say "http://$addr/mcp does not answer after 60 s; see $DATA/host-*/*.log"
+	exit 1
+done
+
+A=http://$LISTEN_A/mcp B=http://$LISTEN_B/mcp
+H="-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream'"
+cat <<EOF
+
+ticketrelay: installation "$NAME" on 3 NATS nodes, two hosts. Ctrl-C stops everything.
+
+  host A  $A    data $DATA/host-a
+  host B  $B    data $DATA/host-b
+  NATS    $URLS
+
+Add both to Claude Code (two servers of one installation):
+  claude mcp add --transport http tickets-a $A
+  claude mcp add --transport http tickets-b $B
+
+Kill a host and watch no ticket be lost (in another terminal):
+
+ 1. Stop host A's dispatcher: what host A accepts now stays in its outbox.
+      kill -9 \$(cat $DATA/host-a/dispatcher.pid)
+ 2. File a ticket on host A (it answers "queued": accepted, in the cluster record):
+      curl -s $A $H \\
+        -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_ticket","arguments":{"request_id":"demo-1","title":"Checkout fails"}}}'
+ 3. Host B knows it too: find_request on B says "queued" with the same ticket_id (and
+    create_ticket there with the same arguments answers "replayed": true):
+      curl -s $B $H \\
+        -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"find_request","arguments":{"request_id":"demo-1"}}}'
+ 4. Lose host A for good, data directory and all:
+      kill -9 \$(cat $DATA/host-a/mcp-front.pid); rm -rf $DATA/host-a
+ 5. After $DEAD_AFTER host B adopts what A left and delivers it: repeat step 3 until
+    "status":"delivered"; the ticket is in $DATA/host-b/tickets.jsonl, once.
+    Host B's dispatcher logs "adopted a lost host's unpublished requests", and
+      $BIN/dispatcher status -data $DATA/host-b -multi-host -nats $URLS -installation $NAME
+    shows host A adopted (metrics: http://$(next_port "$METRICS_B")/metrics, ticketrelay_cluster_*).
+
+A NATS node may be killed too (its pid is in $DATA/nats.log): one of three is
+survivable; two lose the quorum, and calls then fail with a retryable error.
+Start over with: rm -rf $DATA
+EOF
+
+# Run until Ctrl-C, or until the NATS cluster is gone.
+set +e
+wait "$nats_pid"
+rc=$?
+say "natscluster exited (status $rc): stopping the hosts"
+exit "$rc"
