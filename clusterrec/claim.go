@@ -52,6 +52,7 @@ func (s *Store) Claim(ctx context.Context, t ticket.Ticket, hash string, busy fu
 		watchStart time.Time // when it was first seen
 		lastErr    error
 		waiting    bool
+		read       bool // whether this try reads the record first
 	)
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -64,11 +65,22 @@ func (s *Store) Claim(ctx context.Context, t ticket.Ticket, hash string, busy fu
 			case <-time.After(pace.Delay(attempt)):
 			}
 		}
-		rec, rev, found, err := s.get(ctx, key)
-		if err != nil {
-			lastErr, waiting = err, false
-			continue
+		// Most requests are new: the first try writes without reading (a
+		// conflict is the answer that the key has a record); every later
+		// one reads first.
+		var (
+			rec   Record
+			rev   uint64
+			found bool
+		)
+		if read {
+			var err error
+			if rec, rev, found, err = s.get(ctx, key); err != nil {
+				lastErr, waiting = err, false
+				continue
+			}
 		}
+		read = true
 		if !found {
 			if err := s.room(ctx); err != nil {
 				return Claim{}, err
@@ -119,6 +131,17 @@ func (s *Store) Claim(ctx context.Context, t ticket.Ticket, hash string, busy fu
 		}
 		waiting = false
 	}
+}
+
+// AcceptClaim is Accept for a claim this host holds at c.Rev: one write
+// when nothing came between.
+func (s *Store) AcceptClaim(ctx context.Context, c Claim) error {
+	rec := c.Record
+	rec.Phase = PhaseAccepted
+	if _, err := s.update(ctx, Key(rec.Scoped()), rec, c.Rev); err == nil || errors.Is(err, ErrFull) {
+		return err
+	}
+	return s.Accept(ctx, rec.Scoped())
 }
 
 // Accept marks this host's claim accepted once the request is committed

@@ -90,7 +90,7 @@ func (f *Front) Create(ctx context.Context, req ticket.Request) (ledger.Result, 
 	if err != nil {
 		return ledger.Result{}, err
 	}
-	if err := f.store.Accept(ctx, scoped); err != nil {
+	if err := f.store.AcceptClaim(ctx, c); err != nil {
 		// The claim holds the ticket and this ledger has committed it: the
 		// request is accepted. A retry may take the claim over; the stream
 		// and the record keep it to one delivery.
