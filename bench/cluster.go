@@ -216,10 +216,10 @@ func (r *runner) clusterRecordLatency(ctx context.Context, c *natscluster.Cluste
 			"p50 " + ms(a.pct(50)) + ", p99 " + ms(a.pct(99)) + " R3", "p50 " + ms(b.pct(50)) + ", p99 " + ms(b.pct(99)) + " R1",
 			times(p50) + " / " + times(p99), "—", result})
 		for _, sd := range sides {
-			r.rep.detail("8 cluster record %s @%d (leader %s): %s", sd.name, level, sd.node, sd.o.describe())
+			r.rep.detail("9 cluster record %s @%d (leader %s): %s", sd.name, level, sd.node, sd.o.describe())
 		}
 	}
-	r.rep.detail("8 reading R3 against R1: an R1 stream's file store fsyncs every message (sync_interval: always), one after the other; " +
+	r.rep.detail("9 reading R3 against R1: an R1 stream's file store fsyncs every message (sync_interval: always), one after the other; " +
 		"a replicated stream's store syncs on flush instead, behind a Raft log that batches concurrent proposals, so from some concurrency on R3 may match or beat R1")
 	return nil
 }
@@ -400,11 +400,11 @@ func (r *runner) clusterRecordSize(ctx context.Context, c *natscluster.Cluster, 
 		"an upper bound, since it holds the write path's buffers, the recent blocks' cache and garbage not yet collected besides the per-key index",
 		fmt.Sprintf("≤ %.0f B/record (%s over %s records)", float64(rssDelta)/float64(n), mib(rssDelta), count3(n)),
 		"—", "—", "report", "info"})
-	r.rep.detail("8 record size: %s records written in %s; KV status %d values, %d bytes (%.0f B/record, the stream's live messages); "+
+	r.rep.detail("9 record size: %s records written in %s; KV status %d values, %d bytes (%.0f B/record, the stream's live messages); "+
 		"stream directory on disk per node %v bytes (largest %.0f B/record, deleted revisions included until the file store compacts); "+
 		"nats-server RSS before %v, after %v bytes",
 		count3(n), took.Round(time.Millisecond), st.Values(), st.Bytes(), perRecord, disk, float64(diskMax)/float64(n), rssBefore, rssAfter)
-	r.rep.detail("8 retention: a record lives TTL after its last write (TTL = the dispatcher's -stream-max-age, default 7 days) and history 1 keeps its last revision only, "+
+	r.rep.detail("9 retention: a record lives TTL after its last write (TTL = the dispatcher's -stream-max-age, default 7 days) and history 1 keeps its last revision only, "+
 		"so the bucket holds at most (requests per second × TTL) records: at 10 requests/s for 7 days, %s records ≈ %.1f GB per replica at the rate above; "+
 		"-bucket-max-bytes caps it (new requests refused from 90%%, with an alert before)",
 		count3(10*7*24*3600), float64(10*7*24*3600)*perRecord/1e9)

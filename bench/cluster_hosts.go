@@ -207,7 +207,7 @@ func (r *runner) clusterHosts(ctx context.Context, c *natscluster.Cluster, ct cl
 		ms(percentile(multi.o.lat, 99)), ms(percentile(single.o.lat, 99)) + " single host",
 		times(ratio(float64(percentile(multi.o.lat, 99)), float64(percentile(single.o.lat, 99)))), "—", result})
 	for _, d := range sides {
-		r.rep.detail("%s; waited %s in all for its dispatchers to deliver its rounds", describe(fmt.Sprintf("8 create_ticket @%d, %s", n, d.name), d.o, d.procNames()...), d.drain.Round(time.Millisecond))
+		r.rep.detail("%s; waited %s in all for its dispatchers to deliver its rounds", describe(fmt.Sprintf("9 create_ticket @%d, %s", n, d.name), d.o, d.procNames()...), d.drain.Round(time.Millisecond))
 	}
 	single.close()
 	return r.clusterFailover(ctx, c, ct, multi)
@@ -351,9 +351,9 @@ func (r *runner) clusterFailover(ctx context.Context, c *natscluster.Cluster, ct
 				callers, ct.afterFault, f.node, f.also),
 			ms(gap), "—", "—", "≤ 10 s", result})
 	}
-	r.rep.detail("8 failover: %d calls accepted over %s, %d failed calls retried on the other host", len(acc), time.Since(loadStart).Round(time.Second), nRetries)
+	r.rep.detail("9 failover: %d calls accepted over %s, %d failed calls retried on the other host", len(acc), time.Since(loadStart).Round(time.Second), nRetries)
 	if len(nBad) > 0 {
-		r.rep.detail("8 failover: failed calls that do not say to retry, first %d: %q", len(nBad), nBad)
+		r.rep.detail("9 failover: failed calls that do not say to retry, first %d: %q", len(nBad), nBad)
 	}
 	return nil
 }
