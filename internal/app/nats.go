@@ -110,6 +110,12 @@ func (b NATSFlags) Options(lookup func(string) (string, bool)) ([]nats.Option, e
 	return opts, nil
 }
 
+// A hung server is given up after about pingInterval × maxPingsOut.
+const (
+	pingInterval = 2 * time.Second
+	maxPingsOut  = 3
+)
+
 // ConnectNATS connects to url and waits until the connection is up:
 // meanwhile it says within a second that it waits, naming the URL and the
 // cause, and again every brokerWaitLogEvery. It returns ctx.Err() if ctx
@@ -121,6 +127,12 @@ func ConnectNATS(ctx context.Context, url, name string, extra []nats.Option, log
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
+		// A server that hangs (SIGSTOP, a cut link) keeps the TCP
+		// connection open: only unanswered pings tell. nats.go's default
+		// (every 2 minutes, 2 outstanding) left a client stuck on a hung
+		// node of a cluster for minutes while the other nodes served.
+		nats.PingInterval(pingInterval),
+		nats.MaxPingsOutstanding(maxPingsOut),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: the connection was closed on purpose (shutdown)
 				log.Warn("nats disconnected", "err", err)
