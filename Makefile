@@ -70,7 +70,7 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 bench: build ## benchmark table vs same-run baselines (a few minutes; BENCH_QUICK=1: ~1 minute); writes bench/results/
-	$(BUILD) -o bin/ ./cmd/loadgen ./bench/profwrap github.com/nats-io/nats-server/v2 # scenario 8's cluster nodes
+	$(BUILD) -o bin/ ./cmd/loadgen ./bench/profwrap github.com/nats-io/nats-server/v2 # scenario 9's cluster nodes
 	cd bench/noopserver && $(BUILD) -o $(CURDIR)/bin/ .
 	$(BUILD) -o bin/ ./bench/receiver
 	cd bench/riverbaseline && $(BUILD) -o $(CURDIR)/bin/ . # River: a module of its own
