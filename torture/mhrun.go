@@ -37,22 +37,11 @@ func runMultiHost(ctx context.Context, cfg Config) (Report, error) {
 	rep := Report{Seed: cfg.Seed, Dir: cfg.Dir, Replay: MultiHostReplayCommand(cfg)}
 	rng := func(stream uint64) *rand.Rand { return rand.New(rand.NewPCG(cfg.Seed, stream)) }
 	log := cfg.Log.With("seed", cfg.Seed)
-
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return rep, err
-	}
-	hf, err := os.Create(filepath.Join(cfg.Dir, "history.jsonl"))
+	h, fk, closeRun, err := startRun(cfg)
 	if err != nil {
 		return rep, err
 	}
-	defer hf.Close()
-	h := newHistory(hf, time.Now)
-
-	fk, err := startFakes()
-	if err != nil {
-		return rep, err
-	}
-	defer fk.close()
+	defer closeRun()
 	cl, err := newMHCluster(ctx, cfg, fk.configYAML(), fk.env(), h)
 	if err != nil {
 		return rep, err

@@ -93,35 +93,21 @@ type MultiFigures struct {
 func CheckMulti(in MultiInput) (Result, MultiFigures) {
 	// The indexes of Check, without the calls made with other arguments
 	// on purpose: those are checked by conflictsDetected.
-	c := &checker{in: in.Input, reqs: map[string]Request{}, answers: map[string][]Event{}, known: map[string]bool{},
-		bad: map[string][]Event{}, recs: map[string][]Record{}}
-	m := &multiChecker{checker: c, mi: in, routes: map[string][]Event{}}
-	for _, e := range in.Events {
+	m := &multiChecker{mi: in, routes: map[string][]Event{}}
+	m.checker = newChecker(in.Input, func(e Event) bool {
 		switch {
 		case e.Kind == KindCall && e.Mode == ModeConflict:
 			if e.Outcome != OutAmbiguous && e.Outcome != OutUnavailable {
 				m.conflicts = append(m.conflicts, e)
 			}
+			return true
 		case e.Kind == KindRoute:
 			m.routes[e.RequestID] = append(m.routes[e.RequestID], e)
-		case e.Kind == KindRequest && e.Request != nil:
-			c.reqs[e.Request.ID] = *e.Request
-		case e.Kind == KindCall && e.Outcome == OutAccepted:
-			c.answers[e.RequestID] = append(c.answers[e.RequestID], e)
-		case e.Kind == KindCall && (e.Outcome == OutConflict || e.Outcome == OutInvalid):
-			c.bad[e.RequestID] = append(c.bad[e.RequestID], e)
-		case e.Kind == KindFind && e.Outcome == OutKnown:
-			c.known[e.RequestID] = true
+			return true
 		}
-	}
-	c.ids = slices.Sorted(maps.Keys(c.reqs))
-	for _, r := range in.Records {
-		if _, ok := c.reqs[r.RequestID]; !ok {
-			c.phantoms = append(c.phantoms, r)
-			continue
-		}
-		c.recs[r.RequestID] = append(c.recs[r.RequestID], r)
-	}
+		return false
+	})
+	c := m.checker
 	props := []Property{
 		c.answersAgree(), m.acceptedDelivered(), c.keyedExactlyOnce(), c.unkeyedAtMostOnce(),
 		c.ambiguousUncertain(), m.settled(), m.recordsAgree(), m.hostsAgree(), m.lostHost(), m.conflictsDetected(), m.processes(),

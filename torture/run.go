@@ -60,6 +60,23 @@ func modeFlags(c Config) string {
 	return ""
 }
 
+// startRun makes what every run starts with: its directory, the history
+// file and the downstream fakes; closeRun releases them.
+func startRun(cfg Config) (h *history, fk *fakes, closeRun func(), err error) {
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, nil, nil, err
+	}
+	hf, err := os.Create(filepath.Join(cfg.Dir, "history.jsonl"))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if fk, err = startFakes(); err != nil {
+		hf.Close()
+		return nil, nil, nil, err
+	}
+	return newHistory(hf, time.Now), fk, func() { fk.close(); hf.Close() }, nil
+}
+
 // Run runs the system under faults and checks the history. The error is
 // for a harness that could not run (a process that never served, a
 // cancelled ctx); a violated property is in the Report.
@@ -78,22 +95,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep := Report{Seed: cfg.Seed, Dir: cfg.Dir, Replay: ReplayCommand(cfg)}
 	rng := func(stream uint64) *rand.Rand { return rand.New(rand.NewPCG(cfg.Seed, stream)) }
 	log := cfg.Log.With("seed", cfg.Seed)
-
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return rep, err
-	}
-	hf, err := os.Create(filepath.Join(cfg.Dir, "history.jsonl"))
+	h, fk, closeRun, err := startRun(cfg)
 	if err != nil {
 		return rep, err
 	}
-	defer hf.Close()
-	h := newHistory(hf, time.Now)
-
-	fk, err := startFakes()
-	if err != nil {
-		return rep, err
-	}
-	defer fk.close()
+	defer closeRun()
 	readSnap := ReadSnapshot
 	var pc *powercut.FS
 	if cfg.PowerCut {
