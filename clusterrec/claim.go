@@ -93,7 +93,9 @@ func (s *Store) Claim(ctx context.Context, t ticket.Ticket, hash string, busy fu
 			case errors.Is(err, ErrFull):
 				return Claim{}, err
 			case !errors.Is(err, errConflict):
-				lastErr = err // stored or not: the next read tells
+				// Stored or not: the next read tells, after a pause.
+				lastErr, waiting = err, false
+				continue
 			}
 			waiting = false
 			attempt = -1 // a conflict is an answer, not a failure: read again at once
