@@ -338,6 +338,15 @@ func Run(ctx context.Context, env app.Env) error {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
 
+	// Announced before the services start: everything it names is
+	// bound already, and a relay taking a dead predecessor's lease at once
+	// may publish (and meet a crash test's failpoint) in the first
+	// milliseconds. An announcement that fails leaves nothing running.
+	log.Info("dispatcher running", "db", *dbPath, "nats", url, "installation", inst.String(), "stream", streamCfg.Name,
+		"targets", len(tgts), "metrics", addrs["metrics"])
+	if err := app.Announce(env, *addrFile, addrs); err != nil {
+		return err
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -357,11 +366,6 @@ func Run(ctx context.Context, env app.Env) error {
 				cancel()
 			}
 		})
-	}
-	log.Info("dispatcher running", "db", *dbPath, "nats", url, "installation", inst.String(), "stream", streamCfg.Name,
-		"targets", len(tgts), "metrics", addrs["metrics"])
-	if err := app.Announce(env, *addrFile, addrs); err != nil {
-		return err
 	}
 	<-runCtx.Done()
 	log.Info("dispatcher shutting down")
