@@ -1,14 +1,13 @@
 package forwarder_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
+	"ticketrelay/internal/testio"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -112,7 +111,7 @@ func TestMessageForUnknownRequestSkipped(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
-			var logs syncBuffer
+			var logs testio.Buffer
 			e.log = slog.New(slog.NewTextHandler(&logs, nil))
 			api := newKeyedAPI("tracker")
 			cfg := testConfig()
@@ -142,24 +141,6 @@ func TestMessageForUnknownRequestSkipped(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a logger written from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestSlowTargetDoesNotHoldUpAnother(t *testing.T) {

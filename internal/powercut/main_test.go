@@ -2,7 +2,6 @@ package powercut_test
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ticketrelay/internal/testio"
 )
 
 // childEnv makes the test binary a child process of a test (the real
@@ -45,25 +46,8 @@ func TestMain(m *testing.M) {
 type child struct {
 	cmd    *exec.Cmd
 	lines  chan string
-	stderr *syncBuffer
+	stderr *testio.Buffer
 	once   sync.Once
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startChild runs kind with env added; it is SIGKILLed at cleanup if still
@@ -76,7 +60,7 @@ func startChild(t *testing.T, kind string, env ...string) *child {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, lines: make(chan string, 1<<16), stderr: &syncBuffer{}}
+	c := &child{cmd: cmd, lines: make(chan string, 1<<16), stderr: &testio.Buffer{}}
 	cmd.Stderr = c.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
