@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -22,6 +23,13 @@ func (c *counter) add(w string) {
 		c.n = map[string]int{}
 	}
 	c.n[w]++
+}
+
+// String is the counts, read under the lock (for failure messages).
+func (c *counter) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprint(c.n)
 }
 
 func (c *counter) get(w string) int {
@@ -94,7 +102,7 @@ func TestUnusedSessionsGoFirst(t *testing.T) {
 		t.Errorf("refusal says %q", msg)
 	}
 	if refused.get(RefusedSessionLimit) != 1 || evicted.get(EvictedTableFull) != flood-2 {
-		t.Errorf("refused %v, evicted %v", refused.n, evicted.n)
+		t.Errorf("refused %v, evicted %v", &refused, &evicted)
 	}
 }
 
@@ -110,12 +118,15 @@ func TestUnusedSessionTimeout(t *testing.T) {
 	opened := time.Now()
 	idle := &wire{t: t, url: ts.URL}
 	idle.initialize()
-	waitFor(t, 10*time.Second, "the unused session to be closed", func() bool { return liveSessions(e.srv) == 1 && h.Sessions() == 1 })
+	// The eviction is counted just after the session closes: wait for both.
+	waitFor(t, 10*time.Second, "the unused session to be closed", func() bool {
+		return liveSessions(e.srv) == 1 && h.Sessions() == 1 && evicted.get(EvictedUnusedTimeout) >= 1
+	})
 	if d := time.Since(opened); d < unused {
 		t.Errorf("closed after %s, before the %s timeout", d, unused)
 	}
-	if evicted.get(EvictedUnusedTimeout) != 1 {
-		t.Errorf("evicted %v, want one %s", evicted.n, EvictedUnusedTimeout)
+	if n := evicted.get(EvictedUnusedTimeout); n != 1 {
+		t.Errorf("evicted %d for %s, want one", n, EvictedUnusedTimeout)
 	}
 	if !long.ping() {
 		t.Error("the session that made a call was closed too")
@@ -156,7 +167,7 @@ func TestSessionsPerAddress(t *testing.T) {
 		t.Errorf("refusal says %q", msg)
 	}
 	if refused.get(RefusedClientSessionLimit) != 1 {
-		t.Errorf("refused %v, want one %s", refused.n, RefusedClientSessionLimit)
+		t.Errorf("refused %v, want one %s", &refused, RefusedClientSessionLimit)
 	}
 	other := clientFrom(t, "127.0.0.2")
 	for range 2 {
