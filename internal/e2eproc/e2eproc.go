@@ -164,6 +164,12 @@ func Launch(ctx context.Context, dir string, s Spec) (*Proc, error) {
 		}
 		select {
 		case <-p.done:
+			// A process may serve and die between two looks (a crash
+			// test's failpoint can fire as soon as its services start):
+			// it served, and its death is the caller's to handle.
+			if ready, _ := p.ready(s, addrFile); ready {
+				return p, nil
+			}
 			return nil, fmt.Errorf("%s exited before it served (%v): %s", s.Name, p.waitErr, p.Tail(2000))
 		case <-ctx.Done():
 			p.kill()
