@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"ticketrelay/downstream"
@@ -149,26 +150,43 @@ func (d Def) Validate() error {
 // (mcp-front, which delivers nothing) can pass only this; Validate also
 // needs the secrets. Whatever needs no secret is checked here, so that
 // mcp-front never starts on a file the dispatcher would refuse for it.
+// Every problem is reported (errors.Join), each as a *FieldError.
 func (d Def) ValidateShape() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Err: fmt.Errorf(format, args...)})
+	}
 	if !nameRE.MatchString(d.Name) {
-		return fmt.Errorf("target name %q: use 1-63 lowercase letters, digits, '-' or '_'", d.Name)
+		bad("name", "target name %q: use 1-63 lowercase letters, digits, '-' or '_'", d.Name)
 	}
 	if _, ok := kinds[d.Kind]; !ok {
-		return fmt.Errorf("target %q: unknown kind %q (known: %v)", d.Name, d.Kind, KindNames())
+		bad("kind", "target %q: unknown kind %q (known: %s)", d.Name, d.Kind, strings.Join(KindNames(), ", "))
 	}
 	if d.Timeout < 0 {
-		return fmt.Errorf("target %q: timeout %v is negative", d.Name, d.Timeout)
+		bad("timeout", "target %q: timeout %v is negative", d.Name, d.Timeout)
 	}
 	if err := d.RateLimit.Validate(); err != nil {
-		return fmt.Errorf("target %q: rate_limit: %w", d.Name, err)
+		bad("rate_limit", "target %q: rate_limit: %w", d.Name, err)
 	}
-	for what, e := range map[string]string{"endpoint": d.Endpoint, "api_endpoint": d.APIEndpoint} {
-		if u, err := url.Parse(e); e != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-			return fmt.Errorf("target %q (%s): %s is not an http(s) URL with a host (e.g. https://tickets.example.com)", d.Name, d.Kind, what)
+	for _, f := range []struct{ field, url string }{{"endpoint", d.Endpoint}, {"options.api_endpoint", d.APIEndpoint}} {
+		if u, err := url.Parse(f.url); f.url != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+			bad(f.field, "target %q (%s): %s is not an http(s) URL with a host (e.g. https://tickets.example.com)",
+				d.Name, d.Kind, strings.TrimPrefix(f.field, "options."))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
+
+// FieldError is a problem with one field of a Def. Field names it as the
+// configuration file writes it (name, kind, endpoint, timeout, rate_limit,
+// options.api_endpoint), so that the file's reader can point at its line.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
 
 func (d Def) withDefaults() Def {
 	if k := kinds[d.Kind]; d.Endpoint == "" {
@@ -185,7 +203,7 @@ func (d Def) withDefaults() Def {
 func CapabilitiesOf(d Def) (downstream.Capabilities, error) {
 	k, ok := kinds[d.Kind]
 	if !ok {
-		return downstream.Capabilities{}, fmt.Errorf("target %q: unknown kind %q (known: %v)", d.Name, d.Kind, KindNames())
+		return downstream.Capabilities{}, fmt.Errorf("target %q: unknown kind %q (known: %s)", d.Name, d.Kind, strings.Join(KindNames(), ", "))
 	}
 	if d.Kind == "webhook" && d.NoDedupe {
 		return webhook.CapabilitiesNoDedupe, nil
