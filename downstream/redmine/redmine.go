@@ -83,9 +83,8 @@ type Config struct {
 
 // Target creates issues in one project.
 type Target struct {
-	cfg  Config
-	base string
-	c    *rest.Client
+	cfg Config
+	api rest.API
 }
 
 var (
@@ -95,7 +94,7 @@ var (
 
 // New validates cfg and builds the target.
 func New(cfg Config) (*Target, error) {
-	base, err := rest.BaseURL("redmine", cfg.Name, cfg.BaseURL, "https://redmine.example.com")
+	api, err := rest.NewAPI("redmine", cfg.Name, cfg.BaseURL, "https://redmine.example.com", cfg.HTTP, cfg.Now, cfg.APIKey)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +112,7 @@ func New(cfg Config) (*Target, error) {
 			return nil, fmt.Errorf("redmine %q: priority %q maps to id %d; ids are positive", cfg.Name, p, id)
 		}
 	}
-	return &Target{cfg: cfg, base: base, c: rest.NewClient(cfg.HTTP, cfg.Now).Redact(cfg.APIKey)}, nil
+	return &Target{cfg: cfg, api: api}, nil
 }
 
 // Name implements downstream.Target.
@@ -173,7 +172,7 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 	if t.cfg.CustomFieldID != 0 {
 		in["custom_fields"] = []map[string]any{{"id": t.cfg.CustomFieldID, "value": d.Key}}
 	}
-	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.base+"/issues.json", map[string]any{"issue": in})
+	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.api.Base+"/issues.json", map[string]any{"issue": in})
 	if err != nil {
 		return downstream.Receipt{}, err
 	}
@@ -245,7 +244,7 @@ func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Re
 		q.Set("op[subject]", "~")
 		q.Set("v[subject][]", SubjectMarker(d.Key))
 	}
-	req, err := rest.NewJSONRequest(ctx, http.MethodGet, t.base+"/issues.json?"+q.Encode(), nil)
+	req, err := rest.NewJSONRequest(ctx, http.MethodGet, t.api.Base+"/issues.json?"+q.Encode(), nil)
 	if err != nil {
 		return downstream.Receipt{}, false, err
 	}
@@ -330,17 +329,17 @@ func (t *Target) ignoredFilter(stray int64) error {
 
 func (t *Target) receipt(id int64) downstream.Receipt {
 	s := strconv.FormatInt(id, 10)
-	return downstream.Receipt{ExternalID: s, URL: t.base + "/issues/" + s}
+	return downstream.Receipt{ExternalID: s, URL: t.api.Base + "/issues/" + s}
 }
 
 func (t *Target) call(req *http.Request, out any) error {
 	req.Header.Set(APIKeyHeader, t.cfg.APIKey.Reveal())
-	resp, err := t.c.Do(req)
+	resp, err := t.api.Do(req)
 	if err != nil {
 		return err
 	}
 	if !resp.OK() {
-		return t.c.Fail(resp, t.message(resp))
+		return t.api.Fail(resp, t.message(resp))
 	}
 	return resp.Result(out)
 }
