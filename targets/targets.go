@@ -73,43 +73,43 @@ type kind struct {
 	DefaultEndpoint string
 	// HTTP: the kind calls an HTTP API (Endpoint and Timeout apply).
 	HTTP bool
-	open func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error)
+	open func(d Def, hc downstream.HTTPConfig) (downstream.Target, error)
 }
 
 // kinds lists every adapter by kind name.
 var kinds = map[string]kind{
 	"local": {Capabilities: local.Capabilities},
 	"webhook": {Capabilities: webhook.Capabilities, HTTP: true,
-		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
+		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
 			return webhook.New(webhook.Config{Name: d.Name, URL: d.Endpoint, SigningSecret: d.SigningSecret, Token: d.Token,
-				NoDedupe: d.NoDedupe, HTTP: hc, Now: now})
+				NoDedupe: d.NoDedupe, HTTPConfig: hc})
 		}},
 	"zendesk": {Capabilities: zendesk.Capabilities, HTTP: true,
-		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
-			return zendesk.New(zendesk.Config{Name: d.Name, BaseURL: d.Endpoint, Email: d.Email, Token: d.Token, HTTP: hc, Now: now})
+		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
+			return zendesk.New(zendesk.Config{Name: d.Name, BaseURL: d.Endpoint, Email: d.Email, Token: d.Token, HTTPConfig: hc})
 		}},
 	"pagerduty": {Capabilities: pagerduty.Capabilities, HTTP: true, DefaultEndpoint: pagerduty.DefaultBaseURL,
-		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
+		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
 			return pagerduty.New(pagerduty.Config{Name: d.Name, BaseURL: d.Endpoint, RoutingKey: d.RoutingKey, Source: d.Source,
-				APIToken: d.APIToken, APIBaseURL: d.APIEndpoint, HTTP: hc, Now: now})
+				APIToken: d.APIToken, APIBaseURL: d.APIEndpoint, HTTPConfig: hc})
 		}},
 	"github": {Capabilities: github.Capabilities, HTTP: true, DefaultEndpoint: github.DefaultBaseURL,
-		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
-			return github.New(github.Config{Name: d.Name, BaseURL: d.Endpoint, Owner: d.Owner, Repo: d.Repo, Token: d.Token, HTTP: hc, Now: now})
+		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
+			return github.New(github.Config{Name: d.Name, BaseURL: d.Endpoint, Owner: d.Owner, Repo: d.Repo, Token: d.Token, HTTPConfig: hc})
 		}},
 	"jira": {Capabilities: jira.Capabilities, HTTP: true,
-		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
+		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
 			return jira.New(jira.Config{Name: d.Name, BaseURL: d.Endpoint, Email: d.Email, Token: d.Token,
-				Project: d.Project, IssueType: d.IssueType, HTTP: hc, Now: now})
+				Project: d.Project, IssueType: d.IssueType, HTTPConfig: hc})
 		}},
 	"redmine": {Capabilities: redmine.Capabilities, HTTP: true,
-		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
+		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
 			return redmine.New(redmine.Config{Name: d.Name, BaseURL: d.Endpoint, APIKey: d.Token, Project: d.Project,
-				TrackerID: d.TrackerID, CustomFieldID: d.CustomFieldID, PriorityIDs: d.PriorityIDs, HTTP: hc, Now: now})
+				TrackerID: d.TrackerID, CustomFieldID: d.CustomFieldID, PriorityIDs: d.PriorityIDs, HTTPConfig: hc})
 		}},
 	"slack": {Capabilities: slack.Capabilities, HTTP: true,
-		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
-			return slack.New(slack.Config{Name: d.Name, WebhookURL: d.WebhookURL, HTTP: hc, Now: now})
+		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
+			return slack.New(slack.Config{Name: d.Name, WebhookURL: d.WebhookURL, HTTPConfig: hc})
 		}},
 }
 
@@ -141,7 +141,7 @@ func (d Def) Validate() error {
 	if k.open == nil {
 		return nil
 	}
-	_, err := k.open(d.withDefaults(), nil, time.Now) // constructors validate; none dials
+	_, err := k.open(d.withDefaults(), downstream.HTTPConfig{}) // constructors validate; none dials
 	return err
 }
 
@@ -276,7 +276,7 @@ func Open(defs []Def, dataDir string, now func() time.Time, opts ...Option) ([]d
 			continue
 		}
 		tr := newTransport(d.Name, oc.conns, oc.metrics)
-		t, err := kinds[d.Kind].open(d, &http.Client{Timeout: d.Timeout, Transport: tr}, now)
+		t, err := kinds[d.Kind].open(d, downstream.HTTPConfig{HTTP: &http.Client{Timeout: d.Timeout, Transport: tr}, Now: now})
 		if err != nil {
 			closeAll()
 			return nil, nil, err

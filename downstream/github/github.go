@@ -70,10 +70,7 @@ type Config struct {
 	// access to the repository, or a GitHub App installation token with
 	// issues write: labels are kept only for those.
 	Token downstream.Secret
-	// HTTP is the client (nil: a client with a 20s timeout).
-	HTTP *http.Client
-	// Now is the clock (nil: time.Now), for x-ratelimit-reset.
-	Now func() time.Time
+	downstream.HTTPConfig
 }
 
 // Target opens issues in one repository.
@@ -99,7 +96,7 @@ func New(cfg Config) (*Target, error) {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
-	api, err := rest.NewAPI("github", cfg.Name, cfg.BaseURL, "", cfg.HTTP, cfg.Now, cfg.Token)
+	api, err := rest.NewAPI("github", cfg.Name, cfg.BaseURL, "", cfg.HTTPConfig, cfg.Token)
 	if err != nil {
 		return nil, err
 	}

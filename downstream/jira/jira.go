@@ -19,7 +19,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"ticketrelay/downstream"
 	"ticketrelay/downstream/internal/rest"
@@ -43,10 +42,7 @@ type Config struct {
 	Project string
 	// IssueType is the issue type name (default "Task").
 	IssueType string
-	// HTTP is the client (nil: a client with a 20s timeout).
-	HTTP *http.Client
-	// Now is the clock (nil: time.Now).
-	Now func() time.Time
+	downstream.HTTPConfig
 }
 
 // Target creates issues in one project.
@@ -62,7 +58,7 @@ var (
 
 // New validates cfg and builds the target.
 func New(cfg Config) (*Target, error) {
-	api, err := rest.NewAPI("jira", cfg.Name, cfg.BaseURL, "https://acme.atlassian.net", cfg.HTTP, cfg.Now, cfg.Token)
+	api, err := rest.NewAPI("jira", cfg.Name, cfg.BaseURL, "https://acme.atlassian.net", cfg.HTTPConfig, cfg.Token)
 	if err != nil {
 		return nil, err
 	}

@@ -82,10 +82,7 @@ type Config struct {
 	APIBaseURL string
 	// Source is the event's payload.source (default "ticketrelay").
 	Source string
-	// HTTP is the client (nil: a client with a 20s timeout).
-	HTTP *http.Client
-	// Now is the clock (nil: time.Now).
-	Now func() time.Time
+	downstream.HTTPConfig
 }
 
 // Target triggers alerts.
@@ -105,7 +102,7 @@ func New(cfg Config) (*Target, error) {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
-	api, err := rest.NewAPI("pagerduty", cfg.Name, cfg.BaseURL, "", cfg.HTTP, cfg.Now, cfg.RoutingKey, cfg.APIToken)
+	api, err := rest.NewAPI("pagerduty", cfg.Name, cfg.BaseURL, "", cfg.HTTPConfig, cfg.RoutingKey, cfg.APIToken)
 	if err != nil {
 		return nil, err
 	}

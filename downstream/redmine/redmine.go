@@ -39,7 +39,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"ticketrelay/downstream"
 	"ticketrelay/downstream/internal/rest"
@@ -75,10 +74,7 @@ type Config struct {
 	// filter", enabled for the project and tracker) that holds the dedupe
 	// key. 0: the key goes into a subject marker (see SubjectMarker).
 	CustomFieldID int
-	// HTTP is the client (nil: a client with a 20s timeout).
-	HTTP *http.Client
-	// Now is the clock (nil: time.Now).
-	Now func() time.Time
+	downstream.HTTPConfig
 }
 
 // Target creates issues in one project.
@@ -94,7 +90,7 @@ var (
 
 // New validates cfg and builds the target.
 func New(cfg Config) (*Target, error) {
-	api, err := rest.NewAPI("redmine", cfg.Name, cfg.BaseURL, "https://redmine.example.com", cfg.HTTP, cfg.Now, cfg.APIKey)
+	api, err := rest.NewAPI("redmine", cfg.Name, cfg.BaseURL, "https://redmine.example.com", cfg.HTTPConfig, cfg.APIKey)
 	if err != nil {
 		return nil, err
 	}

@@ -46,10 +46,7 @@ type Config struct {
 	// Email and Token authenticate with an API token ({email}/token:{token}).
 	Email string
 	Token downstream.Secret
-	// HTTP is the client (nil: a client with a 20s timeout).
-	HTTP *http.Client
-	// Now is the clock (nil: time.Now).
-	Now func() time.Time
+	downstream.HTTPConfig
 }
 
 // Target creates Zendesk tickets.
@@ -65,7 +62,7 @@ var (
 
 // New validates cfg and builds the target.
 func New(cfg Config) (*Target, error) {
-	api, err := rest.NewAPI("zendesk", cfg.Name, cfg.BaseURL, "https://acme.zendesk.com", cfg.HTTP, cfg.Now, cfg.Token)
+	api, err := rest.NewAPI("zendesk", cfg.Name, cfg.BaseURL, "https://acme.zendesk.com", cfg.HTTPConfig, cfg.Token)
 	if err != nil {
 		return nil, err
 	}

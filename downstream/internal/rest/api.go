@@ -1,11 +1,6 @@
 package rest
 
-import (
-	"net/http"
-	"time"
-
-	"ticketrelay/downstream"
-)
+import "ticketrelay/downstream"
 
 // API is what an adapter of a REST API at a configured base URL holds
 // besides its own settings: the base URL, checked, and the client that
@@ -17,12 +12,12 @@ type API struct {
 
 // NewAPI checks endpoint as BaseURL does (kind, name and example make its
 // error say which target is wrong and what would be right) and builds the
-// client (NewClient: nil hc and now get the defaults) that keeps secrets
-// out of every error (Redact).
-func NewAPI(kind, name, endpoint, example string, hc *http.Client, now func() time.Time, secrets ...downstream.Secret) (API, error) {
+// client (NewClient: a nil client or clock gets the default) that keeps
+// secrets out of every error (Redact).
+func NewAPI(kind, name, endpoint, example string, hc downstream.HTTPConfig, secrets ...downstream.Secret) (API, error) {
 	base, err := BaseURL(kind, name, endpoint, example)
 	if err != nil {
 		return API{}, err
 	}
-	return API{Base: base, Client: NewClient(hc, now).Redact(secrets...)}, nil
+	return API{Base: base, Client: NewClient(hc.HTTP, hc.Now).Redact(secrets...)}, nil
 }
