@@ -133,7 +133,7 @@ var syntaxHints = map[string]string{
 
 // maxSearchLines bounds the search for a syntax error's line (one parse a
 // line): a configuration is a few hundred lines.
-const maxSearchLines = 5000
+const maxSearchLines = 2000
 
 // firstFailingLine is the first line n from `from` on such that lines 1..n
 // fail to parse with the complaint what; 0 if none does.
