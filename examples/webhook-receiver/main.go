@@ -5,7 +5,7 @@
 // records as the ticket's external_id and external_url. The contract it
 // keeps is docs/webhook-receiver.md. Standard library only.
 //
-//	WEBHOOK_SECRET=whsec_… go run ./examples/webhook-receiver -listen 127.0.0.1:8080
+//	WEBHOOK_SECRET=whsec_… go run ./examples/webhook-receiver -listen 127.0.0.1:9000
 //
 // with examples/webhook.yaml (same WEBHOOK_SECRET) on the dispatcher's side.
 // Each ticket is printed to stdout as one JSON line; logs go to stderr.
@@ -231,7 +231,7 @@ func main() {
 }
 
 func run(log *slog.Logger) error {
-	listen := flag.String("listen", "127.0.0.1:8080", "`address` to listen on")
+	listen := flag.String("listen", "127.0.0.1:9000", "`address` to listen on")
 	flag.Parse()
 	var (
 		mu   sync.Mutex
