@@ -57,9 +57,9 @@ func newEnv(t *testing.T) *env {
 	srv, err := mcptools.New(mcptools.Config{
 		Version: "test",
 		Bindings: []mcptools.Binding{
-			{Tool: keyedTool, Description: "Open a ticket in the local tracker.", Target: keyedTarget,
+			{Tool: keyedTool, Description: "Open a ticket in the local tracker.", Target: keyedTarget, Kind: "local",
 				Capabilities: downstream.Capabilities{DedupeKey: true, Lookup: downstream.LookupConsistent}},
-			{Tool: unkeyedTool, Description: "Post a ticket to the webhook.", Target: unkeyedTgt,
+			{Tool: unkeyedTool, Description: "Post a ticket to the webhook.", Target: unkeyedTgt, Kind: "webhook",
 				Capabilities: downstream.Capabilities{DedupeKey: false, Lookup: downstream.LookupNone}},
 		},
 	}, l, m, testLogger())

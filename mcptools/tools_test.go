@@ -7,8 +7,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"ticketrelay/mcptools"
@@ -27,6 +29,47 @@ func listTools(t *testing.T, cs *mcp.ClientSession) map[string]*mcp.Tool {
 		tools[tl.Name] = tl
 	}
 	return tools
+}
+
+// TestToolTitles: a create tool's title says what it does in the words of
+// the system it files into, with the target's name when that is not just
+// the kind's, so that a user reading a client's list of tools knows which
+// is which. The embedded local target reads as the local ticket file.
+func TestToolTitles(t *testing.T) {
+	e := newEnv(t)
+	tools := listTools(t, e.connect(t))
+	for tool, want := range map[string]string{
+		keyedTool:   "Create a ticket in the local ticket file",
+		unkeyedTool: "Create a ticket via webhook",
+	} {
+		if got := tools[tool].Annotations.Title; got != want {
+			t.Errorf("%s: title %q, want %q", tool, got, want)
+		}
+	}
+	bindings := []mcptools.Binding{
+		{Tool: "a", Target: "zendesk", Kind: "zendesk"},
+		{Tool: "b", Target: "ops", Kind: "jira"},
+		{Tool: "c", Target: "archive", Kind: "local"},
+		{Tool: "d", Target: "GitHub", Kind: "github"},
+		{Tool: "e", Target: "tracker"}, // kind not given
+	}
+	srv, err := mcptools.New(mcptools.Config{Bindings: bindings}, e.l, metrics.NewFront(prometheus.NewRegistry()), testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = srv
+	tools = listTools(t, e.connect(t))
+	for tool, want := range map[string]string{
+		"a": "Create a Zendesk ticket",
+		"b": "Create a Jira issue (ops)",
+		"c": "Create a ticket in the local ticket file (archive)",
+		"d": "Create a GitHub issue",
+		"e": "Create a ticket in tracker",
+	} {
+		if got := tools[tool].Annotations.Title; got != want {
+			t.Errorf("%s: title %q, want %q", tool, got, want)
+		}
+	}
 }
 
 func TestToolsListAnnotations(t *testing.T) {
@@ -402,5 +445,38 @@ func TestNewWithoutBindings(t *testing.T) {
 	e := newEnv(t)
 	if _, err := mcptools.New(mcptools.Config{}, e.l, e.m, testLogger()); err == nil {
 		t.Fatal("New with no bindings succeeded")
+	}
+}
+
+// TestCallsCountedByMiddleware: the middleware counts the calls a handler
+// of ours answered, the no-op twin's under its own name, and nothing for a
+// call the SDK refused before any handler ran (an unknown tool).
+func TestCallsCountedByMiddleware(t *testing.T) {
+	e := newEnv(t)
+	noop := mcptools.AddNoopTool(e.srv, mcptools.Binding{Tool: keyedTool, Target: keyedTarget, Kind: "local"}, testLogger())
+	cs := e.connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "no_such_tool", Arguments: map[string]any{}}); err == nil {
+		t.Fatal("a call of an unknown tool succeeded")
+	}
+	if n := testutil.CollectAndCount(e.m.ToolCalls); n != 0 {
+		t.Errorf("%d tool_calls_total series after a call of an unknown tool, want none", n)
+	}
+	structured[createResult](t, call(t, cs, noop, map[string]any{"request_id": newID(), "title": "noop"}))
+	call(t, cs, noop, map[string]any{"request_id": newID()}) // no title: invalid
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"noop created", testutil.ToFloat64(e.m.ToolCalls.WithLabelValues(noop, metrics.CallCreated)), 1},
+		{"noop invalid", testutil.ToFloat64(e.m.ToolCalls.WithLabelValues(noop, metrics.CallInvalid)), 1},
+		{"noop rejected title", testutil.ToFloat64(e.m.Rejected.WithLabelValues(noop, "title")), 1},
+		{"noop durations", float64(testutil.CollectAndCount(e.m.CallDuration)), 1},
+		{"rows written", float64(e.rows(t).requests), 0},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, c.got, c.want)
+		}
 	}
 }
