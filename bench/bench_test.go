@@ -163,7 +163,7 @@ func TestPrefill(t *testing.T) {
 	}
 }
 
-// TestLoad drives a real mcpserver (real SQLite) over streamable HTTP with
+// TestLoad drives the real MCP tools (mcptools, real SQLite) over streamable HTTP with
 // the load generator: fresh calls to create_ticket and its no-op twin, then
 // a replay of the created ones.
 func TestLoad(t *testing.T) {

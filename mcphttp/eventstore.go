@@ -153,9 +153,9 @@ func (s *EventStore) After(_ context.Context, sessionID, streamID string, index 
 	l, ok := s.sessions[sessionID][streamID]
 	switch start := index + 1 - l.firstOr0(); {
 	case !ok:
-		err = fmt.Errorf("mcpserver: no events kept for stream %q of session %q: %w", streamID, sessionID, mcp.ErrEventsPurged)
+		err = fmt.Errorf("mcphttp: no events kept for stream %q of session %q: %w", streamID, sessionID, mcp.ErrEventsPurged)
 	case start < 0:
-		err = fmt.Errorf("mcpserver: events after %d of stream %q were purged: %w", index, streamID, mcp.ErrEventsPurged)
+		err = fmt.Errorf("mcphttp: events after %d of stream %q were purged: %w", index, streamID, mcp.ErrEventsPurged)
 	case start < len(l.data):
 		out = slices.Clone(l.data[start:])
 	}

@@ -213,7 +213,7 @@ func FuzzHTTPBody(f *testing.F) {
 	})
 }
 
-// fzValidCreate is an oracle independent of mcpserver: it reports whether
+// fzValidCreate is an oracle independent of mcptools: it reports whether
 // body is a JSON-RPC request (with an id) calling a create tool with valid
 // arguments, and returns its request id and title.
 func fzValidCreate(body []byte) (id, title string, ok bool) {

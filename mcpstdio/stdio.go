@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"ticketrelay/mcptools"
 	"ticketrelay/rpcguard"
 )
 
@@ -24,9 +23,12 @@ const MaxLine = 8 << 20
 
 // DrainTimeout bounds how long the guard holds back the end of the client's
 // input while calls it passed on are still unanswered: the longest a create
-// tool may wait for delivery (mcptools.MaxWaitForDelivery) plus 15 seconds
-// for the ledger write and the answer.
-const DrainTimeout = (mcptools.MaxWaitForDelivery + 15) * time.Second
+// tool may wait for delivery (mcptools.MaxWaitForDelivery, 45 seconds) plus
+// 15 seconds for the ledger write and the answer. It is spelled out rather
+// than derived so that the transport does not import the tools (and through
+// them the ledger); TestDrainTimeoutCoversTheLongestWait keeps the two in
+// step.
+const DrainTimeout = 60 * time.Second
 
 // Guard sits between a client's byte stream and the SDK's stdio
 // transport, which decodes a stream of JSON values and ends the session on

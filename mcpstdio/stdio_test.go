@@ -13,6 +13,7 @@ import (
 
 	"ticketrelay/internal/testio"
 	"ticketrelay/internal/testwait"
+	"ticketrelay/mcptools"
 )
 
 // The guard passes JSON-RPC lines through unchanged and answers everything
@@ -293,5 +294,14 @@ func TestGuardStdioValidCodes(t *testing.T) {
 		if out.String() != want {
 			t.Errorf("wrote %q\nwant  %q", out.String(), want)
 		}
+	}
+}
+
+// TestDrainTimeoutCoversTheLongestWait: the guard waits for the answer to
+// a create call that waits for delivery as long as the tool may wait, and
+// 15 seconds more for the write and the answer.
+func TestDrainTimeoutCoversTheLongestWait(t *testing.T) {
+	if want := (mcptools.MaxWaitForDelivery + 15) * time.Second; DrainTimeout != want {
+		t.Errorf("DrainTimeout %s, want %s (mcptools.MaxWaitForDelivery + 15 s)", DrainTimeout, want)
 	}
 }
