@@ -238,22 +238,29 @@ func requireToken(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refus
 			if pass, held := logs.Pass(ip); pass {
 				log.Warn("unauthenticated request refused", "client", ip, "method", r.Method, "reason", reason, "refused_since_last_warning", held)
 			}
-			challenge := `Bearer realm="ticketrelay"`
-			if reason != "no bearer token" {
-				challenge += `, error="invalid_token"`
-			}
-			if metadataURL != "" {
-				challenge += fmt.Sprintf(", resource_metadata=%q", metadataURL)
-			}
-			w.Header().Set("WWW-Authenticate", challenge)
-			closeAfter(w)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusUnauthorized)
-			json.NewEncoder(w).Encode(map[string]string{"error": "invalid_token", "error_description": reason})
+			unauthorized(w, reason, metadataURL)
 			return
 		}
 		inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), subjectKey{}, subject)))
 	})
+}
+
+// unauthorized answers 401 with the bearer challenge (RFC 6750) for why
+// the token was refused, pointing at the resource metadata if there is
+// any, and closes the connection after the answer.
+func unauthorized(w http.ResponseWriter, reason, metadataURL string) {
+	challenge := `Bearer realm="ticketrelay"`
+	if reason != "no bearer token" {
+		challenge += `, error="invalid_token"`
+	}
+	if metadataURL != "" {
+		challenge += fmt.Sprintf(", resource_metadata=%q", metadataURL)
+	}
+	w.Header().Set("WWW-Authenticate", challenge)
+	closeAfter(w)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusUnauthorized)
+	json.NewEncoder(w).Encode(map[string]string{"error": "invalid_token", "error_description": reason})
 }
 
 // ResourceMetadataLocation returns where RFC 9728 puts the protected-resource
