@@ -29,53 +29,30 @@ const (
 )
 
 func newDelivery() Delivery {
-	byTarget := []string{"target"}
 	return Delivery{
-		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "deliveries_total",
-			Help: "Delivery attempts by target and outcome (delivered, retrying, failed, uncertain).",
-		}, []string{"target", "outcome"}),
-		DeliveryAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "delivery_attempts_total",
-			Help: "Calls made to a downstream, by target.",
-		}, byTarget),
-		DeliveryDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "delivery_duration_seconds",
-			Help:    "Duration of one downstream call, by target.",
-			Buckets: prometheus.DefBuckets,
-		}, byTarget),
-		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "dead_letters_total",
-			Help: "Requests that ended failed (permanent error or attempts exhausted), by target.",
-		}, byTarget),
-		AuthFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "auth_failures_total",
-			Help: "Deliveries refused by a downstream for authentication or permission (401/403), by target: an expired or revoked credential.",
-		}, byTarget),
-		Uncertain: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "uncertain_requests_total",
-			Help: "Requests whose delivery outcome could not be established, by target.",
-		}, byTarget),
-		RedeliveredSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "redeliveries_skipped_total",
-			Help: "Messages acknowledged without calling the downstream: redeliveries of requests already settled, messages for requests the store does not hold (settled and pruned, or never accepted), and messages on another target's subject than their ticket's.",
-		}, byTarget),
-		ConnectionsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "downstream_connections_open",
-			Help: "Network connections to a target's API open now (dialed and not yet closed), by target; bounded by the workers per host the target calls.",
-		}, byTarget),
-		ConnectionsOpened: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "downstream_connections_opened_total",
-			Help: "Network connections dialed to a target's API, by target: after warm-up it grows only when the API or the idle timeout closes connections.",
-		}, byTarget),
-		RateLimitWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "downstream_rate_limit_waits_total",
-			Help: "Downstream calls that waited for the target's configured rate limit (rate_limit) before being made, by target.",
-		}, byTarget),
-		RateLimitWaited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "downstream_rate_limit_wait_seconds_total",
-			Help: "Time downstream calls spent waiting for the target's configured rate limit, by target.",
-		}, byTarget),
+		Deliveries: newCounterVec("deliveries_total",
+			"Delivery attempts by target and outcome (delivered, retrying, failed, uncertain).", "target", "outcome"),
+		DeliveryAttempts: newCounterVec("delivery_attempts_total",
+			"Calls made to a downstream, by target.", "target"),
+		DeliveryDuration: newHistogramVec("delivery_duration_seconds",
+			"Duration of one downstream call, by target.",
+			prometheus.DefBuckets, "target"),
+		DeadLetters: newCounterVec("dead_letters_total",
+			"Requests that ended failed (permanent error or attempts exhausted), by target.", "target"),
+		AuthFailures: newCounterVec("auth_failures_total",
+			"Deliveries refused by a downstream for authentication or permission (401/403), by target: an expired or revoked credential.", "target"),
+		Uncertain: newCounterVec("uncertain_requests_total",
+			"Requests whose delivery outcome could not be established, by target.", "target"),
+		RedeliveredSkipped: newCounterVec("redeliveries_skipped_total",
+			"Messages acknowledged without calling the downstream: redeliveries of requests already settled, messages for requests the store does not hold (settled and pruned, or never accepted), and messages on another target's subject than their ticket's.", "target"),
+		ConnectionsOpen: newGaugeVec("downstream_connections_open",
+			"Network connections to a target's API open now (dialed and not yet closed), by target; bounded by the workers per host the target calls.", "target"),
+		ConnectionsOpened: newCounterVec("downstream_connections_opened_total",
+			"Network connections dialed to a target's API, by target: after warm-up it grows only when the API or the idle timeout closes connections.", "target"),
+		RateLimitWaits: newCounterVec("downstream_rate_limit_waits_total",
+			"Downstream calls that waited for the target's configured rate limit (rate_limit) before being made, by target.", "target"),
+		RateLimitWaited: newCounterVec("downstream_rate_limit_wait_seconds_total",
+			"Time downstream calls spent waiting for the target's configured rate limit, by target.", "target"),
 	}
 }
 

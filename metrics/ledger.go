@@ -16,10 +16,8 @@ type Ledger struct {
 
 func newLedger() Ledger {
 	return Ledger{
-		Pruned: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "ledger_pruned_total",
-			Help: "Settled requests removed from the ledger after their retention.",
-		}),
+		Pruned: newCounter("ledger_pruned_total",
+			"Settled requests removed from the ledger after their retention."),
 		LedgerRequests: newReadGauge(prometheus.BuildFQName(namespace, "", "ledger_requests"),
 			"Requests held in the ledger (counted when scraped)."),
 	}

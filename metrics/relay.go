@@ -18,41 +18,24 @@ type Relay struct {
 }
 
 func newRelay() Relay {
-	byTarget := []string{"target"}
 	return Relay{
-		OutboxBacklog: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "outbox_backlog",
-			Help: "Outbox rows committed but not yet acknowledged by JetStream.",
-		}),
-		OutboxOldestAge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "outbox_oldest_age_seconds",
-			Help: "Age of the oldest outbox row not yet acknowledged by JetStream (0 when empty).",
-		}),
-		Dispatched: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "dispatched_total",
-			Help: "Outbox rows acknowledged by JetStream, by target (duplicate acks included).",
-		}, byTarget),
-		DuplicateAcks: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "jetstream_duplicate_acks_total",
-			Help: "Publishes that JetStream acknowledged as duplicates of a stored Nats-Msg-Id (a success).",
-		}),
-		BatchFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "jetstream_batch_fallbacks_total",
-			Help: "Relay batches JetStream refused as an atomic batch (most often one that repeats a stored Nats-Msg-Id, after a crash) or that failed on the way, sent again message by message.",
-		}),
-		PublishErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "jetstream_publish_errors_total",
-			Help: "Publishes that got no acknowledgement; the row stays in the outbox and is sent again.",
-		}),
-		CommitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "commit_to_ack_seconds",
-			Help:    "Time from the ledger commit of a request to its JetStream acknowledgement.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}),
-		LeaseHeld: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "relay_lease_held",
-			Help: "1 while this dispatcher holds the relay lease of its database, else 0.",
-		}),
+		OutboxBacklog: newGauge("outbox_backlog",
+			"Outbox rows committed but not yet acknowledged by JetStream."),
+		OutboxOldestAge: newGauge("outbox_oldest_age_seconds",
+			"Age of the oldest outbox row not yet acknowledged by JetStream (0 when empty)."),
+		Dispatched: newCounterVec("dispatched_total",
+			"Outbox rows acknowledged by JetStream, by target (duplicate acks included).", "target"),
+		DuplicateAcks: newCounter("jetstream_duplicate_acks_total",
+			"Publishes that JetStream acknowledged as duplicates of a stored Nats-Msg-Id (a success)."),
+		BatchFallbacks: newCounter("jetstream_batch_fallbacks_total",
+			"Relay batches JetStream refused as an atomic batch (most often one that repeats a stored Nats-Msg-Id, after a crash) or that failed on the way, sent again message by message."),
+		PublishErrors: newCounter("jetstream_publish_errors_total",
+			"Publishes that got no acknowledgement; the row stays in the outbox and is sent again."),
+		CommitToAck: newHistogram("commit_to_ack_seconds",
+			"Time from the ledger commit of a request to its JetStream acknowledgement.",
+			[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}),
+		LeaseHeld: newGauge("relay_lease_held",
+			"1 while this dispatcher holds the relay lease of its database, else 0."),
 	}
 }
 
@@ -84,22 +67,14 @@ var StreamRepairKinds = []string{
 
 func newAudit() Audit {
 	a := Audit{
-		AuditChecked: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "stream_audit_checks_total",
-			Help: "Published messages not yet delivered (no delivery record, or an unsettled one untouched for -audit-after) that the audit looked up in the stream.",
-		}),
-		StreamLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "stream_lost_messages_total",
-			Help: "Published messages the stream no longer held (lost by the broker, or expired) before any delivery, published again.",
-		}),
-		Unserved: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "stream_audit_unserved_total",
-			Help: "Published requests the audit found waiting (never attempted, or untouched for -audit-after) for a target no running dispatcher delivers to (mcp-front and the dispatcher given different -config files).",
-		}, []string{"target"}),
-		StreamRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "stream_repairs_total",
-			Help: "Repairs of the JetStream stream and consumers made under a running dispatcher, by what was repaired (see the log line of each).",
-		}, []string{"what"}),
+		AuditChecked: newCounter("stream_audit_checks_total",
+			"Published messages not yet delivered (no delivery record, or an unsettled one untouched for -audit-after) that the audit looked up in the stream."),
+		StreamLost: newCounter("stream_lost_messages_total",
+			"Published messages the stream no longer held (lost by the broker, or expired) before any delivery, published again."),
+		Unserved: newCounterVec("stream_audit_unserved_total",
+			"Published requests the audit found waiting (never attempted, or untouched for -audit-after) for a target no running dispatcher delivers to (mcp-front and the dispatcher given different -config files).", "target"),
+		StreamRepairs: newCounterVec("stream_repairs_total",
+			"Repairs of the JetStream stream and consumers made under a running dispatcher, by what was repaired (see the log line of each).", "what"),
 	}
 	for _, k := range StreamRepairKinds {
 		a.StreamRepairs.WithLabelValues(k)
