@@ -17,6 +17,7 @@ import (
 
 	"ticketrelay/clusterrec"
 	"ticketrelay/installation"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/failpoint"
 	"ticketrelay/internal/natscluster"
@@ -320,7 +321,7 @@ func openRecords(ctx context.Context, urls string, inst installation.Name, log *
 	}
 	bctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	store, err := clusterrec.Bind(bctx, js, clusterrec.Config{Installation: inst, Host: "torture-checker"}, log, time.Now)
+	store, err := clusterrec.Bind(bctx, archetype.Archetype{Logger: log}, js, clusterrec.Config{Installation: inst, Host: "torture-checker"})
 	if err != nil {
 		nc.Close()
 		return nil, err

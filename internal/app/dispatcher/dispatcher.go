@@ -25,6 +25,7 @@ import (
 	"ticketrelay/config"
 	"ticketrelay/forwarder"
 	"ticketrelay/installation"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/backoff"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
@@ -264,13 +265,12 @@ func Run(ctx context.Context, env app.Env) error {
 	}
 
 	var watcher *audit.Watcher // made below, before anything runs
-	relay, err := outbox.NewRelay(outbox.RelayConfig{
+	relay, err := outbox.NewRelay(archetype.Archetype{Logger: log.With("component", "relay"), Metrics: m}, outbox.RelayConfig{
 		Holder:       holder,
 		Predecessor:  predecessor, // crashed on this data directory: its lease is not waited out
 		LeaseTTL:     *leaseTTL,
 		PollInterval: *pollInterval,
-	}, db.Reader(), w, audit.PokeOnError(natsjs.NewPublisher(js, append(pubOpts, natsjs.ForInstallation(inst))...), func() { watcher.Poke() }),
-		log.With("component", "relay"), m, time.Now)
+	}, db.Reader(), w, audit.PokeOnError(natsjs.NewPublisher(js, append(pubOpts, natsjs.ForInstallation(inst))...), func() { watcher.Poke() }))
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
@@ -290,13 +290,12 @@ func Run(ctx context.Context, env app.Env) error {
 			n, oldest, err := outbox.Backlog(ctx, db.Reader())
 			return oldest, n > 0, err
 		}
-		hosts = clusterrec.NewHosts(clusterrec.HostsConfig{Every: *hostDeadAfter / 6, DeadAfter: *hostDeadAfter}, store, l, pending,
-			log.With("component", "hosts"), time.Now)
+		hosts = clusterrec.NewHosts(archetype.Archetype{Logger: log.With("component", "hosts")}, clusterrec.HostsConfig{Every: *hostDeadAfter / 6, DeadAfter: *hostDeadAfter}, store, l, pending)
 		watch = &clusterWatch{js: js, store: store, inst: inst, deadAfter: *hostDeadAfter, every: clusterWatchEvery(*hostDeadAfter),
 			m: metrics.NewCluster(reg), log: log.With("component", "cluster"), now: time.Now}
 		log.Info("multi-host: deliveries recorded in the cluster record", "bucket", inst.Bucket(), "host", ledgerID, "replicas", *replicas)
 	}
-	fwd := forwarder.New(forwarder.Config{
+	fwd := forwarder.New(archetype.Archetype{Logger: log.With("component", "forwarder"), Metrics: m}, forwarder.Config{
 		Installation:    inst,
 		Stream:          streamCfg.Name,
 		KeyNamespace:    cfg.KeyNamespace,
@@ -307,14 +306,14 @@ func Run(ctx context.Context, env app.Env) error {
 		RateLimits:      targets.RateLimits(cfg.Defs()),
 		ConsumerCheck:   time.Second, // a deleted or changed consumer is put back within seconds
 		Retention:       retentionCfg.Keep,
-	}, js, deliveries, tgts, log.With("component", "forwarder"), m, time.Now)
+	}, js, deliveries, tgts)
 
 	pruner, err := ledger.NewPruner(retentionCfg, l, log.With("component", "retention"), m)
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
-	auditor, err := audit.New(audit.Config{After: *auditAfter}, auditStore, natsjs.NewStreamChecker(js, streamCfg.Name),
-		relay.Leading, log.With("component", "audit"), m, time.Now)
+	auditor, err := audit.New(archetype.Archetype{Logger: log.With("component", "audit"), Metrics: m}, audit.Config{After: *auditAfter}, auditStore, natsjs.NewStreamChecker(js, streamCfg.Name),
+		relay.Leading)
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
@@ -332,8 +331,8 @@ func Run(ctx context.Context, env app.Env) error {
 	}
 	// The stream watcher puts back a stream deleted or changed under this
 	// dispatcher and has what it lost published again (audit/watch.go).
-	watcher, err = audit.NewWatcher(audit.WatchConfig{MaxAge: streamCfg.MaxAge}, l, natsjs.NewStreamWatch(js, streamCfg, st), presence,
-		relay.Leading, log.With("component", "stream-watch"), m, time.Now)
+	watcher, err = audit.NewWatcher(archetype.Archetype{Logger: log.With("component", "stream-watch"), Metrics: m}, audit.WatchConfig{MaxAge: streamCfg.MaxAge}, l, natsjs.NewStreamWatch(js, streamCfg, st), presence,
+		relay.Leading)
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
@@ -412,7 +411,7 @@ func openBucket(ctx context.Context, js jetstream.JetStream, cfg clusterrec.Conf
 	pace := backoff.Policy{Base: 200 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 1; ; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		s, err := clusterrec.Open(cctx, js, cfg, log, time.Now)
+		s, err := clusterrec.Open(cctx, archetype.Archetype{Logger: log}, js, cfg)
 		cancel()
 		if err == nil || ctx.Err() != nil || errors.Is(err, clusterrec.ErrForeignBucket) {
 			return s, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,6 +11,7 @@ import (
 	"ticketrelay/clusterrec"
 	"ticketrelay/installation"
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/ledger"
 )
 
@@ -38,11 +38,11 @@ func joinCluster(ctx context.Context, url, name string, natsOpts []nats.Option, 
 		nc.Close()
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
-	store, err := clusterrec.Bind(ctx, js, clusterrec.Config{Installation: inst, Host: host}, log, time.Now)
+	store, err := clusterrec.Bind(ctx, archetype.Archetype{Logger: log}, js, clusterrec.Config{Installation: inst, Host: host})
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
 	log.Info("multi-host: acceptance decided by the cluster record", "installation", inst.String(), "bucket", inst.Bucket(), "host", host)
-	return clusterrec.NewFront(store, l, log.With("component", "cluster"), time.Now), nc.Close, nil
+	return clusterrec.NewFront(archetype.Archetype{Logger: log.With("component", "cluster")}, store, l), nc.Close, nil
 }
