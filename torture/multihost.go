@@ -143,7 +143,7 @@ func (c *mhCluster) spec(h *mhHost, comp, failpoints string) e2eproc.Spec {
 			listen = "127.0.0.1:0"
 		}
 		s.Bin, s.Want = c.cfg.FrontBin, []string{"mcp"}
-		s.Args = append([]string{"-db", h.dbPath, "-listen", listen}, common...)
+		s.Args = append([]string{"-create-db", "-db", h.dbPath, "-listen", listen}, common...)
 	default:
 		panic("torture: unknown host component " + comp)
 	}

@@ -18,13 +18,7 @@ import (
 // joinCluster connects to the installation's NATS cluster and binds its
 // request bucket: the tools then accept through the cluster record.
 func joinCluster(ctx context.Context, url, name string, natsOpts []nats.Option, l *ledger.Ledger, log *slog.Logger) (*clusterrec.Front, func(), error) {
-	inst, err := installation.Parse(name)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: -installation: %v", app.ErrUsage, err)
-	}
-	if url == "" || inst == installation.Embedded {
-		return nil, nil, fmt.Errorf("%w: -multi-host needs -nats URL and -installation NAME (the same as the installation's dispatchers)", app.ErrUsage)
-	}
+	inst, _ := installation.Parse(name) // Options.Validate checked it
 	host, err := l.ID(ctx)
 	if err != nil {
 		return nil, nil, err
