@@ -104,7 +104,7 @@ func (o *Options) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Insecure, "insecure", false, "allow listening beyond loopback without bearer tokens, and -metrics-listen beyond loopback (/metrics has no authentication)")
 	fs.IntVar(&o.AuthFailures, "auth-failures", mcpserver.DefaultAuthFailureLimit.Burst, "requests without a valid token one client address may send in a row (`n`); then all its requests get 429, allowing one failure per second (0: no limit)")
 	o.RateLimit = Auto{}
-	fs.Var(&o.RateLimit, "rate-limit", "HTTP requests per second per client (token subject or IP) (`n`); 0: no limit; auto: 20 when -listen is beyond loopback, no limit on loopback")
+	fs.Var(&o.RateLimit, "rate-limit", "HTTP requests per second (`n`) per client, token subject or IP; 0: no limit; default auto: 20 when -listen is beyond loopback, no limit on loopback")
 	fs.IntVar(&o.RateBurst, "rate-burst", 0, "requests a client may send at once (`n`; 0: 2×rate-limit)")
 	fs.StringVar(&o.AddrFile, "addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
 	fs.BoolVar(&o.MultiHost, "multi-host", false, "one of several hosts of an installation: acceptance is decided by the cluster record on -nats before this host commits (needs -nats and -installation)")
