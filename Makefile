@@ -1,7 +1,13 @@
 # ticketrelay — the team's vocabulary. CI runs the same targets (.ci/run).
 GO       ?= go
 DATA     ?= data
-LISTEN   ?= 127.0.0.1:8080
+# make run's addresses: mcp-front's MCP endpoint and /metrics, the
+# dispatcher's /metrics and its embedded nats-server (clients). An empty
+# metrics address turns that listener off.
+LISTEN             ?= 127.0.0.1:8080
+FRONT_METRICS      ?= 127.0.0.1:9464
+DISPATCHER_METRICS ?= 127.0.0.1:9465
+NATS_LISTEN        ?= 127.0.0.1:4222
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X ticketrelay/internal/app.Version=$(VERSION)
 # Binaries are static: nothing of ours needs cgo (modernc.org/sqlite is pure
@@ -17,20 +23,27 @@ build: ## build bin/mcp-front and bin/dispatcher
 	$(BUILD) -ldflags '$(LDFLAGS)' -o bin/ ./cmd/mcp-front ./cmd/dispatcher
 
 # When either process exits, the other is stopped; if it failed (a port in
-# use, a locked data directory), make fails with its status. A clean exit
-# (both got the terminal's Ctrl-C) ends make cleanly. Needs bash for wait -n.
+# use, a locked data directory), make fails with its status and names the
+# variables that choose the ports. A clean exit (both got the terminal's
+# Ctrl-C) ends make cleanly. Needs bash for wait -n.
 # SIGTERM, not SIGINT: a background job starts with SIGINT ignored, so a
 # SIGINT sent before the process installed its handler would be lost; both
 # processes stop cleanly on either.
+# mcp-front gets -create-db: both processes take their paths from DATA, so
+# its -db is no mistyped path, and it may start before the dispatcher has
+# created the ledger.
 run: SHELL := bash
-run: build ## run both processes with embedded defaults; Ctrl-C stops both; either one exiting stops the other
-	@mkdir -p -m 700 $(DATA)
+run: ## run both processes on DATA; ports: LISTEN, FRONT_METRICS, DISPATCHER_METRICS, NATS_LISTEN; Ctrl-C stops both; either one exiting stops the other
+	@echo "make run: building bin/mcp-front and bin/dispatcher (the first build takes a minute or so)"
+	@$(MAKE) --no-print-directory -s build
+	@mkdir -p -m 700 '$(DATA)'
+	@echo "make run: dispatcher (NATS $(NATS_LISTEN), metrics $(or $(DISPATCHER_METRICS),off)) and mcp-front (http://$(LISTEN)/mcp, metrics $(or $(FRONT_METRICS),off)) on $(DATA)/; Ctrl-C stops both"
 	@trap 'kill -TERM $$d $$f 2>/dev/null; wait $$d $$f; exit 130' INT TERM; \
-	 bin/dispatcher -data $(DATA) & d=$$!; \
-	 bin/mcp-front -db $(DATA)/tickets.db -listen $(LISTEN) & f=$$!; \
+	 bin/dispatcher -data '$(DATA)' -nats-listen '$(NATS_LISTEN)' -metrics-listen '$(DISPATCHER_METRICS)' & d=$$!; \
+	 bin/mcp-front -create-db -db '$(DATA)/tickets.db' -listen '$(LISTEN)' -metrics-listen '$(FRONT_METRICS)' & f=$$!; \
 	 wait -n -p gone $$d $$f; rc=$$?; \
 	 if [ "$$gone" = "$$d" ]; then gone=dispatcher other=mcp-front; else gone=mcp-front other=dispatcher; fi; \
-	 [ $$rc -eq 0 ] || echo "make run: $$gone exited (status $$rc): stopping $$other" >&2; \
+	 [ $$rc -eq 0 ] || echo "make run: $$gone exited (status $$rc): stopping $$other; make run's ports are LISTEN, FRONT_METRICS, DISPATCHER_METRICS and NATS_LISTEN (make run LISTEN=127.0.0.1:8090)" >&2; \
 	 kill -TERM $$d $$f 2>/dev/null; wait $$d $$f; \
 	 exit $$rc
 

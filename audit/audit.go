@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"time"
 
+	"ticketrelay/internal/archetype"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 )
@@ -88,12 +89,13 @@ type Auditor struct {
 const unservedWarnEvery = time.Hour
 
 // New builds an auditor that works only while leading() reports true.
-func New(cfg Config, store Store, stream Stream, leading func() bool, log *slog.Logger, m *metrics.Dispatcher, now func() time.Time) (*Auditor, error) {
+func New(arch archetype.Archetype, cfg Config, store Store, stream Stream, leading func() bool) (*Auditor, error) {
 	cfg = cfg.WithDefaults()
 	if cfg.After < 0 || cfg.Interval <= 0 || cfg.Rescan <= 0 || cfg.Batch < 1 {
 		return nil, fmt.Errorf("audit: invalid config %+v", cfg)
 	}
-	return &Auditor{cfg: cfg, store: store, stream: stream, leading: leading, log: log, metrics: m, now: now,
+	arch = arch.WithDefaults()
+	return &Auditor{cfg: cfg, store: store, stream: stream, leading: leading, log: arch.Logger, metrics: arch.Metrics, now: arch.Now,
 		warned: map[string]time.Time{}}, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"ticketrelay/audit"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
@@ -71,8 +72,8 @@ func newWorld(t *testing.T) *world {
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
 	w := ledger.NewWriter(db, log, m.Writer)
 	t.Cleanup(func() { w.Close(); db.Close() })
-	relay, err := outbox.NewRelay(outbox.RelayConfig{Holder: "audit-test", PollInterval: 5 * time.Millisecond},
-		db.Reader(), w, natsjs.NewPublisher(js, natsjs.AtomicBatches(nil)), log, m, time.Now)
+	relay, err := outbox.NewRelay(archetype.Archetype{Logger: log, Metrics: m}, outbox.RelayConfig{Holder: "audit-test", PollInterval: 5 * time.Millisecond},
+		db.Reader(), w, natsjs.NewPublisher(js, natsjs.AtomicBatches(nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestAuditRepublishesWhatTheStreamLost(t *testing.T) {
 	}
 
 	clock := time.Now().Add(10 * time.Minute) // every row is older than After
-	a, err := audit.New(audit.Config{After: 5 * time.Minute, Batch: 5}, w.l, w.check, w.relay.Leading, w.log, w.m, func() time.Time { return clock })
+	a, err := audit.New(archetype.Archetype{Logger: w.log, Metrics: w.m, Now: func() time.Time { return clock }}, audit.Config{After: 5 * time.Minute, Batch: 5}, w.l, w.check, w.relay.Leading)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func TestAuditFollowsIdsThatRestart(t *testing.T) {
 	w.create(t, first...)
 	w.allPublished(t, first)
 	clock := time.Now().Add(10 * time.Minute)
-	a, err := audit.New(audit.Config{After: 5 * time.Minute}, w.l, w.check, func() bool { return true }, w.log, w.m, func() time.Time { return clock })
+	a, err := audit.New(archetype.Archetype{Logger: w.log, Metrics: w.m, Now: func() time.Time { return clock }}, audit.Config{After: 5 * time.Minute}, w.l, w.check, func() bool { return true })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +280,7 @@ func TestAuditWaitsForRowsToAge(t *testing.T) {
 	w.allPublished(t, []string{"a", "b"})
 	w.lose(t, "a", "b")
 	clock := time.Now()
-	a, err := audit.New(audit.Config{After: time.Minute}, w.l, w.check, func() bool { return true }, w.log, w.m, func() time.Time { return clock })
+	a, err := audit.New(archetype.Archetype{Logger: w.log, Metrics: w.m, Now: func() time.Time { return clock }}, audit.Config{After: time.Minute}, w.l, w.check, func() bool { return true })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,8 +323,7 @@ func TestAuditLooksUpDeliveriesGoneQuiet(t *testing.T) {
 	record("delivered", string(ledger.StatusDelivered), start)
 	record("quiet-attempting", ledger.DeliveryAttempting, start)
 
-	a, err := audit.New(audit.Config{After: 5 * time.Minute}, w.l, w.check, func() bool { return true }, w.log, w.m,
-		func() time.Time { return start.Add(10 * time.Minute) })
+	a, err := audit.New(archetype.Archetype{Logger: w.log, Metrics: w.m, Now: func() time.Time { return start.Add(10 * time.Minute) }}, audit.Config{After: 5 * time.Minute}, w.l, w.check, func() bool { return true })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestAuditLooksUpDeliveriesGoneQuiet(t *testing.T) {
 
 func TestConfigRejectsNonsense(t *testing.T) {
 	for _, c := range []audit.Config{{After: -time.Second}, {Interval: -1}, {Batch: -1}, {Rescan: -time.Hour}} {
-		if _, err := audit.New(c, nil, nil, nil, nil, nil, time.Now); err == nil {
+		if _, err := audit.New(archetype.Archetype{}, c, nil, nil, nil); err == nil {
 			t.Errorf("New(%+v) accepted", c)
 		}
 	}
@@ -356,7 +356,7 @@ func TestAuditReportsUnservedTargets(t *testing.T) {
 	w.create(t, "a")
 	w.allPublished(t, []string{"a"})
 	clock := time.Now()
-	a, err := audit.New(audit.Config{After: time.Minute}, w.l, w.check, func() bool { return true }, w.log, w.m, func() time.Time { return clock })
+	a, err := audit.New(archetype.Archetype{Logger: w.log, Metrics: w.m, Now: func() time.Time { return clock }}, audit.Config{After: time.Minute}, w.l, w.check, func() bool { return true })
 	if err != nil {
 		t.Fatal(err)
 	}

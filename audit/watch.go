@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"ticketrelay/internal/archetype"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
@@ -93,12 +94,13 @@ type Watcher struct {
 // NewWatcher builds a watcher that queues messages again only while
 // leading() reports true (the relay lease: one dispatcher decides), and
 // repairs the stream whatever it reports.
-func NewWatcher(cfg WatchConfig, store Store, broker Broker, blocker Blocker, leading func() bool, log *slog.Logger, m *metrics.Dispatcher, now func() time.Time) (*Watcher, error) {
+func NewWatcher(arch archetype.Archetype, cfg WatchConfig, store Store, broker Broker, blocker Blocker, leading func() bool) (*Watcher, error) {
 	cfg = cfg.WithDefaults()
 	if cfg.Interval <= 0 || cfg.Timeout <= 0 || cfg.MaxAge <= 0 || cfg.Batch < 1 {
 		return nil, fmt.Errorf("audit: invalid watch config %+v", cfg)
 	}
-	return &Watcher{cfg: cfg, store: store, broker: broker, blocker: blocker, leading: leading, log: log, metrics: m, now: now,
+	arch = arch.WithDefaults()
+	return &Watcher{cfg: cfg, store: store, broker: broker, blocker: blocker, leading: leading, log: arch.Logger, metrics: arch.Metrics, now: arch.Now,
 		poke: make(chan struct{}, 1)}, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"ticketrelay/audit"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/testwait"
 	"ticketrelay/natsjs"
 )
@@ -39,7 +40,7 @@ func (b *blocker) Unblocked(context.Context) error {
 
 func (w *world) watcher(t *testing.T, broker audit.Broker, b audit.Blocker) *audit.Watcher {
 	t.Helper()
-	wt, err := audit.NewWatcher(audit.WatchConfig{}, w.l, broker, b, w.relay.Leading, w.log, w.m, time.Now)
+	wt, err := audit.NewWatcher(archetype.Archetype{Logger: w.log, Metrics: w.m}, audit.WatchConfig{}, w.l, broker, b, w.relay.Leading)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func (r *runner) compareAB(ctx context.Context, n int, ab ABConfig) error {
 		}
 	}
 	for _, sd := range sides {
-		args := append([]string{"-db", filepath.Join(sd.dir, "tickets.db"), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0"}, sd.args...)
+		args := append([]string{"-create-db", "-db", filepath.Join(sd.dir, "tickets.db"), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0"}, sd.args...)
 		p, err := startProc(ctx, "mcp-front-"+sd.name, sd.bin, sd.dir, args, sd.env, "mcp")
 		if err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 
 	"ticketrelay/clusterrec"
 	"ticketrelay/installation"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/natscluster"
 	"ticketrelay/ticket"
 )
@@ -99,8 +100,7 @@ func openRecordSide(ctx context.Context, c *natscluster.Cluster, inst installati
 	if err != nil {
 		return nil, err
 	}
-	_, err = clusterrec.Open(ctx, bootstrap, clusterrec.Config{Installation: inst, Host: "bench-" + string(inst), Replicas: replicas, TTL: clusterRecordTTL},
-		discardLog(), time.Now)
+	_, err = clusterrec.Open(ctx, archetype.Archetype{Logger: discardLog()}, bootstrap, clusterrec.Config{Installation: inst, Host: "bench-" + string(inst), Replicas: replicas, TTL: clusterRecordTTL})
 	bootstrap.Conn().Close()
 	if err != nil {
 		return nil, err
@@ -115,8 +115,7 @@ func openRecordSide(ctx context.Context, c *natscluster.Cluster, inst installati
 	if err != nil {
 		return nil, err
 	}
-	s, err := clusterrec.Open(ctx, js, clusterrec.Config{Installation: inst, Host: "bench-" + string(inst), Replicas: replicas, TTL: clusterRecordTTL},
-		discardLog(), time.Now)
+	s, err := clusterrec.Open(ctx, archetype.Archetype{Logger: discardLog()}, js, clusterrec.Config{Installation: inst, Host: "bench-" + string(inst), Replicas: replicas, TTL: clusterRecordTTL})
 	if err != nil {
 		js.Conn().Close()
 		return nil, err
@@ -326,7 +325,7 @@ func (r *runner) clusterRecordSize(ctx context.Context, c *natscluster.Cluster, 
 		return err
 	}
 	defer js.Conn().Close()
-	s, err := clusterrec.Open(ctx, js, clusterrec.Config{Installation: inst, Host: "bench-size", Replicas: 3, TTL: clusterRecordTTL}, discardLog(), time.Now)
+	s, err := clusterrec.Open(ctx, archetype.Archetype{Logger: discardLog()}, js, clusterrec.Config{Installation: inst, Host: "bench-size", Replicas: 3, TTL: clusterRecordTTL})
 	if err != nil {
 		return err
 	}

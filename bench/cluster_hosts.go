@@ -64,7 +64,7 @@ func (r *runner) startMultiHost(ctx context.Context, c *natscluster.Cluster, nam
 		return nil, err
 	}
 	front, err := startProc(ctx, "mcp-front-"+name, r.bin("mcp-front"), dir,
-		append([]string{"-db", filepath.Join(dir, "tickets.db"), "-listen", "127.0.0.1:0"}, common...), nil, "mcp", "metrics")
+		append([]string{"-create-db", "-db", filepath.Join(dir, "tickets.db"), "-listen", "127.0.0.1:0"}, common...), nil, "mcp", "metrics")
 	if err != nil {
 		disp.stop()
 		return nil, err
@@ -168,7 +168,7 @@ func (r *runner) clusterHosts(ctx context.Context, c *natscluster.Cluster, ct cl
 	if err != nil {
 		return err
 	}
-	front, err := startProc(ctx, "mcp-front", r.bin("mcp-front"), dir, []string{"-db", filepath.Join(dir, "tickets.db"),
+	front, err := startProc(ctx, "mcp-front", r.bin("mcp-front"), dir, []string{"-create-db", "-db", filepath.Join(dir, "tickets.db"),
 		"-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0"}, nil, "mcp", "metrics")
 	if err != nil {
 		disp.stop()

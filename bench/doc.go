@@ -33,5 +33,11 @@
 //     accepted after SIGKILL of the bucket's and the stream's leaders; the
 //     record's disk and memory per request (cluster*.go).
 //
+// mcp-front's -bench-noop-tool (env TICKETRELAY_BENCH_NOOP_TOOL) is for
+// this harness only and is not listed by -help: it also serves
+// bench_noop_<tool>, a twin of each create tool that validates its
+// arguments, records its metrics and writes nothing. The harness starts
+// mcp-front with -create-db, on a fresh ledger of its own.
+//
 // The harness is Linux-only: it reads CPU time and peak RSS from /proc.
 package bench

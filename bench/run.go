@@ -175,7 +175,7 @@ func (r *runner) bin(name string) string { return filepath.Join(r.cfg.BinDir, na
 // startFront starts mcp-front on dir/tickets.db with ports chosen by the
 // system.
 func (r *runner) startFront(ctx context.Context, name, dir string, noop bool, env ...string) (*proc, error) {
-	args := []string{"-db", filepath.Join(dir, "tickets.db"), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0"}
+	args := []string{"-create-db", "-db", filepath.Join(dir, "tickets.db"), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0"}
 	if noop {
 		args = append(args, "-bench-noop-tool")
 	}

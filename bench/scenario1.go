@@ -187,7 +187,7 @@ func (r *runner) startFrontMaybeProfiled(ctx context.Context, dir string, pprof 
 		return r.startFront(ctx, "mcp-front", dir, true)
 	}
 	// bench/profwrap runs mcp-front's own code with a pprof listener.
-	args := []string{"-db", filepath.Join(dir, "tickets.db"), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-bench-noop-tool"}
+	args := []string{"-create-db", "-db", filepath.Join(dir, "tickets.db"), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-bench-noop-tool"}
 	p, err := startProc(ctx, "mcp-front", r.bin("profwrap"), dir, append(args, r.cfg.FrontArgs...), append(append([]string(nil), r.cfg.FrontEnv...), env...), "mcp", "metrics")
 	if err != nil {
 		return nil, err

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/backoff"
 )
 
@@ -16,8 +16,10 @@ import (
 // (and saying so) until a dispatcher of the installation has made it and
 // the cluster answers, or ctx ends. mcp-front binds; the dispatcher, which
 // owns the bucket's configuration, opens (Open).
-func Bind(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger, now func() time.Time) (*Store, error) {
+func Bind(ctx context.Context, arch archetype.Archetype, js jetstream.JetStream, cfg Config) (*Store, error) {
 	cfg = cfg.WithDefaults()
+	arch = arch.WithDefaults()
+	log, now := arch.Logger, arch.Now
 	if cfg.Host == "" {
 		return nil, errors.New("clusterrec: no host id")
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"ticketrelay/clusterrec"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/ledger"
 	"ticketrelay/ticket"
 )
@@ -156,7 +157,7 @@ func TestBucketFullAndForeign(t *testing.T) {
 	if _, err := js.CreateKeyValue(ctx, jetstreamKV("ticketrelay-other-requests", "someone")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := clusterrec.Open(ctx, js, clusterrec.Config{Installation: "other", Host: "h", Replicas: 1}, discard(), time.Now); !errors.Is(err, clusterrec.ErrForeignBucket) {
+	if _, err := clusterrec.Open(ctx, archetype.Archetype{Logger: discard()}, js, clusterrec.Config{Installation: "other", Host: "h", Replicas: 1}); !errors.Is(err, clusterrec.ErrForeignBucket) {
 		t.Errorf("Open on another installation's bucket: %v, want ErrForeignBucket", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/failpoint"
 	"ticketrelay/ledger"
 	"ticketrelay/ticket"
@@ -37,8 +38,9 @@ type Front struct {
 }
 
 // NewFront builds the multi-host front of l on s.
-func NewFront(s *Store, l *ledger.Ledger, log *slog.Logger, now func() time.Time) *Front {
-	return &Front{store: s, ledger: l, log: log, now: now, ClaimTimeout: 20 * time.Second, busy: map[string]int{}}
+func NewFront(arch archetype.Archetype, s *Store, l *ledger.Ledger) *Front {
+	arch = arch.WithDefaults()
+	return &Front{store: s, ledger: l, log: arch.Logger, now: arch.Now, ClaimTimeout: 20 * time.Second, busy: map[string]int{}}
 }
 
 // hold counts a call of this process for scoped until release; held

@@ -14,6 +14,7 @@ import (
 
 	"ticketrelay/clusterrec"
 	"ticketrelay/forwarder"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
@@ -73,7 +74,7 @@ func newHost(t *testing.T, js jetstream.JetStream, id string, cfg clusterrec.Con
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
 	}
-	s, err := clusterrec.Open(ctxT(t), js, cfg, discard(), time.Now)
+	s, err := clusterrec.Open(ctxT(t), archetype.Archetype{Logger: discard()}, js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func newHost(t *testing.T, js jetstream.JetStream, id string, cfg clusterrec.Con
 	w := ledger.NewWriter(db, discard(), metrics.NewFront(prometheus.NewRegistry()).Writer)
 	t.Cleanup(func() { w.Close(); db.Close() })
 	l := ledger.New(db, w, time.Now)
-	return &host{id: id, path: path, store: s, l: l, front: clusterrec.NewFront(s, l, discard(), time.Now), deliv: clusterrec.NewDeliveries(s, l, time.Now)}
+	return &host{id: id, path: path, store: s, l: l, front: clusterrec.NewFront(archetype.Archetype{Logger: discard()}, s, l), deliv: clusterrec.NewDeliveries(s, l, time.Now)}
 }
 
 func request(id, title string) ticket.Request {

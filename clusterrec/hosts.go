@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"ticketrelay/internal/archetype"
 	"ticketrelay/ledger"
 )
 
@@ -93,8 +94,9 @@ type Hosts struct {
 }
 
 // NewHosts builds the heartbeat and adoption service of s's host.
-func NewHosts(cfg HostsConfig, s *Store, l *ledger.Ledger, pending Pending, log *slog.Logger, now func() time.Time) *Hosts {
-	return &Hosts{cfg: cfg.WithDefaults(), store: s, local: l, pending: pending, log: log, now: now, seen: map[string]bool{}}
+func NewHosts(arch archetype.Archetype, cfg HostsConfig, s *Store, l *ledger.Ledger, pending Pending) *Hosts {
+	arch = arch.WithDefaults()
+	return &Hosts{cfg: cfg.WithDefaults(), store: s, local: l, pending: pending, log: arch.Logger, now: arch.Now, seen: map[string]bool{}}
 }
 
 // Run beats and watches until ctx ends.

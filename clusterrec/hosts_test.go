@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"ticketrelay/clusterrec"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
 	"ticketrelay/ticket"
@@ -22,8 +23,8 @@ func TestLostHostIsAdoptedAgainUntilQuiet(t *testing.T) {
 	a, b := newHost(t, js, "host-a", clusterrec.Config{}), newHost(t, js, "host-b", clusterrec.Config{})
 	none := func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil }
 	cfg := clusterrec.HostsConfig{Every: 100 * time.Millisecond, DeadAfter: time.Second, Slack: time.Second}
-	ha := clusterrec.NewHosts(cfg, a.store, a.l, none, discard(), time.Now)
-	hb := clusterrec.NewHosts(cfg, b.store, b.l, none, discard(), time.Now)
+	ha := clusterrec.NewHosts(archetype.Archetype{Logger: discard()}, cfg, a.store, a.l, none)
+	hb := clusterrec.NewHosts(archetype.Archetype{Logger: discard()}, cfg, b.store, b.l, none)
 	if err := hb.RunOnce(ctx); err != nil { // b beats once, then its dispatcher is gone
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"ticketrelay/installation"
+	"ticketrelay/internal/archetype"
 )
 
 // Config configures the record store. Zero fields take the defaults.
@@ -85,8 +86,10 @@ const metaInstallation = "ticketrelay.installation"
 // Open creates or updates the bucket of cfg.Installation and returns its
 // store. A bucket of that name marked as another installation's is
 // refused (ErrForeignBucket).
-func Open(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger, now func() time.Time) (*Store, error) {
+func Open(ctx context.Context, arch archetype.Archetype, js jetstream.JetStream, cfg Config) (*Store, error) {
 	cfg = cfg.WithDefaults()
+	arch = arch.WithDefaults()
+	log, now := arch.Logger, arch.Now
 	if cfg.Host == "" {
 		return nil, errors.New("clusterrec: no host id")
 	}

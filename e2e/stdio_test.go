@@ -43,7 +43,7 @@ func TestStdioCarriesOnlyJSONRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self, "-stdio", "-db", db, "-log-level", "debug")
+	cmd := exec.Command(self, "-stdio", "-create-db", "-db", db, "-log-level", "debug")
 	cmd.SysProcAttr = e2eproc.DieWithParent()
 	cmd.Env = e2eproc.Environ(tapEnv + "=" + frontBin)
 	cmd.Stderr = logf

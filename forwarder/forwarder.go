@@ -25,6 +25,7 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/installation"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/backoff"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
@@ -118,8 +119,9 @@ type Forwarder struct {
 }
 
 // New builds a forwarder for targets.
-func New(cfg Config, js jetstream.JetStream, l Deliveries, targets []downstream.Target, log *slog.Logger, m *metrics.Dispatcher, now func() time.Time) *Forwarder {
-	f := &Forwarder{cfg: cfg.WithDefaults(), js: js, ledger: l, targets: map[string]downstream.Target{}, log: log, metrics: m, now: now}
+func New(arch archetype.Archetype, cfg Config, js jetstream.JetStream, l Deliveries, targets []downstream.Target) *Forwarder {
+	arch = arch.WithDefaults()
+	f := &Forwarder{cfg: cfg.WithDefaults(), js: js, ledger: l, targets: map[string]downstream.Target{}, log: arch.Logger, metrics: arch.Metrics, now: arch.Now}
 	for _, t := range targets {
 		f.targets[t.Name()] = t
 	}

@@ -15,6 +15,7 @@ import (
 	"ticketrelay/downstream"
 	"ticketrelay/downstream/local"
 	"ticketrelay/forwarder"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
 	"ticketrelay/outbox"
@@ -265,7 +266,7 @@ func TestWorkersPerTarget(t *testing.T) {
 		e := newEnv(t)
 		cfg := testConfig()
 		cfg.Workers = tc.workers
-		f := forwarder.New(cfg, e.js, e.l, []downstream.Target{lt, api}, e.log, e.m, time.Now)
+		f := forwarder.New(archetype.Archetype{Logger: e.log, Metrics: e.m}, cfg, e.js, e.l, []downstream.Target{lt, api})
 		stop := runInBackground(t, "forwarder", f.Run)
 		for name, want := range map[string]int{lt.Name(): tc.local, api.name: tc.apiLimit} {
 			if got := f.WorkersForTest(name); got != want {
@@ -297,7 +298,7 @@ func TestStopWhileStarting(t *testing.T) {
 	e := newEnv(t)
 	api := newKeyedAPI("desk")
 	for i := range 10 {
-		f := forwarder.New(testConfig(), e.js, e.l, []downstream.Target{api}, e.log, e.m, time.Now)
+		f := forwarder.New(archetype.Archetype{Logger: e.log, Metrics: e.m}, testConfig(), e.js, e.l, []downstream.Target{api})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- f.Run(ctx) }()

@@ -18,6 +18,7 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/forwarder"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/backoff"
 	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
@@ -91,8 +92,8 @@ func newEnv(t *testing.T) *env {
 	e := &env{db: db, w: w, l: ledger.New(db, w, time.Now), m: m, nc: nc, js: js, log: log}
 
 	// The real relay publishes committed outbox rows (Nats-Msg-Id = request_id).
-	relay, err := outbox.NewRelay(outbox.RelayConfig{Holder: "test-" + t.Name(), PollInterval: 5 * time.Millisecond},
-		db.Reader(), w, natsjs.NewPublisher(js), log, m, time.Now)
+	relay, err := outbox.NewRelay(archetype.Archetype{Logger: log, Metrics: m}, outbox.RelayConfig{Holder: "test-" + t.Name(), PollInterval: 5 * time.Millisecond},
+		db.Reader(), w, natsjs.NewPublisher(js))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func runInBackground(t *testing.T, name string, fn func(context.Context) error) 
 // startForwarder runs a real forwarder for targets until the test ends.
 func (e *env) startForwarder(t *testing.T, cfg forwarder.Config, targets ...downstream.Target) (stop func() error) {
 	t.Helper()
-	f := forwarder.New(cfg, e.js, e.l, targets, e.log, e.m, time.Now)
+	f := forwarder.New(archetype.Archetype{Logger: e.log, Metrics: e.m}, cfg, e.js, e.l, targets)
 	return runInBackground(t, "forwarder", f.Run)
 }
 

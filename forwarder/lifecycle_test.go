@@ -15,6 +15,7 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/forwarder"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/ledger"
 	"ticketrelay/outbox"
 )
@@ -185,7 +186,7 @@ func TestConsumerDeletedWhileDisconnected(t *testing.T) {
 	api := newKeyedAPI("tracker")
 	cfg := testConfig()
 	cfg.ConsumerCheck = 200 * time.Millisecond
-	runInBackground(t, "forwarder", forwarder.New(cfg, js, e.l, []downstream.Target{api}, e.log, e.m, time.Now).Run)
+	runInBackground(t, "forwarder", forwarder.New(archetype.Archetype{Logger: e.log, Metrics: e.m}, cfg, js, e.l, []downstream.Target{api}).Run)
 	e.waitStatus(t, e.create(t, api.name), ledger.StatusDelivered)
 
 	p.block(true)

@@ -10,6 +10,7 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/forwarder"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/ledger"
 	"ticketrelay/targets"
 )
@@ -65,7 +66,7 @@ func TestRateLimitPacesABacklog(t *testing.T) {
 		mu    sync.Mutex
 		turns = map[string]time.Time{}
 	)
-	f := forwarder.New(cfg, e.js, e.l, []downstream.Target{hook}, e.log, e.m, time.Now)
+	f := forwarder.New(archetype.Archetype{Logger: e.log, Metrics: e.m}, cfg, e.js, e.l, []downstream.Target{hook})
 	f.PacedForTest(func(id string, turn time.Time) {
 		mu.Lock()
 		turns[id] = turn

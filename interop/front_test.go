@@ -23,7 +23,7 @@ func TestFrontRefusesOpenListenWithoutAuth(t *testing.T) {
 	bin := frontBinary(t)
 	dir := t.TempDir()
 	for _, listen := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
-		cmd := exec.Command(bin, "-db", filepath.Join(dir, "t.db"), "-listen", listen, "-metrics-listen", "")
+		cmd := exec.Command(bin, "-create-db", "-db", filepath.Join(dir, "t.db"), "-listen", listen, "-metrics-listen", "")
 		cmd.SysProcAttr = e2eproc.DieWithParent()
 		cmd.Env = append(os.Environ(), "TICKETRELAY_AUTH_TOKENS=")
 		out, err := cmd.CombinedOutput()
@@ -43,7 +43,7 @@ func TestFrontTokensFromEnv(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	addrFile := filepath.Join(dir, "addr.json")
-	cmd := exec.CommandContext(ctx, bin, "-db", filepath.Join(dir, "t.db"), "-listen", "127.0.0.1:0", "-metrics-listen", "",
+	cmd := exec.CommandContext(ctx, bin, "-create-db", "-db", filepath.Join(dir, "t.db"), "-listen", "127.0.0.1:0", "-metrics-listen", "",
 		"-addr-file", addrFile, "-log-level", "debug")
 	cmd.SysProcAttr = e2eproc.DieWithParent()
 	cmd.Env = append(os.Environ(), "TICKETRELAY_AUTH_TOKENS=ci:"+token)

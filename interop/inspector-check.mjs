@@ -18,7 +18,7 @@ function run(args) {
   // after "--".
   const argv = mode === "http"
     ? [inspector, "--cli", target, "--transport", "http", ...args]
-    : [inspector, "--cli", "--transport", "stdio", ...args, "--", target, "-stdio", "-db", db, "-log-level", "debug"];
+    : [inspector, "--cli", "--transport", "stdio", ...args, "--", target, "-stdio", "-create-db", "-db", db, "-log-level", "debug"];
   let out;
   try {
     // The server's stderr (its logs) passes through; stdout is the answer.

@@ -67,7 +67,7 @@ start_front() { # name, extra flags...
 	shift
 	local dir="$work/$name"
 	mkdir -p "$dir"
-	"$bin/mcp-front" -db "$dir/tickets.db" -listen 127.0.0.1:0 -metrics-listen "" \
+	"$bin/mcp-front" -create-db -db "$dir/tickets.db" -listen 127.0.0.1:0 -metrics-listen "" \
 		-addr-file "$dir/addr.json" "$@" 2>"$results/$name.log" &
 	pids+=($!)
 	for _ in $(seq 1 200); do

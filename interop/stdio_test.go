@@ -189,7 +189,7 @@ func TestStdioStrict(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-stdio", "-db", filepath.Join(dir, "tickets.db"), "-log-level", "debug")
+	cmd := exec.CommandContext(ctx, bin, "-stdio", "-create-db", "-db", filepath.Join(dir, "tickets.db"), "-log-level", "debug")
 	cmd.SysProcAttr = e2eproc.DieWithParent()
 	cmd.Env = append(os.Environ(), "TICKETRELAY_METRICS_LISTEN=")
 	stdin, err := cmd.StdinPipe()

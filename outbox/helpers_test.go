@@ -21,6 +21,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	_ "modernc.org/sqlite"
 
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/backoff"
 	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
@@ -175,7 +176,7 @@ func newNodeTx(t *testing.T, name, path string, pub outbox.Publisher, cfg outbox
 	if wrap != nil {
 		tx = wrap(w)
 	}
-	relay, err := outbox.NewRelay(cfg, db.Reader(), tx, pub, log, m, now)
+	relay, err := outbox.NewRelay(archetype.Archetype{Logger: log, Metrics: m, Now: now}, cfg, db.Reader(), tx, pub)
 	if err != nil {
 		t.Fatal(err)
 	}

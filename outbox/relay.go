@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/backoff"
 	"ticketrelay/internal/failpoint"
 	"ticketrelay/metrics"
@@ -127,14 +128,15 @@ type Relay struct {
 
 // NewRelay builds a relay reading from read (a read-only pool of the same
 // database) and writing through tx.
-func NewRelay(cfg RelayConfig, read *sql.DB, tx TxRunner, pub Publisher, log *slog.Logger, m *metrics.Dispatcher, now func() time.Time) (*Relay, error) {
+func NewRelay(arch archetype.Archetype, cfg RelayConfig, read *sql.DB, tx TxRunner, pub Publisher) (*Relay, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	arch = arch.WithDefaults()
 	return &Relay{
-		cfg: cfg, read: read, tx: tx, pub: pub, log: log, metrics: m, now: now,
-		lease: &Lease{Name: "relay", Holder: cfg.Holder, TTL: cfg.LeaseTTL, Tx: tx, Now: now, Dead: cfg.Predecessor},
+		cfg: cfg, read: read, tx: tx, pub: pub, log: arch.Logger, metrics: arch.Metrics, now: arch.Now,
+		lease: &Lease{Name: "relay", Holder: cfg.Holder, TTL: cfg.LeaseTTL, Tx: tx, Now: arch.Now, Dead: cfg.Predecessor},
 	}, nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"ticketrelay/internal/archetype"
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
 	"ticketrelay/ticket"
@@ -241,7 +242,7 @@ func TestRelayConfigValidation(t *testing.T) {
 		"lease under 1 s": {Holder: "h", LeaseTTL: 500 * time.Millisecond},
 		"negative rescan": {Holder: "h", RescanEvery: -time.Second},
 	} {
-		if _, err := outbox.NewRelay(cfg, nil, nil, nil, discard(), nil, time.Now); err == nil {
+		if _, err := outbox.NewRelay(archetype.Archetype{Logger: discard()}, cfg, nil, nil, nil); err == nil {
 			t.Errorf("%s: NewRelay accepted %+v", name, cfg)
 		}
 	}

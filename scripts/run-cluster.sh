@@ -65,7 +65,7 @@ start_host() {
 		-metrics-listen "$(next_port "$metrics")" 2>>"$dir/dispatcher.log" &
 	echo $! >"$dir/dispatcher.pid"
 	pids+=($!)
-	"$BIN/mcp-front" -db "$dir/tickets.db" "${common[@]}" -listen "$listen" -metrics-listen "$metrics" \
+	"$BIN/mcp-front" -create-db -db "$dir/tickets.db" "${common[@]}" -listen "$listen" -metrics-listen "$metrics" \
 		-stateless 2>>"$dir/mcp-front.log" &
 	echo $! >"$dir/mcp-front.pid"
 	pids+=($!)

@@ -119,7 +119,7 @@ func (c *cluster) spec(comp, failpoints string) e2eproc.Spec {
 			listen = "127.0.0.1:0"
 		}
 		s.Bin, s.Want = c.cfg.FrontBin, []string{"mcp"}
-		s.Args = []string{"-db", c.dbPath, "-listen", listen, "-metrics-listen", "127.0.0.1:0", "-config", c.configPath}
+		s.Args = []string{"-create-db", "-db", c.dbPath, "-listen", listen, "-metrics-listen", "127.0.0.1:0", "-config", c.configPath}
 	default:
 		panic("torture: unknown component " + comp)
 	}

@@ -151,7 +151,7 @@ func startHTTPFront(t *testing.T) *httpFront {
 	}
 	addrFile := filepath.Join(dir, "addr.json")
 	f := &httpFront{db: filepath.Join(dir, "tickets.db")}
-	cmd := exec.Command(frontBin, "-db", f.db, "-listen", "127.0.0.1:0", "-metrics-listen", "", "-auth-tokens-file", tokens, "-addr-file", addrFile)
+	cmd := exec.Command(frontBin, "-create-db", "-db", f.db, "-listen", "127.0.0.1:0", "-metrics-listen", "", "-auth-tokens-file", tokens, "-addr-file", addrFile)
 	cmd.SysProcAttr = e2eproc.DieWithParent()
 	cmd.Env = append(os.Environ(), "TICKETRELAY_AUTH_TOKENS=")
 	logf, err := os.Create(filepath.Join(dir, "mcp-front.log"))

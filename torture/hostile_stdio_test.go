@@ -142,7 +142,7 @@ func runStdio(t *testing.T, line []byte, wait bool) (map[string]string, string, 
 	db := filepath.Join(dir, "tickets.db")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, frontBin, "-stdio", "-db", db)
+	cmd := exec.CommandContext(ctx, frontBin, "-stdio", "-create-db", "-db", db)
 	cmd.SysProcAttr = e2eproc.DieWithParent()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -226,7 +226,7 @@ func TestStdioPipe(t *testing.T) {
 	} {
 		in.Write(append(l, '\n'))
 	}
-	cmd := exec.CommandContext(ctx, frontBin, "-stdio", "-db", db)
+	cmd := exec.CommandContext(ctx, frontBin, "-stdio", "-create-db", "-db", db)
 	cmd.SysProcAttr = e2eproc.DieWithParent()
 	cmd.Stdin = &in // closed as soon as it is all written
 	var stdout, stderr bytes.Buffer
@@ -284,7 +284,7 @@ func TestStdioBeforeInitialize(t *testing.T) {
 	} {
 		in.Write(append(l, '\n'))
 	}
-	cmd := exec.CommandContext(ctx, frontBin, "-stdio", "-db", filepath.Join(t.TempDir(), "tickets.db"))
+	cmd := exec.CommandContext(ctx, frontBin, "-stdio", "-create-db", "-db", filepath.Join(t.TempDir(), "tickets.db"))
 	cmd.SysProcAttr = e2eproc.DieWithParent()
 	cmd.Stdin = &in
 	var stdout, stderr bytes.Buffer

@@ -17,6 +17,7 @@ import (
 
 	"ticketrelay/clusterrec"
 	"ticketrelay/installation"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/failpoint"
 	"ticketrelay/internal/natscluster"
@@ -142,7 +143,7 @@ func (c *mhCluster) spec(h *mhHost, comp, failpoints string) e2eproc.Spec {
 			listen = "127.0.0.1:0"
 		}
 		s.Bin, s.Want = c.cfg.FrontBin, []string{"mcp"}
-		s.Args = append([]string{"-db", h.dbPath, "-listen", listen}, common...)
+		s.Args = append([]string{"-create-db", "-db", h.dbPath, "-listen", listen}, common...)
 	default:
 		panic("torture: unknown host component " + comp)
 	}
@@ -320,7 +321,7 @@ func openRecords(ctx context.Context, urls string, inst installation.Name, log *
 	}
 	bctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	store, err := clusterrec.Bind(bctx, js, clusterrec.Config{Installation: inst, Host: "torture-checker"}, log, time.Now)
+	store, err := clusterrec.Bind(bctx, archetype.Archetype{Logger: log}, js, clusterrec.Config{Installation: inst, Host: "torture-checker"})
 	if err != nil {
 		nc.Close()
 		return nil, err

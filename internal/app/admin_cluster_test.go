@@ -17,6 +17,7 @@ import (
 	"ticketrelay/clusterrec"
 	"ticketrelay/installation"
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/ledger"
 	"ticketrelay/natsjs"
 )
@@ -51,12 +52,12 @@ func TestAdminStatusMultiHost(t *testing.T) {
 	if _, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Installation: inst, Replicas: 1, Owner: natsjs.OwnerCluster}.WithDefaults()); err != nil {
 		t.Fatal(err)
 	}
-	store, err := clusterrec.Open(ctx, js, clusterrec.Config{Installation: inst, Host: "host-1", Replicas: 1, MaxBytes: 1 << 20}, log, time.Now)
+	store, err := clusterrec.Open(ctx, archetype.Archetype{Logger: log}, js, clusterrec.Config{Installation: inst, Host: "host-1", Replicas: 1, MaxBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	none := func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil }
-	if err := clusterrec.NewHosts(clusterrec.HostsConfig{}, store, a.l, none, log, time.Now).RunOnce(ctx); err != nil {
+	if err := clusterrec.NewHosts(archetype.Archetype{Logger: log}, clusterrec.HostsConfig{}, store, a.l, none).RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 

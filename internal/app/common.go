@@ -11,23 +11,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"ticketrelay/internal/failpoint"
 	"ticketrelay/internal/flagenv"
 )
 
@@ -193,7 +191,7 @@ func ServeMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lo
 	}
 	s, err := Serve(ctx, addr, metricsHandler(reg), log)
 	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
+		return nil, ListenError("metrics-listen", addr, err)
 	}
 	addrs["metrics"] = s.Addr
 	return func() { s.Shutdown(2 * time.Second) }, nil
@@ -238,46 +236,6 @@ func Announce(env Env, addrFile string, addrs map[string]string) error {
 	return os.Rename(tmp, addrFile)
 }
 
-// ParseStart parses a process's flags (with their environment twins), arms the
-// failpoints and builds the stderr logger from the -log-level flag. help is
-// true when -help was asked: the caller has nothing more to do. An argument
-// left after the flags (a mistyped subcommand, a flag after a stray word: the
-// flag package stops at the first non-flag) is a usage error; commands, if
-// any, are listed in its message.
-func ParseStart(fs *flag.FlagSet, env Env, logLevel *string, commands ...string) (set map[string]bool, log *slog.Logger, help bool, err error) {
-	set, err = flagenv.Parse(fs, env.Args, env.Lookup)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil, nil, true, nil
-	}
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return nil, nil, false, leftoverError(fs.Name(), fs.Arg(0), commands)
-	}
-	if err := failpoint.Init(); err != nil {
-		return nil, nil, false, err
-	}
-	if log, err = newLogger(env.Stderr, *logLevel); err != nil {
-		return nil, nil, false, fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	return set, log, false, nil
-}
-
-// leftoverError is the usage error for an argument no flag took.
-func leftoverError(prog, arg string, commands []string) error {
-	msg := fmt.Sprintf("unknown command or argument %q", arg)
-	switch {
-	case slices.Contains(commands, arg):
-		msg += fmt.Sprintf(": a command comes before the flags (%s %s -data DIR ...)", prog, arg)
-	case len(commands) > 0:
-		msg += fmt.Sprintf("; the commands are %s (%s -help)", strings.Join(commands, ", "), prog)
-	default:
-		msg += fmt.Sprintf(": %s takes flags only (%s -help)", prog, prog)
-	}
-	return fmt.Errorf("%w: %s", ErrUsage, msg)
-}
-
 // IsLoopbackListen reports whether a listen address ("host:port") accepts
 // only loopback connections: 127.0.0.0/8, ::1 or "localhost". An empty host
 // (all interfaces) or any other name is not loopback.
@@ -309,3 +267,24 @@ func CheckMetricsListen(addr string, insecure bool, log *slog.Logger) error {
 	log.Warn("serving /metrics beyond loopback WITHOUT authentication (-insecure)", "metrics_listen", addr)
 	return nil
 }
+
+// ListenError is the error of a listener a flag asked for and the process
+// could not open: it names the flag, and for a port in use (the common
+// case: another instance, or another program on a default port) says that
+// in one line with the way to choose another, instead of the socket call's
+// text.
+func ListenError(flagName, addr string, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return &listenError{err: err, msg: fmt.Sprintf("-%s %s: the port is in use by another process; choose another with -%s HOST:PORT (or $%s)",
+			flagName, addr, flagName, flagenv.EnvName(flagName))}
+	}
+	return &listenError{err: err, msg: fmt.Sprintf("-%s %s: %v", flagName, addr, err)}
+}
+
+type listenError struct {
+	msg string
+	err error
+}
+
+func (e *listenError) Error() string { return e.msg }
+func (e *listenError) Unwrap() error { return e.err }

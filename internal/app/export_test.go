@@ -10,3 +10,6 @@ const (
 
 // ServerOf is s's http.Server, to check its timeouts.
 func ServerOf(s *Server) *http.Server { return s.srv }
+
+// ExitStatus is Main's report of a process's error.
+var ExitStatus = exitStatus

@@ -133,7 +133,7 @@ func TestFrontInitializeFlood(t *testing.T) {
 		share   = 10
 	)
 	t.Run("by address", func(t *testing.T) {
-		r := start(t, front.Run, newEnv(), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "t.db"),
+		r := start(t, front.Run, newEnv(), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-create-db", "-db", filepath.Join(t.TempDir(), "t.db"),
 			"-max-sessions", "50", "-max-sessions-per-address", fmt.Sprint(share))
 		url, metrics := "http://"+r.addrs["mcp"]+"/mcp", r.addrs["metrics"]
 		long := newClient(t, url, "127.0.0.1", "")
@@ -183,7 +183,7 @@ func TestFrontInitializeFlood(t *testing.T) {
 			mallory = "mallory-0123456789abcdef01234567"
 		)
 		env := newEnv("TICKETRELAY_AUTH_TOKENS", "alice:"+alice+",bob:"+bob+",mallory:"+mallory)
-		r := start(t, front.Run, env, "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "t.db"),
+		r := start(t, front.Run, env, "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-create-db", "-db", filepath.Join(t.TempDir(), "t.db"),
 			"-max-sessions", "50", "-max-sessions-per-subject", fmt.Sprint(share), "-max-sessions-per-address", "1")
 		url, metrics := "http://"+r.addrs["mcp"]+"/mcp", r.addrs["metrics"]
 		long := newClient(t, url, "127.0.0.1", alice)
@@ -215,7 +215,7 @@ func TestFrontInitializeFlood(t *testing.T) {
 // that made no call, and counts it; a session that made calls outlives it.
 func TestFrontUnusedSessionTimeout(t *testing.T) {
 	r := start(t, front.Run, newEnv("TICKETRELAY_SESSION_UNUSED_TIMEOUT", "300ms"), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0",
-		"-db", filepath.Join(t.TempDir(), "t.db"))
+		"-create-db", "-db", filepath.Join(t.TempDir(), "t.db"))
 	url, metrics := "http://"+r.addrs["mcp"]+"/mcp", r.addrs["metrics"]
 	long := newClient(t, url, "127.0.0.1", "")
 	long.open()

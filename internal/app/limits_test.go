@@ -130,7 +130,7 @@ func TestServeLimits(t *testing.T) {
 // while two are open, and is served as soon as one closes. mcp-front's
 // headers are bounded (431 for a 100 KiB Mcp-Session-Id).
 func TestFrontMaxConns(t *testing.T) {
-	r := start(t, front.Run, newEnv(), "-listen", "127.0.0.1:0", "-metrics-listen", "", "-db", filepath.Join(t.TempDir(), "t.db"), "-max-conns", "2")
+	r := start(t, front.Run, newEnv(), "-listen", "127.0.0.1:0", "-metrics-listen", "", "-create-db", "-db", filepath.Join(t.TempDir(), "t.db"), "-max-conns", "2")
 	addr := r.addrs["mcp"]
 	c1, r1 := dial(t, addr)
 	c2, r2 := dial(t, addr)
@@ -219,7 +219,7 @@ func TestFrontSessionAndAuthLimits(t *testing.T) {
 		carol = "carol-0123456789abcdef0123456789"
 	)
 	env := newEnv("TICKETRELAY_AUTH_TOKENS", "alice:"+alice+",bob:"+bob+",carol:"+carol)
-	r := start(t, front.Run, env, "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "t.db"),
+	r := start(t, front.Run, env, "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-create-db", "-db", filepath.Join(t.TempDir(), "t.db"),
 		"-max-sessions", "2", "-max-sessions-per-subject", "1", "-auth-failures", "2")
 	url, metrics := "http://"+r.addrs["mcp"]+"/mcp", r.addrs["metrics"]
 	open := func(token string, want int) string {
@@ -295,7 +295,7 @@ func TestFrontSessionAndAuthLimits(t *testing.T) {
 func TestFrontConnsUnboundedByDefault(t *testing.T) {
 	const token = "alice-0123456789abcdef0123456789"
 	r := start(t, front.Run, newEnv("TICKETRELAY_AUTH_TOKENS", "alice:"+token), "-listen", "127.0.0.1:0", "-metrics-listen", "",
-		"-db", filepath.Join(t.TempDir(), "t.db"))
+		"-create-db", "-db", filepath.Join(t.TempDir(), "t.db"))
 	addr := r.addrs["mcp"]
 	const held = 1025
 	for i := range held {
@@ -325,8 +325,8 @@ func TestMetricsListenStaysOnLoopback(t *testing.T) {
 			run  func(context.Context, app.Env) error
 			args []string
 		}{
-			"mcp-front":       {front.Run, []string{"-listen", "127.0.0.1:0", "-metrics-listen", addr, "-db", filepath.Join(dir, "f.db")}},
-			"mcp-front stdio": {front.Run, []string{"-stdio", "-metrics-listen", addr, "-db", filepath.Join(dir, "f.db")}},
+			"mcp-front":       {front.Run, []string{"-listen", "127.0.0.1:0", "-metrics-listen", addr, "-create-db", "-db", filepath.Join(dir, "f.db")}},
+			"mcp-front stdio": {front.Run, []string{"-stdio", "-metrics-listen", addr, "-create-db", "-db", filepath.Join(dir, "f.db")}},
 			"dispatcher":      {dispatcher.Run, []string{"-data", dir, "-nats-listen", "127.0.0.1:0", "-metrics-listen", addr}},
 		}
 		for name, p := range procs {
@@ -344,7 +344,7 @@ func TestMetricsListenStaysOnLoopback(t *testing.T) {
 		run  func(context.Context, app.Env) error
 		args []string
 	}{
-		"mcp-front":  {front.Run, []string{"-listen", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "f.db")}},
+		"mcp-front":  {front.Run, []string{"-listen", "127.0.0.1:0", "-create-db", "-db", filepath.Join(t.TempDir(), "f.db")}},
 		"dispatcher": {dispatcher.Run, []string{"-data", t.TempDir(), "-nats-listen", "127.0.0.1:0"}},
 	} {
 		r := start(t, p.run, newEnv(), append(p.args, "-metrics-listen", "0.0.0.0:0", "-insecure")...)
@@ -365,7 +365,7 @@ func TestMetricsListenStaysOnLoopback(t *testing.T) {
 func TestFrontHostRefusedCounted(t *testing.T) {
 	const token = "alice-0123456789abcdef0123456789"
 	r := start(t, front.Run, newEnv("TICKETRELAY_AUTH_TOKENS", "alice:"+token), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0",
-		"-db", filepath.Join(t.TempDir(), "t.db"))
+		"-create-db", "-db", filepath.Join(t.TempDir(), "t.db"))
 	url, metrics := "http://"+r.addrs["mcp"]+"/mcp", r.addrs["metrics"]
 	for i, tok := range []string{token, ""} {
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(limitsInit))

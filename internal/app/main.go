@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -20,13 +23,26 @@ func Main(run func(context.Context, Env) error) {
 	err := run(ctx, Env{
 		Args: os.Args[1:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Lookup: os.LookupEnv,
 	})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", os.Args[0], err)
-		if errors.Is(err, ErrUsage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
+	os.Exit(exitStatus(os.Stderr, filepath.Base(os.Args[0]), err, ctx.Err() != nil))
+}
+
+// exitStatus reports err on w and returns the process's exit status: 0 for
+// none, 2 for a usage error, 1 for anything else. An error that is only
+// the stop itself (context.Canceled after SIGINT or SIGTERM, however deep
+// in the start-up it came) is a clean stop, not a failure: when make run
+// stops one process because the other failed, the line that matters is
+// the other's, and a second, misleading one ("migrate: context canceled")
+// would hide it.
+func exitStatus(w io.Writer, prog string, err error, stopped bool) int {
+	switch {
+	case err == nil, stopped && errors.Is(err, context.Canceled):
+		return 0
+	case errors.Is(err, ErrUsage):
+		fmt.Fprintf(w, "%s: %v\n", prog, err)
+		return 2
 	}
+	fmt.Fprintf(w, "%s: %v\n", prog, err)
+	return 1
 }
 
 // GC is a process's garbage collector setting.
@@ -77,4 +93,31 @@ func StopMemProfile(lookup func(string) (string, bool)) {
 		return
 	}
 	runtime.MemProfileRate = 0
+}
+
+// BuildThenRun builds a process and runs it. A stop (ctx ended) during the
+// build, while it waited for a server say, is a clean stop, not an error.
+func BuildThenRun(ctx context.Context, build, run func(context.Context) error) error {
+	if err := build(ctx); err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	}
+	return run(ctx)
+}
+
+// Closers undoes what a process's build made: each step adds what undoes
+// it, and Close runs them last first.
+type Closers struct{ fns []func() }
+
+// OnClose has Close call f, before what was added earlier.
+func (c *Closers) OnClose(f func()) { c.fns = append(c.fns, f) }
+
+// Close runs what was added, in reverse.
+func (c *Closers) Close() {
+	for _, f := range slices.Backward(c.fns) {
+		f()
+	}
+	c.fns = nil
 }

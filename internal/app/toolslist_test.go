@@ -74,7 +74,7 @@ var (
 func startFront(t *testing.T, env *fakeEnv, args ...string) (*running, string) {
 	t.Helper()
 	r := start(t, front.Run, env, append([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "",
-		"-db", filepath.Join(t.TempDir(), "tickets.db")}, args...)...)
+		"-create-db", "-db", filepath.Join(t.TempDir(), "tickets.db")}, args...)...)
 	return r, "http://" + r.addrs["mcp"] + "/mcp"
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,19 +11,14 @@ import (
 	"ticketrelay/clusterrec"
 	"ticketrelay/installation"
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/ledger"
 )
 
 // joinCluster connects to the installation's NATS cluster and binds its
 // request bucket: the tools then accept through the cluster record.
 func joinCluster(ctx context.Context, url, name string, natsOpts []nats.Option, l *ledger.Ledger, log *slog.Logger) (*clusterrec.Front, func(), error) {
-	inst, err := installation.Parse(name)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: -installation: %v", app.ErrUsage, err)
-	}
-	if url == "" || inst == installation.Embedded {
-		return nil, nil, fmt.Errorf("%w: -multi-host needs -nats URL and -installation NAME (the same as the installation's dispatchers)", app.ErrUsage)
-	}
+	inst, _ := installation.Parse(name) // Options.Validate checked it
 	host, err := l.ID(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -38,11 +32,11 @@ func joinCluster(ctx context.Context, url, name string, natsOpts []nats.Option, 
 		nc.Close()
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
-	store, err := clusterrec.Bind(ctx, js, clusterrec.Config{Installation: inst, Host: host}, log, time.Now)
+	store, err := clusterrec.Bind(ctx, archetype.Archetype{Logger: log}, js, clusterrec.Config{Installation: inst, Host: host})
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
 	log.Info("multi-host: acceptance decided by the cluster record", "installation", inst.String(), "bucket", inst.Bucket(), "host", host)
-	return clusterrec.NewFront(store, l, log.With("component", "cluster"), time.Now), nc.Close, nil
+	return clusterrec.NewFront(archetype.Archetype{Logger: log.With("component", "cluster")}, store, l), nc.Close, nil
 }

@@ -1,0 +1,152 @@
+package dispatcher
+
+import (
+	"cmp"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"ticketrelay/installation"
+	"ticketrelay/internal/app"
+	"ticketrelay/ledger"
+	"ticketrelay/natsjs"
+)
+
+// Options are the dispatcher's settings, one field per flag. A flag's
+// default is the field's default; a field whose default depends on
+// another (DB on Data, Replicas on MultiHost) is left zero by its flag and
+// filled by WithDefaults. Validate checks them before anything is built.
+type Options struct {
+	DB              string        // -db; default Data/tickets.db
+	Data            string        // -data; default "data"
+	NATS            string        // -nats; empty: an embedded server
+	MultiHost       bool          // -multi-host
+	Replicas        int           // -replicas; default 3 with MultiHost, else 1
+	HostDeadAfter   time.Duration // -host-dead-after; default 30s
+	BucketMaxBytes  int64         // -bucket-max-bytes; 0 (or negative): no bound
+	Installation    string        // -installation; empty: the embedded server's names
+	NATSListen      string        // -nats-listen; default 127.0.0.1:4222
+	NATSStageDir    string        // -nats-stage-dir; default "auto"
+	MetricsListen   string        // -metrics-listen; default 127.0.0.1:9465, empty: off
+	Config          string        // -config; empty: the local target only
+	LogLevel        string        // -log-level; default info
+	LeaseTTL        time.Duration // -lease-ttl; default 15s
+	DupWindow       time.Duration // -dup-window; default 30m
+	StreamMaxAge    time.Duration // -stream-max-age; default 7 days
+	Workers         int           // -workers; 0: per target (forwarder.DefaultWorkers for an API)
+	MaxAttempts     int           // -max-attempts; default 10
+	RetryBase       time.Duration // -retry-base; default 1s
+	RetryMax        time.Duration // -retry-max; default 5m
+	DeliveryTimeout time.Duration // -delivery-timeout; default 30s
+	Retention       time.Duration // -retention; default 24h
+	PollInterval    time.Duration // -poll-interval; default 20ms
+	AuditAfter      time.Duration // -audit-after; default 5m
+	AddrFile        string        // -addr-file
+	Insecure        bool          // -insecure
+
+	broker app.NATSFlags // -nats-creds, -nats-user, -nats-tls-*
+}
+
+// flags declares o's flags on fs, with their defaults.
+func (o *Options) flags(fs *flag.FlagSet) {
+	fs.StringVar(&o.DB, "db", "", "SQLite database `path` shared with mcp-front (default DATA/tickets.db)")
+	fs.StringVar(&o.Data, "data", "data", "data `directory`: JetStream store, local target file")
+	fs.StringVar(&o.NATS, "nats", "", "`URL` of an existing NATS server with JetStream; empty runs an embedded one")
+	fs.BoolVar(&o.MultiHost, "multi-host", false, "one of several hosts of an installation on a replicated NATS cluster (-nats, -installation): every host's forwarder delivers every host's tickets, through the cluster record")
+	fs.IntVar(&o.Replicas, "replicas", 0, "replicas (`n`) of the stream and, with -multi-host, of the request bucket (0: 3 with -multi-host, else 1)")
+	fs.DurationVar(&o.HostDeadAfter, "host-dead-after", 30*time.Second, "with -multi-host: how long (`duration`) a host may stay silent before the other hosts publish and deliver what it left")
+	fs.Int64Var(&o.BucketMaxBytes, "bucket-max-bytes", 0, "with -multi-host: size limit of the request bucket in `bytes` (0: none); new requests are refused from 90% on, with an alert before")
+	fs.StringVar(&o.Installation, "installation", "", "`name` of this installation on a shared NATS server (-nats): its stream, subjects and consumers carry it; required with -nats")
+	fs.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "client `address` of the embedded nats-server (port 0: any free port)")
+	fs.StringVar(&o.NATSStageDir, "nats-stage-dir", "auto", "`directory` on a memory filesystem where the embedded nats-server stages atomic batches (auto: one under "+natsjs.DefaultStageRoot+" if it exists; empty: in the store, on disk)")
+	fs.StringVar(&o.MetricsListen, "metrics-listen", "127.0.0.1:9465", "Prometheus /metrics `address` (empty: off)")
+	fs.StringVar(&o.Config, "config", "", "configuration `file` (targets and tools)")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error (logs go to stderr)")
+	fs.DurationVar(&o.LeaseTTL, "lease-ttl", 15*time.Second, "relay lease `duration`: how long a crashed relay's successor may wait")
+	fs.DurationVar(&o.DupWindow, "dup-window", 30*time.Minute, "JetStream duplicate window (`duration`, >= 30m)")
+	fs.DurationVar(&o.StreamMaxAge, "stream-max-age", 7*24*time.Hour, "how long (`duration`) JetStream keeps a message (>= -dup-window)")
+	fs.IntVar(&o.Workers, "workers", 0, "concurrent deliveries per target (`n`; 0: 64 for the local target, 16 for an API)")
+	fs.IntVar(&o.MaxAttempts, "max-attempts", 10, "downstream calls per request (`n`) before it fails (calls refused by a rate limit do not count)")
+	fs.DurationVar(&o.RetryBase, "retry-base", time.Second, "first retry delay (`duration`; doubles, with jitter)")
+	fs.DurationVar(&o.RetryMax, "retry-max", 5*time.Minute, "longest retry delay (`duration`)")
+	fs.DurationVar(&o.DeliveryTimeout, "delivery-timeout", 30*time.Second, "time limit (`duration`) of one downstream call")
+	fs.DurationVar(&o.Retention, "retention", 24*time.Hour, "how long (`duration`, >= 30m) a settled request is remembered; a request_id reused after it is a new request")
+	fs.DurationVar(&o.PollInterval, "poll-interval", 20*time.Millisecond, "how often (`duration`) an idle relay looks for new outbox rows")
+	fs.DurationVar(&o.AuditAfter, "audit-after", 5*time.Minute, "how long (`duration`) after its publish (or its last attempt) a message not yet delivered is looked up in the stream, and published again if the stream lost it (longer than the broker's sync interval and -delivery-timeout)")
+	fs.StringVar(&o.AddrFile, "addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
+	fs.BoolVar(&o.Insecure, "insecure", false, "allow -metrics-listen beyond loopback (/metrics has no authentication)")
+	o.broker = app.AddNATSFlags(fs, &o.NATS)
+}
+
+// WithDefaults fills the fields whose default depends on another.
+func (o Options) WithDefaults() Options {
+	o.DB = cmp.Or(o.DB, filepath.Join(o.Data, "tickets.db"))
+	replicas := 1
+	if o.MultiHost {
+		replicas = 3
+	}
+	o.Replicas = cmp.Or(o.Replicas, replicas)
+	return o
+}
+
+// stream is the stream's configuration; its Owner is set once the ledger
+// is open.
+func (o Options) stream() natsjs.StreamConfig {
+	inst, _ := installation.Parse(o.Installation) // Validate checked it
+	return natsjs.StreamConfig{Installation: inst, Duplicates: o.DupWindow, MaxAge: o.StreamMaxAge, Replicas: o.Replicas}.WithDefaults()
+}
+
+func (o Options) retention() ledger.RetentionConfig {
+	return ledger.RetentionConfig{Keep: o.Retention}.WithDefaults()
+}
+
+// Validate checks o (after WithDefaults) and the environment's NATS
+// settings; every error is a usage error.
+func (o Options) Validate(lookup func(string) (string, bool)) error {
+	if err := o.broker.Check(lookup); err != nil {
+		return err
+	}
+	inst, err := installation.Parse(o.Installation)
+	if err != nil {
+		return fmt.Errorf("%w: -installation: %v", app.ErrUsage, err)
+	}
+	var problem string
+	switch {
+	case o.NATS != "" && inst == installation.Embedded:
+		// Two installations on one server with the same names take each
+		// other's messages; the embedded server's names are its own.
+		problem = "-nats needs -installation NAME: a NATS server may be shared, and every installation on it needs names of its own"
+	case o.HostDeadAfter < time.Second:
+		problem = "-host-dead-after must be at least 1s"
+	case o.MultiHost && o.NATS == "":
+		problem = "-multi-host needs -nats: the hosts of an installation share a NATS cluster"
+	case o.AuditAfter <= o.DeliveryTimeout:
+		problem = fmt.Sprintf("-audit-after %s must be longer than -delivery-timeout %s: the audit must never take a request whose attempt is still running for one the forwarder let go",
+			o.AuditAfter, o.DeliveryTimeout)
+	case o.NATS == "" && !app.IsLoopbackListen(o.NATSListen):
+		// Its traffic (every ticket) is not encrypted.
+		problem = fmt.Sprintf("-nats-listen %s: the embedded nats-server has no TLS, so it listens on loopback only; "+
+			"to share the stream beyond this host, run a NATS server with TLS and credentials and give its URL as -nats", o.NATSListen)
+	}
+	if problem != "" {
+		return fmt.Errorf("%w: %s", app.ErrUsage, problem)
+	}
+	return o.validateRetention()
+}
+
+// validateRetention checks the stream's and the ledger's memories agree.
+func (o Options) validateRetention() error {
+	stream, retention := o.stream(), o.retention()
+	if err := stream.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", app.ErrUsage, err)
+	}
+	if err := retention.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", app.ErrUsage, err)
+	}
+	if stream.Duplicates > retention.Keep {
+		return fmt.Errorf("%w: -dup-window %s is longer than -retention %s: the ledger must remember a request at least as long as JetStream does",
+			app.ErrUsage, stream.Duplicates, retention.Keep)
+	}
+	return nil
+}

@@ -1,0 +1,71 @@
+package front
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"ticketrelay/internal/app"
+	"ticketrelay/mcphttp"
+	"ticketrelay/metrics"
+)
+
+// checkAuth reads the bearer tokens and refuses to serve beyond loopback
+// without them (unless -insecure).
+func (f *front) checkAuth() error {
+	auth, err := frontAuth(f.env, f.o.AuthTokensFile, f.o.AuthTokensEnv, f.o.AuthResource, app.SplitList(f.o.AuthServers))
+	if err != nil {
+		return err
+	}
+	loopback := app.IsLoopbackListen(f.o.Listen)
+	switch {
+	case auth != nil:
+		f.log.Info("bearer-token authentication on", "subjects", auth.Tokens.Subjects())
+		auth.FailureLimit = mcphttp.RateLimit{PerSecond: -1}
+		if f.o.AuthFailures > 0 {
+			auth.FailureLimit = mcphttp.RateLimit{PerSecond: mcphttp.DefaultAuthFailureLimit.PerSecond, Burst: f.o.AuthFailures}
+		}
+	case !loopback && !f.o.Insecure:
+		return fmt.Errorf("%w: refusing to serve %s beyond loopback without authentication: give -auth-tokens-file or $%s, or pass -insecure",
+			app.ErrUsage, f.o.Listen, f.o.AuthTokensEnv)
+	case !loopback:
+		f.log.Warn("serving beyond loopback WITHOUT authentication (-insecure)", "listen", f.o.Listen)
+	}
+	f.auth = auth
+	return nil
+}
+
+// serveHTTP serves MCP over streamable HTTP until ctx ends.
+func (f *front) serveHTTP(ctx context.Context) error {
+	for _, reason := range mcphttp.EvictedReasons {
+		f.m.HTTPSessionsEvicted.WithLabelValues(reason) // exported at 0 from the start
+	}
+	hc := f.o.httpConfig()
+	hc.Auth = f.auth
+	hc.Refused = func(reason string) { f.m.HTTPRefused.WithLabelValues(reason).Inc() }
+	hc.Evicted = func(reason string) { f.m.HTTPSessionsEvicted.WithLabelValues(reason).Inc() }
+	hc.Logger = f.log
+	h := mcphttp.NewHandler(f.srv, hc)
+	defer h.Close()
+	metrics.SessionsFunc(f.reg, h.Sessions)
+	mux := httpMux(h)
+	if f.auth != nil && f.auth.Resource != "" {
+		_, path, _ := mcphttp.ResourceMetadataLocation(f.auth.Resource)
+		mux.Handle(path, mcphttp.ResourceMetadataHandler(f.auth))
+		if path != "/.well-known/oauth-protected-resource" {
+			mux.Handle("/.well-known/oauth-protected-resource", mcphttp.ResourceMetadataHandler(f.auth))
+		}
+	}
+	hs, err := app.ServeLimits(ctx, f.o.Listen, mux, f.log, app.HTTPLimits{MaxConns: f.o.MaxConns})
+	if err != nil {
+		return app.ListenError("listen", f.o.Listen, err)
+	}
+	f.addrs["mcp"] = hs.Addr
+	f.log.Info("mcp-front serving MCP over streamable HTTP", "url", "http://"+hs.Addr+"/mcp", "metrics", f.addrs["metrics"], "db", f.o.DB)
+	if err := app.Announce(f.env, f.o.AddrFile, f.addrs); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	f.log.Info("mcp-front shutting down")
+	return hs.Shutdown(5 * time.Second)
+}
