@@ -100,25 +100,24 @@ func (l *Ledger) CreateAt(ctx context.Context, req ticket.Request, hash string, 
 	}
 	if res.Live != nil {
 		// The replay is answered even if the running dispatchers cannot be
-		// read: its detail then lacks only whether one will deliver it.
-		_ = l.explain(ctx, res.Live)
+		// read: its answer then lacks only whether one will deliver it.
+		_ = l.addServed(ctx, res.Live)
 	}
 	return res, nil
-}
-
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 // lookup answers from the existing ledger row of req: a replay, with where
 // the request stands now (Result.Live, read in the same query), or a
 // conflict.
-func lookup(ctx context.Context, q querier, req ticket.Request, hash string) (Result, error) {
+func lookup(ctx context.Context, q outbox.Querier, req ticket.Request, hash string) (Result, error) {
 	var storedHash, stored, subject string
 	var st RequestStatus
 	var row statusRow
 	err := q.QueryRowContext(ctx, `SELECT r.args_hash, r.result, r.subject, `+statusColumns+` `+statusJoins+` WHERE r.request_id = ?`,
 		req.Scoped()).Scan(append([]any{&storedHash, &stored, &subject}, row.dest(&st)...)...)
+	if err == nil {
+		err = row.readPublished(ctx, q)
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("ledger: look up %s: %w", req.RequestID, err)
 	}
@@ -133,7 +132,7 @@ func lookup(ctx context.Context, q querier, req ticket.Request, hash string) (Re
 		return Result{}, &ConflictError{RequestID: req.RequestID, TicketID: res.TicketID, Tool: st.Tool}
 	}
 	res.Replayed = true
-	st.RequestID, st.scoped = req.RequestID, req.Scoped()
+	st.RequestID, st.Scoped = req.RequestID, req.Scoped()
 	row.fill(&st)
 	res.Live = &st
 	return res, nil

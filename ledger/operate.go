@@ -44,7 +44,7 @@ func (l *Ledger) redriveTx(ctx context.Context, tx *sql.Tx, requestID string) er
 		return fmt.Errorf("%w: %s is %s; only failed requests can be redriven", ErrState, requestID, state)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, attempts = 0, throttled = 0, next_attempt_at = NULL,
-		last_error = ?, updated_at = ?, version = version + 1 WHERE id = ?`,
+		last_error = ?, failure = '', updated_at = ?, version = version + 1 WHERE id = ?`,
 		string(StatusRetrying), "redriven by an operator after: "+state, l.now().UnixNano(), id); err != nil {
 		return fmt.Errorf("ledger: redrive %s: %w", requestID, err)
 	}
@@ -110,12 +110,12 @@ func (l *Ledger) Resolve(ctx context.Context, requestID string, delivered bool, 
 		if Status(state) != StatusUncertain {
 			return fmt.Errorf("%w: %s is %s; only uncertain requests can be resolved", ErrState, requestID, state)
 		}
-		newState, msg := string(StatusFailed), "settled as not delivered by an operator"
+		newState, msg, failure := string(StatusFailed), "settled as not delivered by an operator", FailureSettled
 		if delivered {
-			newState, msg = string(StatusDelivered), ""
+			newState, msg, failure = string(StatusDelivered), "", FailureUnknown
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, external_id = ?, last_error = ?, next_attempt_at = NULL,
-			updated_at = ?, version = version + 1 WHERE id = ?`, newState, externalID, msg, l.now().UnixNano(), id)
+		_, err = tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, external_id = ?, last_error = ?, failure = ?, next_attempt_at = NULL,
+			updated_at = ?, version = version + 1 WHERE id = ?`, newState, externalID, msg, string(failure), l.now().UnixNano(), id)
 		return err
 	})
 }

@@ -334,7 +334,7 @@ func acceptedDetail(target string) string {
 // now sets what st, the request's status as find_request gives it, says
 // of it now: the status, where it was delivered, what it means.
 func (c *createResult) now(st ledger.RequestStatus) {
-	c.Status, c.ExternalID, c.ExternalURL, c.Detail = st.Status, st.ExternalID, st.ExternalURL, st.Detail
+	c.Status, c.ExternalID, c.ExternalURL, c.Detail = st.Status, st.ExternalID, st.ExternalURL, Advise(st)
 }
 
 // current is the answer to a replayed call: the first call's result with
@@ -447,7 +447,7 @@ func (s *Server) findHandler(ctx context.Context, req *mcp.CallToolRequest) (*mc
 		return toolError(fmt.Sprintf("could not read the status (%v); try again", err)), nil
 	}
 	outcome = metrics.CallOK
-	return jsonResult(st)
+	return jsonResult(advised(st))
 }
 
 // callerSubject is the subject a call's request_id belongs to: its bearer

@@ -26,6 +26,7 @@ import (
 	"ticketrelay/forwarder"
 	"ticketrelay/installation"
 	"ticketrelay/internal/backoff"
+	"ticketrelay/internal/maintenance"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
@@ -111,7 +112,7 @@ func Run(ctx context.Context, env app.Env) error {
 	if err := streamCfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
-	retentionCfg := ledger.RetentionConfig{Keep: *retention}.WithDefaults()
+	retentionCfg := maintenance.RetentionConfig{Keep: *retention}.WithDefaults()
 	if err := retentionCfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
@@ -309,7 +310,7 @@ func Run(ctx context.Context, env app.Env) error {
 		Retention:       retentionCfg.Keep,
 	}, js, deliveries, tgts, log.With("component", "forwarder"), m, time.Now)
 
-	pruner, err := ledger.NewPruner(retentionCfg, l, log.With("component", "retention"), m)
+	pruner, err := maintenance.NewPruner(retentionCfg, l, log.With("component", "retention"), m, time.Now)
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
@@ -326,7 +327,7 @@ func Run(ctx context.Context, env app.Env) error {
 		names[i] = t.Name()
 	}
 	m.Init(names) // before the forwarders run: their first event counts from 0
-	presence := l.NewPresence(holder, names, cfg.KeyNamespace, log.With("component", "presence"))
+	presence := l.NewPresence(holder, names, cfg.KeyNamespace)
 	if err := presence.Announce(ctx); err != nil {
 		return err
 	}
@@ -351,7 +352,7 @@ func Run(ctx context.Context, env app.Env) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	services := map[string]func(context.Context) error{"relay": relay.Run, "forwarder": fwd.Run, "retention": pruner.Run,
-		"audit": auditor.Run, "presence": presence.Run, "stream-watch": watcher.Run}
+		"audit": auditor.Run, "presence": maintenance.NewPresence(presence, log.With("component", "presence")).Run, "stream-watch": watcher.Run}
 	if hosts != nil {
 		services["hosts"] = hosts.Run
 	}
