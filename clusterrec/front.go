@@ -171,7 +171,7 @@ func (f *Front) Find(ctx context.Context, subject, requestID string) (ledger.Req
 		// in progress: nothing says it was accepted, and a repeat with the
 		// same arguments completes it (taking the claim over) or replays
 		// it. "queued" would tell the agent not to call again.
-		return ledger.RequestStatus{RequestID: requestID, Status: ledger.StatusUnknown, Interrupted: true}, nil
+		return ledger.InterruptedStatus(requestID), nil
 	}
 	return st, nil
 }

@@ -354,7 +354,7 @@ func TestMigrationClassifiesFailuresOfSchema10(t *testing.T) {
 			t.Errorf("Delivery(%s) after migration = %+v, %v, %v; want failure %q", c.id, d, found, err, c.want)
 		}
 		st, err := e.find(ctx, "", c.id)
-		if err != nil || st.Failure != c.want || string(st.Status) != c.state {
+		if err != nil || st.Failure() != c.want || string(st.Status) != c.state {
 			t.Errorf("Find(%s) after migration = %+v, %v; want %s with failure %q", c.id, st, err, c.state, c.want)
 		}
 	}

@@ -132,7 +132,7 @@ func lookup(ctx context.Context, q outbox.Querier, req ticket.Request, hash stri
 		return Result{}, &ConflictError{RequestID: req.RequestID, TicketID: res.TicketID, Tool: st.Tool}
 	}
 	res.Replayed = true
-	st.RequestID, st.Scoped = req.RequestID, req.Scoped()
+	st.RequestID, st.scoped = req.RequestID, req.Scoped()
 	row.fill(&st)
 	res.Live = &st
 	return res, nil

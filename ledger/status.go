@@ -56,17 +56,29 @@ type RequestStatus struct {
 	// fields above and below.
 	Detail string `json:"detail"`
 
-	// Scoped is the name operators know the request by (ticket.ScopedID).
-	Scoped string `json:"-"`
-	// Failure is the class of a failed delivery (see Failure).
-	Failure Failure `json:"-"`
-	// Served is, for a request still on its way (queued, published or
-	// retrying), what the running dispatchers deliver to; nil otherwise.
-	Served *Served `json:"-"`
-	// Interrupted: no host accepted the request, but a call claimed it in
-	// the cluster record and was cut off (or is still running): a repeat
-	// with the same arguments completes it (clusterrec.Front.Find).
-	Interrupted bool `json:"-"`
+	// What the front writes the detail from, beside the fields above; not
+	// on the wire (see the methods of the same names).
+	scoped      string
+	failure     Failure
+	served      *Served
+	interrupted bool
+}
+
+// Failure is the class of a failed delivery (see Failure).
+func (st RequestStatus) Failure() Failure { return st.failure }
+
+// Served is, for a request still on its way (queued, published or
+// retrying), what the running dispatchers deliver to; nil otherwise.
+func (st RequestStatus) Served() *Served { return st.served }
+
+// Interrupted reports that no host accepted the request, but a call
+// claimed it in the cluster record and was cut off (or is still running):
+// a repeat with the same arguments completes it (clusterrec.Front.Find).
+func (st RequestStatus) Interrupted() bool { return st.interrupted }
+
+// InterruptedStatus is the status of such a request (see Interrupted).
+func InterruptedStatus(requestID string) RequestStatus {
+	return RequestStatus{RequestID: requestID, Status: StatusUnknown, interrupted: true}
 }
 
 // Failure is why a delivery failed, as data: the forwarder writes it from
@@ -111,7 +123,7 @@ func (l *Ledger) FindScoped(ctx context.Context, id string) (RequestStatus, erro
 // find reports the status of the request where selects, under the name
 // shown; scoped is its scoped id.
 func (l *Ledger) find(ctx context.Context, shown, scoped, where string, args ...any) (RequestStatus, error) {
-	st := RequestStatus{RequestID: shown, Status: StatusUnknown, Scoped: scoped}
+	st := RequestStatus{RequestID: shown, Status: StatusUnknown, scoped: scoped}
 	var row statusRow
 	err := l.db.queryRow(ctx, `SELECT `+statusColumns+` `+statusJoins+` WHERE `+where, args...).Scan(row.dest(&st)...)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -189,7 +201,7 @@ func (st *RequestStatus) settle(d *Delivery) {
 	case d != nil:
 		st.Attempts, st.Throttled = d.Attempts, d.Throttled
 		st.LastError, st.ExternalID, st.ExternalURL = d.LastError, d.ExternalID, d.ExternalURL
-		st.Failure = d.Failure
+		st.failure = d.Failure
 		st.UpdatedAt = &d.UpdatedAt
 		if !d.NextAttemptAt.IsZero() {
 			st.NextAttemptAt = &d.NextAttemptAt
@@ -219,7 +231,7 @@ func (st *RequestStatus) settle(d *Delivery) {
 // (nil: none yet).
 func StatusOf(t ticket.Ticket, accepted time.Time, published *time.Time, d *Delivery) RequestStatus {
 	st := RequestStatus{RequestID: t.RequestID, TicketID: t.ID, Tool: t.Tool, Target: t.Target,
-		AcceptedAt: &accepted, PublishedAt: published, Scoped: t.Scoped()}
+		AcceptedAt: &accepted, PublishedAt: published, scoped: t.Scoped()}
 	st.settle(d)
 	return st
 }
@@ -240,13 +252,13 @@ func (l *Ledger) addServed(ctx context.Context, st *RequestStatus) error {
 	if err != nil {
 		return err
 	}
-	st.Served = &served
+	st.served = &served
 	return nil
 }
 
 // OperatorName is the name the dispatcher's commands take for st: its
 // scoped id (ticket.ScopedID).
-func (st RequestStatus) OperatorName() string { return cmp.Or(st.Scoped, st.RequestID) }
+func (st RequestStatus) OperatorName() string { return cmp.Or(st.scoped, st.RequestID) }
 
 func timePtr(ns int64) *time.Time {
 	t := time.Unix(0, ns).UTC()

@@ -17,8 +17,8 @@ import (
 // for a request still on its way, whether anyone will deliver it.
 func Advise(st ledger.RequestStatus) string {
 	d := detail(st)
-	if st.Served != nil && st.OnItsWay() {
-		d += unserved(*st.Served, st.Target) + blocked(*st.Served)
+	if s := st.Served(); s != nil && st.OnItsWay() {
+		d += unserved(*s, st.Target) + blocked(*s)
 	}
 	return d
 }
@@ -36,7 +36,7 @@ const detailUnknown = "No request with this request_id has been stored: never ac
 	"(it never makes a second ticket); do not use a new request_id for this ticket."
 
 // interruptedDetail is the detail of a request a call claimed in the
-// cluster record and no host accepted (ledger.RequestStatus.Interrupted).
+// cluster record and no host accepted (ledger.InterruptedStatus).
 const interruptedDetail = "Not accepted yet: a call with this request_id was interrupted before it was accepted, or is being " +
 	"accepted right now. Call the same create tool again with the SAME request_id and arguments: that completes it, " +
 	"or returns its result, and never makes a second ticket. Do not use a new request_id."
@@ -44,7 +44,7 @@ const interruptedDetail = "Not accepted yet: a call with this request_id was int
 func detail(st ledger.RequestStatus) string {
 	switch st.Status {
 	case ledger.StatusUnknown:
-		if st.Interrupted {
+		if st.Interrupted() {
 			return interruptedDetail
 		}
 		return detailUnknown
@@ -78,7 +78,7 @@ func failedDetail(st ledger.RequestStatus) string {
 	cmd := "`dispatcher redrive -data DIR " + st.OperatorName() + "`"
 	redrive := "redrive it with " + cmd + ", which resends it under the same dedupe key."
 	e := st.LastError
-	switch st.Failure {
+	switch st.Failure() {
 	case ledger.FailureRejected:
 		return "Delivery to " + st.Target + " failed: " + st.Target + " rejected it (" + e + "). " +
 			"If the error is about the ticket's content, fix the arguments and create it with a NEW request_id " +
