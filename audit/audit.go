@@ -38,6 +38,8 @@ type Store interface {
 	Served(ctx context.Context) (ledger.Served, error)
 }
 
+var _ Store = (*ledger.Ledger)(nil)
+
 // Stream answers whether the stream stores msgID at seq.
 type Stream interface {
 	Holds(ctx context.Context, seq uint64, msgID string) (bool, error)

@@ -17,12 +17,12 @@ import (
 // (ledger.MirrorDelivery) for the host's own views.
 type Deliveries struct {
 	store *Store
-	local *ledger.Ledger
+	local Mirror
 	now   func() time.Time
 }
 
 // NewDeliveries returns the forwarder's store on s, mirroring into l.
-func NewDeliveries(s *Store, l *ledger.Ledger, now func() time.Time) *Deliveries {
+func NewDeliveries(s *Store, l Mirror, now func() time.Time) *Deliveries {
 	return &Deliveries{store: s, local: l, now: now}
 }
 

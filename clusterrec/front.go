@@ -19,7 +19,7 @@ import (
 // that mcp-front's tools use.
 type Front struct {
 	store  *Store
-	ledger *ledger.Ledger
+	ledger Local
 	log    *slog.Logger
 	now    func() time.Time
 	// ClaimTimeout bounds how long a call waits for the cluster (an
@@ -37,7 +37,7 @@ type Front struct {
 }
 
 // NewFront builds the multi-host front of l on s.
-func NewFront(s *Store, l *ledger.Ledger, log *slog.Logger, now func() time.Time) *Front {
+func NewFront(s *Store, l Local, log *slog.Logger, now func() time.Time) *Front {
 	return &Front{store: s, ledger: l, log: log, now: now, ClaimTimeout: 20 * time.Second, busy: map[string]int{}}
 }
 

@@ -85,7 +85,7 @@ func (c HostsConfig) WithDefaults() HostsConfig {
 type Hosts struct {
 	cfg     HostsConfig
 	store   *Store
-	local   *ledger.Ledger
+	local   Committer
 	pending Pending
 	log     *slog.Logger
 	now     func() time.Time
@@ -93,7 +93,7 @@ type Hosts struct {
 }
 
 // NewHosts builds the heartbeat and adoption service of s's host.
-func NewHosts(cfg HostsConfig, s *Store, l *ledger.Ledger, pending Pending, log *slog.Logger, now func() time.Time) *Hosts {
+func NewHosts(cfg HostsConfig, s *Store, l Committer, pending Pending, log *slog.Logger, now func() time.Time) *Hosts {
 	return &Hosts{cfg: cfg.WithDefaults(), store: s, local: l, pending: pending, log: log, now: now, seen: map[string]bool{}}
 }
 

@@ -33,7 +33,7 @@ func (l *Ledger) redriveTx(ctx context.Context, tx *sql.Tx, requestID string) er
 		case err != nil:
 			return fmt.Errorf("ledger: redrive %s: %w", requestID, err)
 		case !ok:
-			return fmt.Errorf("%w: %s (never accepted, or forgotten after -retention)", ErrNotFound, requestID)
+			return fmt.Errorf("%w: %s", ErrNotFound, requestID)
 		}
 		return fmt.Errorf("%w: %s has no delivery record yet (it is still on its way)", ErrState, requestID)
 	}
