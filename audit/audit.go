@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"time"
 
+	"ticketrelay/internal/maintenance"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 )
@@ -99,20 +100,11 @@ func New(cfg Config, store Store, stream Stream, leading func() bool, log *slog.
 		warned: map[string]time.Time{}}, nil
 }
 
-// Run audits until ctx ends; it returns nil then.
+// Run audits at once and then every Interval until ctx ends; it returns
+// nil then.
 func (a *Auditor) Run(ctx context.Context) error {
-	t := time.NewTicker(a.cfg.Interval)
-	defer t.Stop()
-	for {
-		if err := a.catchUp(ctx); err != nil && ctx.Err() == nil {
-			a.log.Warn("stream audit round failed", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	return maintenance.Loop{Interval: a.cfg.Interval, Eager: true, RunOnce: a.catchUp, Log: a.log,
+		Failed: "stream audit round failed"}.Run(ctx)
 }
 
 // catchUp runs rounds while this dispatcher leads and they read full

@@ -1,6 +1,10 @@
-// Package ledger owns the SQLite file: its schema and migrations, the
-// idempotency ledger (request_id → argument hash and result), the tickets,
-// the delivery records and the request status that find_request reports.
+// Package ledger opens the SQLite file and runs its one migration
+// sequence (its own steps and the outbox's, see schema). It owns the
+// tables requests (the idempotency ledger: request_id → argument hash and
+// result, and the ticket), deliveries (the delivery records, with the
+// class of a failure), dispatchers and settings, with their schema,
+// migrations and queries, and reports where a request stands as data
+// (RequestStatus); the words said about it are its callers'.
 //
 // All writes of a process go through one Writer goroutine that batches
 // concurrent operations into one IMMEDIATE transaction (group commit), so a

@@ -1,6 +1,8 @@
-// Package outbox owns the outbox table: rows written inside the ledger's
-// transaction (InsertTx), and the Relay that publishes them to JetStream and
-// marks them published. It never imports the ledger: the relay writes through
+// Package outbox owns the outbox and leases tables: their schema (its
+// steps of the database's migration sequence, Migrations), rows written
+// inside the ledger's transaction (InsertTx, RedriveTx, DeleteTx), the
+// reads others need (rows.go), and the Relay that publishes the rows to
+// JetStream and marks them published. It never imports the ledger: the relay writes through
 // the TxRunner it is given and publishes through the Publisher it defines.
 package outbox
 

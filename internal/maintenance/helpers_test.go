@@ -6,42 +6,24 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	_ "modernc.org/sqlite"
 
+	"ticketrelay/downstream/downstreamtest"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/ticket"
 )
-
-// clock is an injected, settable clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // env is a real ledger on a temporary file, on a settable clock.
 type env struct {
 	path  string
 	l     *ledger.Ledger
 	m     *metrics.Writer
-	clock *clock
+	clock *downstreamtest.Clock
 }
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -55,7 +37,7 @@ func openEnv(t *testing.T) *env {
 	}
 	m := metrics.NewFront(prometheus.NewRegistry()).Writer
 	w := ledger.NewWriter(db, discard(), m)
-	c := &clock{t: time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)}
+	c := downstreamtest.NewClock(time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC))
 	t.Cleanup(func() {
 		w.Close()
 		if err := db.Close(); err != nil {
