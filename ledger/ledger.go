@@ -16,7 +16,8 @@ import (
 var ErrConflict = errors.New("request_id reused with different arguments")
 
 // ConflictError reports a request id that was first used with other
-// arguments (IETF Idempotency-Key draft: 422).
+// arguments (IETF Idempotency-Key draft: 422). What the caller may do
+// next is said by the front that answers it.
 type ConflictError struct {
 	RequestID string
 	TicketID  string
@@ -24,9 +25,8 @@ type ConflictError struct {
 }
 
 func (e *ConflictError) Error() string {
-	return fmt.Sprintf("request_id %q was already used with different arguments for ticket %s (tool %s); "+
-		"nothing was written. To create a new ticket use a fresh request_id; to get the original result, "+
-		"repeat the original arguments or call find_request", e.RequestID, e.TicketID, e.Tool)
+	return fmt.Sprintf("request_id %q was already used with different arguments for ticket %s (tool %s); nothing was written",
+		e.RequestID, e.TicketID, e.Tool)
 }
 
 func (e *ConflictError) Unwrap() error { return ErrConflict }
@@ -34,7 +34,7 @@ func (e *ConflictError) Unwrap() error { return ErrConflict }
 // ErrOtherSubject: the scoped id of a request (ticket.ScopedID) names
 // another subject's request. Only an anonymous request_id that spells
 // "subject:id" can meet it; the answer says nothing of the other request.
-var ErrOtherSubject = errors.New("request_id is in use by another caller; nothing was written. Use a fresh request_id")
+var ErrOtherSubject = errors.New("request_id is in use by another caller; nothing was written")
 
 // Result is the answer to a create: it is saved with the ledger row and
 // replayed, unchanged but for Replayed, to every repeat of the request.

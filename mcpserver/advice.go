@@ -29,6 +29,17 @@ func advised(st ledger.RequestStatus) ledger.RequestStatus {
 	return st
 }
 
+// conflictAdvice is the tool error of a request_id first used with other
+// arguments.
+func conflictAdvice(c *ledger.ConflictError) string {
+	return "idempotency_key_conflict: " + c.Error() + ". To create a new ticket use a fresh request_id; " +
+		"to get the original result, repeat the original arguments or call find_request"
+}
+
+// otherSubjectAdvice is the tool error of a request_id that names another
+// caller's request (ledger.ErrOtherSubject).
+var otherSubjectAdvice = "idempotency_key_conflict: " + ledger.ErrOtherSubject.Error() + ". Use a fresh request_id"
+
 // detailUnknown is the detail of StatusUnknown. It names no tool: create
 // tools are named by configuration.
 const detailUnknown = "No request with this request_id has been stored: never accepted, still being stored by a call in progress, " +

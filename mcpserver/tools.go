@@ -372,11 +372,11 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 		case errors.As(err, &conflict):
 			outcome = metrics.CallConflict
 			s.metrics.Conflicts.WithLabelValues(b.Tool).Inc()
-			return toolError("idempotency_key_conflict: " + conflict.Error()), nil
+			return toolError(conflictAdvice(conflict)), nil
 		case errors.Is(err, ledger.ErrOtherSubject):
 			outcome = metrics.CallConflict
 			s.metrics.Conflicts.WithLabelValues(b.Tool).Inc()
-			return toolError("idempotency_key_conflict: " + err.Error()), nil
+			return toolError(otherSubjectAdvice), nil
 		case errors.Is(err, clusterrec.ErrInProgress):
 			// Multi-host: another host claimed it and is still committing.
 			return toolError("idempotency_key_in_progress: another host is still accepting this request_id. " +
