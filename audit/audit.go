@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"ticketrelay/internal/archetype"
+	"ticketrelay/internal/maintenance"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 )
@@ -38,6 +39,8 @@ type Store interface {
 	RepublishLost(ctx context.Context, p ledger.Published) (bool, error)
 	Served(ctx context.Context) (ledger.Served, error)
 }
+
+var _ Store = (*ledger.Ledger)(nil)
 
 // Stream answers whether the stream stores msgID at seq.
 type Stream interface {
@@ -99,20 +102,11 @@ func New(arch archetype.Archetype, cfg Config, store Store, stream Stream, leadi
 		warned: map[string]time.Time{}}, nil
 }
 
-// Run audits until ctx ends; it returns nil then.
+// Run audits at once and then every Interval until ctx ends; it returns
+// nil then.
 func (a *Auditor) Run(ctx context.Context) error {
-	t := time.NewTicker(a.cfg.Interval)
-	defer t.Stop()
-	for {
-		if err := a.catchUp(ctx); err != nil && ctx.Err() == nil {
-			a.log.Warn("stream audit round failed", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	return maintenance.Loop{Interval: a.cfg.Interval, Eager: true, RunOnce: a.catchUp, Log: a.log,
+		Failed: "stream audit round failed"}.Run(ctx)
 }
 
 // catchUp runs rounds while this dispatcher leads and they read full

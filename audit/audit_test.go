@@ -350,7 +350,7 @@ func TestConfigRejectsNonsense(t *testing.T) {
 func TestAuditReportsUnservedTargets(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
-	if err := w.l.NewPresence("d1", []string{"hook"}, "", w.log).Announce(ctx); err != nil {
+	if err := w.l.NewPresence("d1", []string{"hook"}, "").Announce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	w.create(t, "a")
@@ -368,7 +368,7 @@ func TestAuditReportsUnservedTargets(t *testing.T) {
 		t.Fatalf("stream_audit_unserved_total{target=local} = %v, want 1", got)
 	}
 
-	if err := w.l.NewPresence("d2", []string{"local"}, "", w.log).Announce(ctx); err != nil {
+	if err := w.l.NewPresence("d2", []string{"local"}, "").Announce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	w.create(t, "b")

@@ -40,6 +40,8 @@ type Blocker interface {
 	Unblocked(ctx context.Context) error
 }
 
+var _ Blocker = (*ledger.Presence)(nil)
+
 // WatchConfig tunes the watcher. Zero fields take the defaults.
 type WatchConfig struct {
 	// Interval between two looks at the stream. Default 1s.

@@ -14,21 +14,21 @@ import (
 // copy of it (ledger.MirrorDelivery), so that the audit does not look for
 // it in the stream again and retention prunes it as it would on one host.
 type AuditStore struct {
-	*ledger.Ledger
+	AuditLedger
 	store *Store
 	after time.Duration
 	now   func() time.Time
 }
 
 // NewAuditStore wraps l for an audit that looks at rows after old.
-func NewAuditStore(s *Store, l *ledger.Ledger, after time.Duration, now func() time.Time) *AuditStore {
-	return &AuditStore{Ledger: l, store: s, after: after, now: now}
+func NewAuditStore(s *Store, l AuditLedger, after time.Duration, now func() time.Time) *AuditStore {
+	return &AuditStore{AuditLedger: l, store: s, after: after, now: now}
 }
 
 // PublishedAfter is the ledger's, with the delivery of each row due for
 // the audit that the ledger does not know read from the record.
 func (a *AuditStore) PublishedAfter(ctx context.Context, after int64, limit int) ([]ledger.Published, error) {
-	ps, err := a.Ledger.PublishedAfter(ctx, after, limit)
+	ps, err := a.AuditLedger.PublishedAfter(ctx, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +46,7 @@ func (a *AuditStore) PublishedAfter(ctx context.Context, after int64, limit int)
 			continue
 		}
 		d := rec.Delivery.Ledger(p.RequestID)
-		if err := a.Ledger.MirrorDelivery(ctx, *d); err != nil {
+		if err := a.AuditLedger.MirrorDelivery(ctx, *d); err != nil {
 			return nil, err
 		}
 		p.Delivery, p.DeliveryUpdated = d.State, d.UpdatedAt

@@ -45,94 +45,142 @@ var pace = backoff.Policy{Base: 50 * time.Millisecond, Max: 500 * time.Milliseco
 // until ctx ends; then ErrInProgress if another host still held an
 // unaccepted claim, else ErrUnavailable. Nothing is written on a conflict.
 func (s *Store) Claim(ctx context.Context, t ticket.Ticket, hash string, busy func() bool) (Claim, error) {
-	key := Key(t.Scoped())
-	nonce := newNonce()
-	var (
-		watched    uint64    // the revision of the other host's claim being watched
-		watchStart time.Time // when it was first seen
-		lastErr    error
-		waiting    bool
-		read       bool // whether this try reads the record first
-	)
+	c := &claimer{s: s, t: t, hash: hash, key: Key(t.Scoped()), nonce: newNonce(), busy: busy}
+	// Most requests are new: the first try writes without reading (a
+	// conflict is the answer that the key has a record); every later one
+	// reads first.
+	read := false
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			select {
 			case <-ctx.Done():
-				if waiting {
-					return Claim{}, ErrInProgress
-				}
-				return Claim{}, errors.Join(ErrUnavailable, lastErr, ctx.Err())
+				return Claim{}, c.gaveUp(ctx)
 			case <-time.After(pace.Delay(attempt)):
 			}
 		}
-		// Most requests are new: the first try writes without reading (a
-		// conflict is the answer that the key has a record); every later
-		// one reads first.
-		var (
-			rec   Record
-			rev   uint64
-			found bool
-		)
-		if read {
-			var err error
-			if rec, rev, found, err = s.get(ctx, key); err != nil {
-				lastErr, waiting = err, false
-				continue
-			}
-		}
+		next, cl, err := c.try(ctx, read)
 		read = true
-		if !found {
-			if err := s.room(ctx); err != nil {
-				return Claim{}, err
-			}
-			claim := Record{Phase: PhaseClaimed, Host: s.cfg.Host, Nonce: nonce, ClaimedAt: s.now().UTC(), ArgsHash: hash, Ticket: t}
-			rev, err := s.create(ctx, key, claim)
-			switch {
-			case err == nil:
-				return Claim{Record: claim, Rev: rev, Mine: true}, nil
-			case errors.Is(err, ErrFull):
-				return Claim{}, err
-			case !errors.Is(err, errConflict):
-				// Stored or not: the next read tells, after a pause.
-				lastErr, waiting = err, false
-				continue
-			}
-			waiting = false
+		switch next {
+		case stepDone:
+			return cl, err
+		case stepNow:
 			attempt = -1 // a conflict is an answer, not a failure: read again at once
-			continue
 		}
-		if rec.Nonce == nonce {
-			return Claim{Record: rec, Rev: rev, Mine: true}, nil
-		}
-		if rec.Ticket.Subject != t.Subject {
-			return Claim{}, ledger.ErrOtherSubject
-		}
-		if rec.ArgsHash != hash {
-			return Claim{}, &ledger.ConflictError{RequestID: t.RequestID, TicketID: rec.Ticket.ID, Tool: rec.Ticket.Tool}
-		}
-		if rec.Phase == PhaseAccepted {
-			return Claim{Record: rec, Rev: rev}, nil
-		}
-		// Claimed, not accepted.
-		if rev != watched {
-			watched, watchStart = rev, time.Now()
-		}
-		own := rec.Host == s.cfg.Host && (busy == nil || !busy())
-		if !own && time.Since(watchStart) < s.cfg.TakeoverAfter {
-			waiting = true
-			continue
-		}
-		taken := rec
-		taken.Host, taken.Nonce, taken.ClaimedAt = s.cfg.Host, nonce, s.now().UTC()
-		switch n, err := s.update(ctx, key, taken, rev); {
-		case err == nil:
-			s.log.Warn("took over a claim that was not accepted", "request_id", t.RequestID, "from_host", rec.Host)
-			return Claim{Record: taken, Rev: n, Mine: true}, nil
-		case !errors.Is(err, errConflict):
-			lastErr = err
-		}
-		waiting = false
 	}
+}
+
+// claimer is one Claim call: what it writes and what it has seen so far.
+type claimer struct {
+	s     *Store
+	t     ticket.Ticket
+	hash  string
+	key   string
+	nonce string
+	busy  func() bool
+
+	watched    uint64    // the revision of the other host's claim being watched
+	watchStart time.Time // when it was first seen
+	lastErr    error
+	waiting    bool // for another host's claim
+}
+
+// step is what one try of a claim decided.
+type step int
+
+const (
+	stepPause step = iota // try again after a pause
+	stepNow               // try again at once
+	stepDone              // the try's claim and error are the answer
+)
+
+// gaveUp is the answer of a claim whose ctx ended.
+func (c *claimer) gaveUp(ctx context.Context) error {
+	if c.waiting {
+		return ErrInProgress
+	}
+	return errors.Join(ErrUnavailable, c.lastErr, ctx.Err())
+}
+
+// try reads the record (if read) and decides from it, or writes a claim if
+// there is none.
+func (c *claimer) try(ctx context.Context, read bool) (step, Claim, error) {
+	var (
+		rec   Record
+		rev   uint64
+		found bool
+	)
+	if read {
+		var err error
+		if rec, rev, found, err = c.s.get(ctx, c.key); err != nil {
+			c.lastErr, c.waiting = err, false
+			return stepPause, Claim{}, nil
+		}
+	}
+	if !found {
+		return c.create(ctx)
+	}
+	return c.decide(ctx, rec, rev)
+}
+
+// create writes this call's claim where the key has no record.
+func (c *claimer) create(ctx context.Context) (step, Claim, error) {
+	if err := c.s.room(ctx); err != nil {
+		return stepDone, Claim{}, err
+	}
+	claim := Record{Phase: PhaseClaimed, Host: c.s.cfg.Host, Nonce: c.nonce, ClaimedAt: c.s.now().UTC(), ArgsHash: c.hash, Ticket: c.t}
+	rev, err := c.s.create(ctx, c.key, claim)
+	switch {
+	case err == nil:
+		return stepDone, Claim{Record: claim, Rev: rev, Mine: true}, nil
+	case errors.Is(err, ErrFull):
+		return stepDone, Claim{}, err
+	case !errors.Is(err, errConflict):
+		// Stored or not: the next read tells, after a pause.
+		c.lastErr, c.waiting = err, false
+		return stepPause, Claim{}, nil
+	}
+	c.waiting = false
+	return stepNow, Claim{}, nil
+}
+
+// decide answers from the record rec at rev.
+func (c *claimer) decide(ctx context.Context, rec Record, rev uint64) (step, Claim, error) {
+	switch {
+	case rec.Nonce == c.nonce:
+		return stepDone, Claim{Record: rec, Rev: rev, Mine: true}, nil
+	case rec.Ticket.Subject != c.t.Subject:
+		return stepDone, Claim{}, ledger.ErrOtherSubject
+	case rec.ArgsHash != c.hash:
+		return stepDone, Claim{}, &ledger.ConflictError{RequestID: c.t.RequestID, TicketID: rec.Ticket.ID, Tool: rec.Ticket.Tool}
+	case rec.Phase == PhaseAccepted:
+		return stepDone, Claim{Record: rec, Rev: rev}, nil
+	}
+	return c.takeOver(ctx, rec, rev)
+}
+
+// takeOver waits for a claim another host holds and has not accepted, and
+// takes it over once it stayed so for TakeoverAfter while watched, or at
+// once if it is this host's own and no call of this process holds it.
+func (c *claimer) takeOver(ctx context.Context, rec Record, rev uint64) (step, Claim, error) {
+	if rev != c.watched {
+		c.watched, c.watchStart = rev, time.Now()
+	}
+	own := rec.Host == c.s.cfg.Host && (c.busy == nil || !c.busy())
+	if !own && time.Since(c.watchStart) < c.s.cfg.TakeoverAfter {
+		c.waiting = true
+		return stepPause, Claim{}, nil
+	}
+	taken := rec
+	taken.Host, taken.Nonce, taken.ClaimedAt = c.s.cfg.Host, c.nonce, c.s.now().UTC()
+	switch n, err := c.s.update(ctx, c.key, taken, rev); {
+	case err == nil:
+		c.s.log.Warn("took over a claim that was not accepted", "request_id", c.t.RequestID, "from_host", rec.Host)
+		return stepDone, Claim{Record: taken, Rev: n, Mine: true}, nil
+	case !errors.Is(err, errConflict):
+		c.lastErr = err
+	}
+	c.waiting = false
+	return stepPause, Claim{}, nil
 }
 
 // AcceptClaim is Accept for a claim this host holds at c.Rev: one write

@@ -17,12 +17,12 @@ import (
 // (ledger.MirrorDelivery) for the host's own views.
 type Deliveries struct {
 	store *Store
-	local *ledger.Ledger
+	local Mirror
 	now   func() time.Time
 }
 
 // NewDeliveries returns the forwarder's store on s, mirroring into l.
-func NewDeliveries(s *Store, l *ledger.Ledger, now func() time.Time) *Deliveries {
+func NewDeliveries(s *Store, l Mirror, now func() time.Time) *Deliveries {
 	return &Deliveries{store: s, local: l, now: now}
 }
 
@@ -78,7 +78,7 @@ func (d *Deliveries) RecordDelivery(ctx context.Context, rec ledger.Delivery) er
 			return fmt.Errorf("clusterrec: record delivery %s: %w", rec.RequestID, ledger.ErrStale)
 		}
 		cur.Delivery = &Delivery{Target: rec.Target, State: rec.State, Attempts: rec.Attempts, Throttled: rec.Throttled,
-			NextAttemptAt: rec.NextAttemptAt, LastError: rec.LastError, ExternalID: rec.ExternalID, ExternalURL: rec.ExternalURL,
+			NextAttemptAt: rec.NextAttemptAt, LastError: rec.LastError, Failure: rec.Failure, ExternalID: rec.ExternalID, ExternalURL: rec.ExternalURL,
 			UpdatedAt: d.now().UTC(), By: d.store.Host(), Version: version + 1}
 		switch _, err := d.store.update(ctx, key, cur, rev); {
 		case err == nil:

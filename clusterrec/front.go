@@ -20,7 +20,7 @@ import (
 // that mcp-front's tools use.
 type Front struct {
 	store  *Store
-	ledger *ledger.Ledger
+	ledger Local
 	log    *slog.Logger
 	now    func() time.Time
 	// ClaimTimeout bounds how long a call waits for the cluster (an
@@ -38,7 +38,7 @@ type Front struct {
 }
 
 // NewFront builds the multi-host front of l on s.
-func NewFront(arch archetype.Archetype, s *Store, l *ledger.Ledger) *Front {
+func NewFront(arch archetype.Archetype, s *Store, l Local) *Front {
 	arch = arch.WithDefaults()
 	return &Front{store: s, ledger: l, log: arch.Logger, now: arch.Now, ClaimTimeout: 20 * time.Second, busy: map[string]int{}}
 }
@@ -173,16 +173,10 @@ func (f *Front) Find(ctx context.Context, subject, requestID string) (ledger.Req
 		// in progress: nothing says it was accepted, and a repeat with the
 		// same arguments completes it (taking the claim over) or replays
 		// it. "queued" would tell the agent not to call again.
-		return ledger.RequestStatus{RequestID: requestID, Status: ledger.StatusUnknown, Detail: interruptedDetail}, nil
+		return ledger.InterruptedStatus(requestID), nil
 	}
 	return st, nil
 }
-
-// interruptedDetail is find_request's detail for a claim no host has
-// accepted.
-const interruptedDetail = "Not accepted yet: a call with this request_id was interrupted before it was accepted, or is being " +
-	"accepted right now. Call the same create tool again with the SAME request_id and arguments: that completes it, " +
-	"or returns its result, and never makes a second ticket. Do not use a new request_id."
 
 // Ledger is d as the ledger's delivery record of scoped; nil for none.
 func (d *Delivery) Ledger(scoped string) *ledger.Delivery {
@@ -190,7 +184,8 @@ func (d *Delivery) Ledger(scoped string) *ledger.Delivery {
 		return nil
 	}
 	return &ledger.Delivery{RequestID: scoped, Target: d.Target, State: d.State, Attempts: d.Attempts, Throttled: d.Throttled,
-		NextAttemptAt: d.NextAttemptAt, LastError: d.LastError, ExternalID: d.ExternalID, ExternalURL: d.ExternalURL, UpdatedAt: d.UpdatedAt}
+		NextAttemptAt: d.NextAttemptAt, LastError: d.LastError, Failure: d.Failure, ExternalID: d.ExternalID, ExternalURL: d.ExternalURL,
+		UpdatedAt: d.UpdatedAt}
 }
 
 // IsUnavailable reports whether err says the cluster could not decide.

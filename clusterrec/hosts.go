@@ -86,7 +86,7 @@ func (c HostsConfig) WithDefaults() HostsConfig {
 type Hosts struct {
 	cfg     HostsConfig
 	store   *Store
-	local   *ledger.Ledger
+	local   Committer
 	pending Pending
 	log     *slog.Logger
 	now     func() time.Time
@@ -94,7 +94,7 @@ type Hosts struct {
 }
 
 // NewHosts builds the heartbeat and adoption service of s's host.
-func NewHosts(arch archetype.Archetype, cfg HostsConfig, s *Store, l *ledger.Ledger, pending Pending) *Hosts {
+func NewHosts(arch archetype.Archetype, cfg HostsConfig, s *Store, l Committer, pending Pending) *Hosts {
 	arch = arch.WithDefaults()
 	return &Hosts{cfg: cfg.WithDefaults(), store: s, local: l, pending: pending, log: arch.Logger, now: arch.Now, seen: map[string]bool{}}
 }

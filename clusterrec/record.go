@@ -14,6 +14,7 @@ import (
 	"encoding/base64"
 	"time"
 
+	"ticketrelay/ledger"
 	"ticketrelay/ticket"
 )
 
@@ -56,10 +57,14 @@ type Delivery struct {
 	Throttled     int       `json:"throttled,omitempty"`
 	NextAttemptAt time.Time `json:"next_attempt_at,omitzero"`
 	LastError     string    `json:"last_error,omitempty"`
-	ExternalID    string    `json:"external_id,omitempty"`
-	ExternalURL   string    `json:"external_url,omitempty"`
-	UpdatedAt     time.Time `json:"updated_at"`
-	By            string    `json:"by,omitempty"` // the host whose forwarder wrote it
+	// Failure is a failed delivery's class (ledger.Failure). A record
+	// written before classes were has none: its failure reads as one that
+	// may have reached the downstream, whatever LastError says.
+	Failure     ledger.Failure `json:"failure,omitempty"`
+	ExternalID  string         `json:"external_id,omitempty"`
+	ExternalURL string         `json:"external_url,omitempty"`
+	UpdatedAt   time.Time      `json:"updated_at"`
+	By          string         `json:"by,omitempty"` // the host whose forwarder wrote it
 	// Version counts the writes, as ledger.Delivery.Version does: the
 	// forwarder's conditional writes are on it.
 	Version int64 `json:"version"`

@@ -196,6 +196,7 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 	if prev.Counted() >= a.f.cfg.MaxAttempts {
 		prev.LastError = fmt.Sprintf("%s (the last one proven not to have created the item); last error: %s",
 			exhausted(prev), prev.LastError)
+		prev.Failure = ledger.FailureExhausted
 		return true, a.dead(ctx, prev, "exhausted")
 	}
 	return false, nil // proven absent: create it
@@ -267,8 +268,10 @@ func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec 
 	switch {
 	case e.Class == downstream.Auth:
 		a.f.metrics.AuthFailures.WithLabelValues(a.t.Name()).Inc()
+		rec.Failure = failureOf(e)
 		return a.dead(ctx, rec, "auth")
 	case e.Class != downstream.Transient:
+		rec.Failure = failureOf(e)
 		return a.dead(ctx, rec, e.Class.String())
 	case !caps.DedupeKey && e.MayHaveActed && caps.Lookup != downstream.LookupConsistent:
 		return a.uncertain(ctx, rec, fmt.Sprintf("attempt %d may have created the item (%s) and %s has no consistent lookup",
@@ -284,6 +287,7 @@ func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec 
 		rec.State = string(ledger.StatusRetrying)
 	case rec.Counted() >= a.f.cfg.MaxAttempts:
 		rec.LastError = fmt.Sprintf("%s; last error: %s", exhausted(rec), rec.LastError)
+		rec.Failure = ledger.FailureExhausted
 		return a.dead(ctx, rec, "exhausted")
 	default:
 		rec.State = string(ledger.StatusRetrying)

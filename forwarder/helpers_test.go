@@ -22,6 +22,7 @@ import (
 	"ticketrelay/internal/backoff"
 	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
+	"ticketrelay/mcptools"
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
@@ -171,12 +172,15 @@ func (e *env) create(t *testing.T, target string) string {
 	return id
 }
 
+// find is what find_request answers of id: the ledger's status, with the
+// detail the front writes from it (mcptools.Advise).
 func (e *env) find(t *testing.T, id string) ledger.RequestStatus {
 	t.Helper()
 	st, err := e.l.Find(context.Background(), "", id)
 	if err != nil {
 		t.Fatalf("find %s: %v", id, err)
 	}
+	st.Detail = mcptools.Advise(st)
 	return st
 }
 

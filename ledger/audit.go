@@ -3,21 +3,18 @@ package ledger
 import (
 	"context"
 	"database/sql"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"ticketrelay/outbox"
 )
 
-// Published is an outbox row as the stream audit sees it.
+// Published is an outbox row as the stream audit sees it, with its
+// request's delivery record.
 type Published struct {
-	ID          int64 // the outbox (and ledger) row id
-	RequestID   string
-	Target      string
-	Generation  int
-	PublishedAt time.Time // zero: not published (yet, or again after a redrive)
-	Seq         uint64    // stream sequence of the stored message; 0: not known
+	outbox.Row
+	Target string
 	// Delivery is the state of the request's delivery record ("": none
 	// yet), DeliveryUpdated when it was last written.
 	Delivery        string
@@ -27,57 +24,70 @@ type Published struct {
 // Settled reports whether the request's delivery needs nothing more.
 func (p Published) Settled() bool { return Delivery{State: p.Delivery}.Settled() }
 
-// MsgID is the Nats-Msg-Id the message was published under.
-func (p Published) MsgID() string {
-	return outbox.Message{RequestID: p.RequestID, Generation: p.Generation}.MsgID()
-}
-
 // LastID is the highest outbox (and ledger row) id, 0 if there is none.
 func (l *Ledger) LastID(ctx context.Context) (int64, error) {
-	var id int64
-	if err := l.db.read.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM outbox`).Scan(&id); err != nil {
-		return 0, fmt.Errorf("ledger: last id: %w", err)
+	id, err := outbox.LastID(ctx, l.db.read)
+	if err != nil {
+		return 0, fmt.Errorf("ledger: %w", err)
 	}
 	return id, nil
 }
 
 // PublishedAfter returns up to limit outbox rows with ids above after, in id
-// order, each with its request's delivery record state.
+// order, each with its request's delivery record state, read in one read
+// transaction.
 func (l *Ledger) PublishedAfter(ctx context.Context, after int64, limit int) ([]Published, error) {
-	rows, err := l.db.read.QueryContext(ctx, `
-		SELECT o.id, o.request_id, o.subject, o.generation, o.published_at, o.stream_seq, d.state, d.updated_at
-		FROM outbox o LEFT JOIN deliveries d ON d.id = o.id
-		WHERE o.id > ? ORDER BY o.id LIMIT ?`, after, limit)
+	tx, err := l.db.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("ledger: read published rows: %w", err)
 	}
-	defer rows.Close()
-	var out []Published
-	for rows.Next() {
-		var p Published
-		var published, seq, updated sql.NullInt64
-		var state sql.NullString
-		var subject string
-		if err := rows.Scan(&p.ID, &p.RequestID, &subject, &p.Generation, &published, &seq, &state, &updated); err != nil {
-			return nil, fmt.Errorf("ledger: read published rows: %w", err)
-		}
-		p.Target = outbox.TargetOf(subject)
-		p.Delivery = state.String
-		if updated.Valid {
-			p.DeliveryUpdated = time.Unix(0, updated.Int64)
-		}
-		if published.Valid {
-			p.PublishedAt = time.Unix(0, published.Int64)
-		}
-		if seq.Valid && seq.Int64 > 0 {
-			p.Seq = uint64(seq.Int64)
-		}
-		out = append(out, p)
+	defer tx.Rollback()
+	rows, err := outbox.RowsAfter(ctx, tx, after, limit)
+	if err != nil || len(rows) == 0 {
+		return nil, err
 	}
-	if err := rows.Err(); err != nil {
+	states, err := deliveryStates(ctx, tx, rows)
+	if err != nil {
 		return nil, fmt.Errorf("ledger: read published rows: %w", err)
 	}
+	out := make([]Published, len(rows))
+	for i, r := range rows {
+		s := states[r.ID]
+		out[i] = Published{Row: r, Target: outbox.TargetOf(r.Subject), Delivery: s.state, DeliveryUpdated: s.updated}
+	}
 	return out, nil
+}
+
+type deliveryStamp struct {
+	state   string
+	updated time.Time
+}
+
+// deliveryStates reads the state of the delivery records of rows.
+func deliveryStates(ctx context.Context, tx *sql.Tx, rows []outbox.Row) (map[int64]deliveryStamp, error) {
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, err
+	}
+	q, err := tx.QueryContext(ctx, `SELECT id, state, updated_at FROM deliveries WHERE id IN (SELECT value FROM json_each(?))`, string(list))
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close()
+	out := make(map[int64]deliveryStamp, len(rows))
+	for q.Next() {
+		var id, updated int64
+		var state string
+		if err := q.Scan(&id, &state, &updated); err != nil {
+			return nil, err
+		}
+		out[id] = deliveryStamp{state: state, updated: time.Unix(0, updated)}
+	}
+	return out, q.Err()
 }
 
 // RepublishLost queues p's message to be published again under a new
@@ -96,16 +106,15 @@ func (l *Ledger) RepublishLost(ctx context.Context, p Published) (bool, error) {
 	var done bool
 	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		done = false
-		var same bool
-		err := tx.QueryRowContext(ctx, `
-			SELECT o.generation = ? AND o.published_at IS NOT NULL AND o.stream_seq IS ?
-				AND d.state IS ? AND d.updated_at IS ?
-			FROM outbox o LEFT JOIN deliveries d ON d.id = o.id WHERE o.id = ?`,
-			p.Generation, nullSeq(p.Seq), sql.NullString{String: p.Delivery, Valid: p.Delivery != ""}, updated, p.ID).Scan(&same)
-		if errors.Is(err, sql.ErrNoRows) || (err == nil && !same) {
-			return nil
+		same, err := outbox.Unchanged(ctx, tx, p.Row)
+		if err != nil || !same {
+			return err
 		}
-		if err != nil {
+		// The delivery record as read: none (NULL state), or the same write.
+		err = tx.QueryRowContext(ctx, `SELECT (SELECT state FROM deliveries WHERE id = ?) IS ?
+			AND (SELECT updated_at FROM deliveries WHERE id = ?) IS ?`,
+			p.ID, sql.NullString{String: p.Delivery, Valid: p.Delivery != ""}, p.ID, updated).Scan(&same)
+		if err != nil || !same {
 			return err
 		}
 		done = true
@@ -115,8 +124,4 @@ func (l *Ledger) RepublishLost(ctx context.Context, p Published) (bool, error) {
 		return false, fmt.Errorf("ledger: republish %s: %w", p.RequestID, err)
 	}
 	return done, nil
-}
-
-func nullSeq(seq uint64) sql.NullInt64 {
-	return sql.NullInt64{Int64: int64(seq), Valid: seq > 0}
 }

@@ -1,6 +1,10 @@
-// Package ledger owns the SQLite file: its schema and migrations, the
-// idempotency ledger (request_id → argument hash and result), the tickets,
-// the delivery records and the request status that find_request reports.
+// Package ledger opens the SQLite file and runs its one migration
+// sequence (its own steps and the outbox's, see schema). It owns the
+// tables requests (the idempotency ledger: request_id → argument hash and
+// result, and the ticket), deliveries (the delivery records, with the
+// class of a failure), dispatchers and settings, with their schema,
+// migrations and queries, and reports where a request stands as data
+// (RequestStatus); the words said about it are its callers'.
 //
 // All writes of a process go through one Writer goroutine that batches
 // concurrent operations into one IMMEDIATE transaction (group commit), so a
@@ -21,6 +25,7 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
+	"ticketrelay/internal/migrate"
 	"ticketrelay/outbox"
 )
 
@@ -119,11 +124,18 @@ func (db *DB) query(ctx context.Context, query string, args ...any) (*sql.Rows, 
 // (the relay's backlog gauge, status commands).
 func (db *DB) Reader() *sql.DB { return db.read }
 
-// migrations are applied in order; PRAGMA user_version records how many ran.
-// Append only: never edit a migration that has shipped.
-var migrations = []string{
-	// 1: ledger, tickets, outbox, leases, deliveries.
-	`CREATE TABLE requests (
+// schema is the database's one migration sequence: the ledger's steps and
+// the outbox's (outbox.Migrations), each owner's SQL in its own package,
+// numbered as the file's user_version has always counted them. At a
+// version with steps of both, the ledger's run first.
+var schema = migrate.MustMerge(migrations, outbox.Migrations)
+
+// migrations are the ledger's steps: the tables requests (with the tickets
+// view), deliveries, dispatchers and settings. Append only: never edit a
+// step that has shipped.
+var migrations = []migrate.Step{
+	// 1: ledger, tickets, deliveries (the outbox adds outbox and leases).
+	{Version: 1, SQL: `CREATE TABLE requests (
 		request_id TEXT PRIMARY KEY,
 		tool       TEXT NOT NULL,
 		target     TEXT NOT NULL,
@@ -153,17 +165,19 @@ var migrations = []string{
 		external_url    TEXT NOT NULL DEFAULT '',
 		updated_at      INTEGER NOT NULL
 	) WITHOUT ROWID;
-	CREATE INDEX deliveries_state ON deliveries(state, target);` + "\n" + outbox.SchemaV1,
-	// 2: operator redrive republishes under a new message id.
-	outbox.SchemaV2,
+	CREATE INDEX deliveries_state ON deliveries(state, target);`},
+	// 2: operator redrive republishes under a new message id (the
+	// outbox's step only).
 	// 3: fewer B-trees keyed by random ids. A create inserted at a random
 	// key into five (requests, tickets, tickets' request_id index and
 	// foreign-key probe, the outbox's request_id index), each a page of the
 	// WAL per commit and a cache miss on a large file. Now it inserts into one
 	// small index (request_id → id); the rows are appended in id order. The
 	// ticket lives in its ledger row (the view keeps it readable by name) and
-	// the outbox row takes the ledger row's id.
-	`CREATE TABLE requests_v3 (
+	// the outbox row takes the ledger row's id. This step reads the outbox
+	// table once, before the outbox's step of the same version rebuilds it:
+	// the ledger rows take their ids from the outbox rows of their requests.
+	{Version: 3, SQL: `CREATE TABLE requests_v3 (
 		id         INTEGER PRIMARY KEY, -- also the outbox row's id; grows in commit order
 		request_id TEXT NOT NULL UNIQUE,
 		tool       TEXT NOT NULL,
@@ -185,17 +199,16 @@ var migrations = []string{
 	ALTER TABLE requests_v3 RENAME TO requests;
 	CREATE INDEX requests_created ON requests(created_at);
 	CREATE VIEW tickets AS
-		SELECT ticket_id, request_id, title, body, priority, labels, created_at FROM requests;` + "\n" + outbox.SchemaV3,
+		SELECT ticket_id, request_id, title, body, priority, labels, created_at FROM requests;`},
 	// 4: the stream sequence of each published message, for the audit that
-	// finds messages the stream lost.
-	outbox.SchemaV4,
+	// finds messages the stream lost (the outbox's step only).
 	// 5: delivery records keyed by the ledger row's id, as migration 3 did
 	// for the tickets. Keyed by request_id, every record was an insert at a
 	// random key into two B-trees (the table and its state index), two pages
 	// of the WAL each: 40 of the 45 pages a dispatcher commit of 20 tickets
 	// wrote. Ids grow in commit order, and tickets are delivered in about
 	// that order, so records and index entries are now appended.
-	`CREATE TABLE deliveries_v5 (
+	{Version: 5, SQL: `CREATE TABLE deliveries_v5 (
 		id              INTEGER PRIMARY KEY, -- the ledger row's id (requests.id)
 		target          TEXT NOT NULL,
 		state           TEXT NOT NULL,
@@ -211,38 +224,51 @@ var migrations = []string{
 		FROM deliveries d JOIN requests r USING (request_id) ORDER BY r.id;
 	DROP TABLE deliveries;
 	ALTER TABLE deliveries_v5 RENAME TO deliveries;
-	CREATE INDEX deliveries_state ON deliveries(state, target);`,
+	CREATE INDEX deliveries_state ON deliveries(state, target);`},
 	// 6: a version per delivery record. Two copies of one message can be
 	// handled at once (a redelivery after AckWait while the first copy is
 	// still calling the downstream, or a copy on another dispatcher); each
 	// write is conditional on the version its writer read, so only one
 	// copy's attempt goes ahead. Existing records start at 1: 0 means none.
-	`ALTER TABLE deliveries ADD COLUMN version INTEGER NOT NULL DEFAULT 1;`,
+	{Version: 6, SQL: `ALTER TABLE deliveries ADD COLUMN version INTEGER NOT NULL DEFAULT 1;`},
 	// 7: of a record's attempts, how many the downstream refused for its
 	// rate limit; they do not count toward the attempt limit.
-	`ALTER TABLE deliveries ADD COLUMN throttled INTEGER NOT NULL DEFAULT 0;`,
+	{Version: 7, SQL: `ALTER TABLE deliveries ADD COLUMN throttled INTEGER NOT NULL DEFAULT 0;`},
 	// 8: running dispatchers, their targets and key namespace (see Presence).
-	`CREATE TABLE dispatchers (
+	{Version: 8, SQL: `CREATE TABLE dispatchers (
 		holder        TEXT PRIMARY KEY,
 		targets       TEXT NOT NULL, -- JSON array of target names
 		key_namespace TEXT NOT NULL,
 		seen_at       INTEGER NOT NULL
-	);`,
+	);`},
 	// 9: settings the dispatcher must keep across restarts (the dedupe
 	// key namespace, see UseKeyNamespace).
-	`CREATE TABLE settings (
+	{Version: 9, SQL: `CREATE TABLE settings (
 		name  TEXT PRIMARY KEY,
 		value TEXT NOT NULL
-	);`,
+	);`},
 	// 10: the subject each request belongs to (ticket.Request.Subject).
 	// request_id now holds the scoped id (ticket.ScopedID), which for the
 	// anonymous subject is the request id itself: every row from before
 	// is the anonymous subject's, under the name it always had, so it
 	// replays, and is delivered under the same keys, as it did.
-	`ALTER TABLE requests ADD COLUMN subject TEXT NOT NULL DEFAULT '';`,
+	{Version: 10, SQL: `ALTER TABLE requests ADD COLUMN subject TEXT NOT NULL DEFAULT '';`},
+	// 11: the class of a failed delivery (Failure), which the forwarder
+	// writes from the downstream error's class; find_request's advice
+	// depends on it. Records from before have only the error's text: this
+	// step derives their class from it, once, by the rules find_request
+	// used on that text.
+	{Version: 11, SQL: `ALTER TABLE deliveries ADD COLUMN failure TEXT NOT NULL DEFAULT '';
+	UPDATE deliveries SET failure = CASE
+		WHEN last_error GLOB 'permanent error (HTTP 4[0-9][0-9])*' THEN 'rejected'
+		WHEN last_error GLOB 'auth error*' THEN 'auth'
+		WHEN instr(last_error, 'attempts exhausted') > 0 THEN 'exhausted'
+		WHEN last_error GLOB 'settled as not delivered*' THEN 'settled'
+		ELSE 'permanent' END
+	WHERE state = 'failed';`},
 }
 
-// migrateRetrying runs migrate, retrying SQLITE_BUSY for about 10 s. When
+// migrateRetrying runs runMigrations, retrying SQLITE_BUSY for about 10 s. When
 // both processes open a fresh file at once, both connections race to switch
 // it to WAL (the journal_mode pragma runs as each connection opens), and
 // SQLite answers the loser SQLITE_BUSY at once, without calling the busy
@@ -250,7 +276,7 @@ var migrations = []string{
 func migrateRetrying(ctx context.Context, db *sql.DB) error {
 	delay := 5 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := migrate(ctx, db)
+		err := runMigrations(ctx, db)
 		if err == nil || !isBusy(err) || attempt == 100 {
 			return err
 		}
@@ -263,7 +289,7 @@ func migrateRetrying(ctx context.Context, db *sql.DB) error {
 	}
 }
 
-func migrate(ctx context.Context, db *sql.DB) error {
+func runMigrations(ctx context.Context, db *sql.DB) error {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
@@ -278,19 +304,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		return err
 	}
 	defer tx.Rollback()
-	var version int
-	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
-		return err
-	}
-	if version > len(migrations) {
-		return fmt.Errorf("database schema version %d is newer than this binary knows (%d)", version, len(migrations))
-	}
-	for i := version; i < len(migrations); i++ {
-		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
-			return fmt.Errorf("migration %d: %w", i+1, err)
-		}
-	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(migrations))); err != nil {
+	if err := schema.Up(ctx, tx); err != nil {
 		return err
 	}
 	return tx.Commit()

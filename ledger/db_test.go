@@ -305,3 +305,69 @@ func TestNewDatabaseIsPrivate(t *testing.T) {
 		}
 	}
 }
+
+// A database written by a binary of schema 10 (a failed delivery's class
+// only in its error's text) keeps every record after migration 11 adds the
+// class: each failed request is advised as before, and records that are
+// not failed get no class.
+func TestMigrationClassifiesFailuresOfSchema10(t *testing.T) {
+	path := dbPath(t)
+	ctx := context.Background()
+	old := atSchema(t, path, 10)
+	cases := []struct {
+		id, state, lastError string
+		want                 ledger.Failure
+	}{
+		{"req-rejected", "failed", "permanent error (HTTP 422): title too long", ledger.FailureRejected},
+		{"req-auth", "failed", "auth error (HTTP 401): invalid token", ledger.FailureAuth},
+		{"req-exhausted", "failed", "10 attempts exhausted; last error: transient error (HTTP 503): unavailable", ledger.FailureExhausted},
+		{"req-settled", "failed", "settled as not delivered by an operator", ledger.FailureSettled},
+		{"req-other", "failed", "permanent error: encoding the request: json: unsupported value", ledger.FailurePermanent},
+		{"req-5xx", "failed", "permanent error (HTTP 501): not implemented", ledger.FailurePermanent},
+		{"req-retrying", "retrying", "permanent error (HTTP 422): not failed", ledger.FailureUnknown},
+	}
+	for i, c := range cases {
+		req := request(c.id)
+		rowID := int64(10 + i)
+		if _, err := old.Exec(`INSERT INTO requests (id, request_id, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels)
+			VALUES (?, ?, ?, ?, ?, ?, '{}', 1, ?, ?, ?, '[]')`,
+			rowID, req.RequestID, req.Tool, req.Target, req.Hash(), "tkt_"+c.id, req.Title, req.Body, req.Priority); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.Exec(`INSERT INTO outbox (id, request_id, subject, payload, created_at, published_at) VALUES (?, ?, 'tickets.local', '{}', 1, 2)`,
+			rowID, req.RequestID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.Exec(`INSERT INTO deliveries (id, target, state, attempts, last_error, updated_at) VALUES (?, 'local', ?, 1, ?, 3)`,
+			rowID, c.state, c.lastError); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	e := openEnv(t, path)
+	if got, want := userVersion(t, path), len(ledger.MigrationsForTest(11)); got < want {
+		t.Fatalf("user_version = %d after Open, want at least %d", got, want)
+	}
+	for _, c := range cases {
+		d, found, err := e.l.Delivery(ctx, c.id)
+		if err != nil || !found || d.Failure != c.want || d.LastError != c.lastError {
+			t.Errorf("Delivery(%s) after migration = %+v, %v, %v; want failure %q", c.id, d, found, err, c.want)
+		}
+		st, err := e.find(ctx, "", c.id)
+		if err != nil || st.Failure() != c.want || string(st.Status) != c.state {
+			t.Errorf("Find(%s) after migration = %+v, %v; want %s with failure %q", c.id, st, err, c.state, c.want)
+		}
+	}
+	// The advice for the classified records is the one their text got.
+	for id, words := range map[string]string{
+		"req-rejected":  "rejected it (permanent error (HTTP 422): title too long)",
+		"req-auth":      "refused ticketrelay's credentials",
+		"req-exhausted": "may hold the ticket",
+		"req-settled":   "settled this request as not delivered",
+		"req-other":     "may hold it",
+	} {
+		if st, _ := e.find(ctx, "", id); !strings.Contains(st.Detail, words) {
+			t.Errorf("%s after migration: detail %q lacks %q", id, st.Detail, words)
+		}
+	}
+}

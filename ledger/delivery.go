@@ -18,6 +18,7 @@ type Delivery struct {
 	Throttled     int // of Attempts, calls the downstream refused for its rate limit
 	NextAttemptAt time.Time
 	LastError     string
+	Failure       Failure // why a failed delivery failed; "" otherwise
 	ExternalID    string
 	ExternalURL   string
 	UpdatedAt     time.Time
@@ -95,16 +96,16 @@ func (l *Ledger) writeTx(d Delivery, mirror bool) func(ctx context.Context, tx *
 		// The record takes the ledger row's id (see migration 5); a request
 		// the ledger does not hold gets none.
 		res, err := l.w.prepared(tx).ExecContext(ctx, `
-			INSERT INTO deliveries (id, target, state, attempts, throttled, next_attempt_at, last_error, external_id, external_url, updated_at, version)
-			SELECT id, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1 FROM requests WHERE request_id = ?
+			INSERT INTO deliveries (id, target, state, attempts, throttled, next_attempt_at, last_error, failure, external_id, external_url, updated_at, version)
+			SELECT id, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1 FROM requests WHERE request_id = ?
 			ON CONFLICT(id) DO UPDATE SET
 				target = excluded.target, state = excluded.state, attempts = excluded.attempts, throttled = excluded.throttled,
-				next_attempt_at = excluded.next_attempt_at, last_error = excluded.last_error,
+				next_attempt_at = excluded.next_attempt_at, last_error = excluded.last_error, failure = excluded.failure,
 				external_id = excluded.external_id, external_url = excluded.external_url,
 				updated_at = excluded.updated_at, version = deliveries.version + 1
 			WHERE (deliveries.version = ? OR ?) AND (deliveries.state != 'delivered' OR ?)
 				OR (excluded.state = 'delivered' AND deliveries.state != 'delivered')`,
-			d.Target, d.State, d.Attempts, d.Throttled, next, d.LastError, d.ExternalID, d.ExternalURL, l.now().UnixNano(), d.RequestID,
+			d.Target, d.State, d.Attempts, d.Throttled, next, d.LastError, string(d.Failure), d.ExternalID, d.ExternalURL, l.now().UnixNano(), d.RequestID,
 			d.Version, mirror, !mirror)
 		if err != nil {
 			return err

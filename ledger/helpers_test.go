@@ -17,6 +17,7 @@ import (
 
 	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
+	"ticketrelay/mcptools"
 	"ticketrelay/metrics"
 	"ticketrelay/ticket"
 )
@@ -195,4 +196,13 @@ func testGauge(t *testing.T, g prometheus.Gauge) float64 {
 		t.Fatal(err)
 	}
 	return m.GetGauge().GetValue()
+}
+
+// find is Find with the detail the front writes for the agent
+// (mcptools.Advise): the words are the front's, the facts they are
+// written from the ledger's.
+func (e *env) find(ctx context.Context, subject, requestID string) (ledger.RequestStatus, error) {
+	st, err := e.l.Find(ctx, subject, requestID)
+	st.Detail = mcptools.Advise(st)
+	return st, err
 }

@@ -16,7 +16,8 @@ import (
 var ErrConflict = errors.New("request_id reused with different arguments")
 
 // ConflictError reports a request id that was first used with other
-// arguments (IETF Idempotency-Key draft: 422).
+// arguments (IETF Idempotency-Key draft: 422). What the caller may do
+// next is said by the front that answers it.
 type ConflictError struct {
 	RequestID string
 	TicketID  string
@@ -24,9 +25,8 @@ type ConflictError struct {
 }
 
 func (e *ConflictError) Error() string {
-	return fmt.Sprintf("request_id %q was already used with different arguments for ticket %s (tool %s); "+
-		"nothing was written. To create a new ticket use a fresh request_id; to get the original result, "+
-		"repeat the original arguments or call find_request", e.RequestID, e.TicketID, e.Tool)
+	return fmt.Sprintf("request_id %q was already used with different arguments for ticket %s (tool %s); nothing was written",
+		e.RequestID, e.TicketID, e.Tool)
 }
 
 func (e *ConflictError) Unwrap() error { return ErrConflict }
@@ -34,7 +34,7 @@ func (e *ConflictError) Unwrap() error { return ErrConflict }
 // ErrOtherSubject: the scoped id of a request (ticket.ScopedID) names
 // another subject's request. Only an anonymous request_id that spells
 // "subject:id" can meet it; the answer says nothing of the other request.
-var ErrOtherSubject = errors.New("request_id is in use by another caller; nothing was written. Use a fresh request_id")
+var ErrOtherSubject = errors.New("request_id is in use by another caller; nothing was written")
 
 // Result is the answer to a create: it is saved with the ledger row and
 // replayed, unchanged but for Replayed, to every repeat of the request.
@@ -100,25 +100,24 @@ func (l *Ledger) CreateAt(ctx context.Context, req ticket.Request, hash string, 
 	}
 	if res.Live != nil {
 		// The replay is answered even if the running dispatchers cannot be
-		// read: its detail then lacks only whether one will deliver it.
-		_ = l.explain(ctx, res.Live)
+		// read: its answer then lacks only whether one will deliver it.
+		_ = l.addServed(ctx, res.Live)
 	}
 	return res, nil
-}
-
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 // lookup answers from the existing ledger row of req: a replay, with where
 // the request stands now (Result.Live, read in the same query), or a
 // conflict.
-func lookup(ctx context.Context, q querier, req ticket.Request, hash string) (Result, error) {
+func lookup(ctx context.Context, q outbox.Querier, req ticket.Request, hash string) (Result, error) {
 	var storedHash, stored, subject string
 	var st RequestStatus
 	var row statusRow
 	err := q.QueryRowContext(ctx, `SELECT r.args_hash, r.result, r.subject, `+statusColumns+` `+statusJoins+` WHERE r.request_id = ?`,
 		req.Scoped()).Scan(append([]any{&storedHash, &stored, &subject}, row.dest(&st)...)...)
+	if err == nil {
+		err = row.readPublished(ctx, q)
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("ledger: look up %s: %w", req.RequestID, err)
 	}

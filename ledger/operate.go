@@ -33,7 +33,7 @@ func (l *Ledger) redriveTx(ctx context.Context, tx *sql.Tx, requestID string) er
 		case err != nil:
 			return fmt.Errorf("ledger: redrive %s: %w", requestID, err)
 		case !ok:
-			return fmt.Errorf("%w: %s (never accepted, or forgotten after -retention)", ErrNotFound, requestID)
+			return fmt.Errorf("%w: %s", ErrNotFound, requestID)
 		}
 		return fmt.Errorf("%w: %s has no delivery record yet (it is still on its way)", ErrState, requestID)
 	}
@@ -44,7 +44,7 @@ func (l *Ledger) redriveTx(ctx context.Context, tx *sql.Tx, requestID string) er
 		return fmt.Errorf("%w: %s is %s; only failed requests can be redriven", ErrState, requestID, state)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, attempts = 0, throttled = 0, next_attempt_at = NULL,
-		last_error = ?, updated_at = ?, version = version + 1 WHERE id = ?`,
+		last_error = ?, failure = '', updated_at = ?, version = version + 1 WHERE id = ?`,
 		string(StatusRetrying), "redriven by an operator after: "+state, l.now().UnixNano(), id); err != nil {
 		return fmt.Errorf("ledger: redrive %s: %w", requestID, err)
 	}
@@ -110,12 +110,12 @@ func (l *Ledger) Resolve(ctx context.Context, requestID string, delivered bool, 
 		if Status(state) != StatusUncertain {
 			return fmt.Errorf("%w: %s is %s; only uncertain requests can be resolved", ErrState, requestID, state)
 		}
-		newState, msg := string(StatusFailed), "settled as not delivered by an operator"
+		newState, msg, failure := string(StatusFailed), "settled as not delivered by an operator", FailureSettled
 		if delivered {
-			newState, msg = string(StatusDelivered), ""
+			newState, msg, failure = string(StatusDelivered), "", FailureUnknown
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, external_id = ?, last_error = ?, next_attempt_at = NULL,
-			updated_at = ?, version = version + 1 WHERE id = ?`, newState, externalID, msg, l.now().UnixNano(), id)
+		_, err = tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, external_id = ?, last_error = ?, failure = ?, next_attempt_at = NULL,
+			updated_at = ?, version = version + 1 WHERE id = ?`, newState, externalID, msg, string(failure), l.now().UnixNano(), id)
 		return err
 	})
 }
@@ -155,6 +155,46 @@ func (l *Ledger) Summarize(ctx context.Context) (Summary, error) {
 	if !oldest.IsZero() {
 		s.OldestAge = l.now().Sub(oldest)
 	}
+	counts, err := l.countByTarget(ctx)
+	if err != nil {
+		return s, fmt.Errorf("ledger: summarize: %w", err)
+	}
+	served, err := l.Served(ctx)
+	if err != nil {
+		return s, err
+	}
+	s.Dispatchers = served.Dispatchers
+	for t := range served.Targets {
+		counts.of(t)
+	}
+	slices.Sort(counts.order)
+	for _, t := range counts.order {
+		tc := counts.byTarget[t]
+		tc.Served = served.Serves(t)
+		s.Targets = append(s.Targets, *tc)
+	}
+	s.Uncertain, err = l.uncertain(ctx)
+	return s, err
+}
+
+// targetCounts collects TargetCounts by target, in the order first seen.
+type targetCounts struct {
+	byTarget map[string]*TargetCounts
+	order    []string
+}
+
+func (c *targetCounts) of(target string) *TargetCounts {
+	tc := c.byTarget[target]
+	if tc == nil {
+		tc = &TargetCounts{Target: target}
+		c.byTarget[target] = tc
+		c.order = append(c.order, target)
+	}
+	return tc
+}
+
+// countByTarget counts the requests of each target by where they stand.
+func (l *Ledger) countByTarget(ctx context.Context) (*targetCounts, error) {
 	// An attempt that ended without a known outcome and waits for its
 	// lookup is retrying, as find_request reports it.
 	// Requests with no delivery record yet are "waiting": counting them
@@ -166,27 +206,17 @@ func (l *Ledger) Summarize(ctx context.Context) (Summary, error) {
 			SELECT r.target, 'waiting' FROM requests r LEFT JOIN deliveries d ON d.id = r.id WHERE d.id IS NULL
 		) GROUP BY target, shown`, DeliveryAttempting, string(StatusRetrying))
 	if err != nil {
-		return s, fmt.Errorf("ledger: summarize: %w", err)
+		return nil, err
 	}
-	byTarget := map[string]*TargetCounts{}
-	var order []string
-	counts := func(target string) *TargetCounts {
-		tc := byTarget[target]
-		if tc == nil {
-			tc = &TargetCounts{Target: target}
-			byTarget[target] = tc
-			order = append(order, target)
-		}
-		return tc
-	}
+	defer rows.Close()
+	counts := &targetCounts{byTarget: map[string]*TargetCounts{}}
 	for rows.Next() {
 		var target, state string
 		var c int
 		if err := rows.Scan(&target, &state, &c); err != nil {
-			rows.Close()
-			return s, err
+			return nil, err
 		}
-		tc := counts(target)
+		tc := counts.of(target)
 		switch state {
 		case "waiting":
 			tc.Waiting = c
@@ -202,45 +232,34 @@ func (l *Ledger) Summarize(ctx context.Context) (Summary, error) {
 			tc.InFlight = c
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return s, err
-	}
-	served, err := l.Served(ctx)
-	if err != nil {
-		return s, err
-	}
-	s.Dispatchers = served.Dispatchers
-	for t := range served.Targets {
-		counts(t)
-	}
-	slices.Sort(order)
-	for _, t := range order {
-		tc := byTarget[t]
-		tc.Served = served.Serves(t)
-		s.Targets = append(s.Targets, *tc)
-	}
-	var uncertain []string
-	urows, err := l.db.read.QueryContext(ctx, `SELECT r.request_id FROM deliveries d JOIN requests r ON r.id = d.id
+	return counts, rows.Err()
+}
+
+// uncertain reads the status of the (first thousand) uncertain requests,
+// oldest first.
+func (l *Ledger) uncertain(ctx context.Context) ([]RequestStatus, error) {
+	rows, err := l.db.read.QueryContext(ctx, `SELECT r.request_id FROM deliveries d JOIN requests r ON r.id = d.id
 		WHERE d.state = ? ORDER BY d.updated_at LIMIT 1000`, string(StatusUncertain))
 	if err != nil {
-		return s, err
+		return nil, err
 	}
-	for urows.Next() {
+	var ids []string
+	for rows.Next() {
 		var id string
-		if err := urows.Scan(&id); err != nil {
-			urows.Close()
-			return s, err
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
 		}
-		uncertain = append(uncertain, id)
+		ids = append(ids, id)
 	}
-	urows.Close()
-	for _, id := range uncertain {
+	rows.Close()
+	var out []RequestStatus
+	for _, id := range ids {
 		st, err := l.FindScoped(ctx, id)
 		if err != nil {
-			return s, err
+			return nil, err
 		}
-		s.Uncertain = append(s.Uncertain, st)
+		out = append(out, st)
 	}
-	return s, nil
+	return out, nil
 }

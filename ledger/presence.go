@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -17,11 +16,10 @@ import (
 // different -config files, or no dispatcher running at all) waited as
 // "queued" or "published" for ever, and nothing said why.
 const (
-	// PresenceInterval is how often a running dispatcher renews its entry.
-	PresenceInterval = 10 * time.Second
 	// PresenceFresh is how old an entry may be and still stand for a
-	// running dispatcher: three renewals missed.
-	PresenceFresh = 3 * PresenceInterval
+	// running dispatcher: three renewals missed (a dispatcher renews its
+	// entry every maintenance.PresenceInterval).
+	PresenceFresh = 30 * time.Second
 	// presenceForget is how old an entry is deleted (a crashed
 	// dispatcher's, or one stopped too hard to take its own out).
 	presenceForget = 24 * time.Hour
@@ -80,24 +78,25 @@ func (p *Presence) Unblocked(ctx context.Context) error {
 // Serves reports whether a running dispatcher delivers to target.
 func (s Served) Serves(target string) bool { return s.Targets[target] }
 
-// Presence keeps one dispatcher's entry.
+// Presence is one dispatcher's entry in the dispatchers table: the
+// writes that say it runs, what it serves, and that it cannot reach the
+// stream. The service that renews it is maintenance.Presence.
 type Presence struct {
 	l       *Ledger
 	holder  string
 	targets string // JSON array, sorted
 	ns      string // dedupe key namespace (see UseKeyNamespace)
-	log     *slog.Logger
 }
 
 // NewPresence returns the entry of the dispatcher holder delivering to
 // targets under the dedupe key namespace ns.
-func (l *Ledger) NewPresence(holder string, targets []string, ns string, log *slog.Logger) *Presence {
+func (l *Ledger) NewPresence(holder string, targets []string, ns string) *Presence {
 	t := slices.Sorted(slices.Values(targets))
 	if t == nil {
 		t = []string{}
 	}
 	b, _ := json.Marshal(t) // a []string always encodes
-	return &Presence{l: l, holder: holder, targets: string(b), ns: ns, log: log}
+	return &Presence{l: l, holder: holder, targets: string(b), ns: ns}
 }
 
 // Announce writes the entry (again) and deletes entries nobody renewed for
@@ -139,27 +138,6 @@ func (p *Presence) Withdraw(ctx context.Context) error {
 		return fmt.Errorf("ledger: withdraw dispatcher %s: %w", p.holder, err)
 	}
 	return nil
-}
-
-// Run renews the entry every PresenceInterval until ctx ends, then
-// withdraws it. The first Announce is the caller's (before the dispatcher
-// says it is running).
-func (p *Presence) Run(ctx context.Context) error {
-	t := time.NewTicker(PresenceInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			return p.Withdraw(wctx)
-		case <-t.C:
-			if err := p.Announce(ctx); err != nil && ctx.Err() == nil {
-				// The next renewal tries again; PresenceFresh allows for two.
-				p.log.Warn("could not renew the dispatcher's entry in the ledger", "err", err)
-			}
-		}
-	}
 }
 
 // Served reads what the running dispatchers deliver to.
@@ -215,21 +193,9 @@ func (l *Ledger) Served(ctx context.Context) (Served, error) {
 	return s, nil
 }
 
-// Blocked is what find_request adds to the detail of a request still on
-// its way while a running dispatcher cannot hand requests to the stream;
-// "" otherwise.
-func (s Served) Blocked() string {
-	if s.BlockedSince.IsZero() {
-		return ""
-	}
-	return fmt.Sprintf(" Delivery is blocked: the dispatcher cannot reach its delivery queue (the JetStream stream) since %s (%s). "+
-		"The request stays stored and is handed over once the queue is back; the dispatcher keeps trying. "+
-		"Tell the operator if this lasts.", s.BlockedSince.UTC().Format(time.RFC3339), s.BlockedReason)
-}
-
 // servedCache keeps what Served read for servedCacheFor: Find reads it for
 // every request still on its way, and a replayed create answers with Find.
-// Entries change every PresenceInterval at most; an Announce or Withdraw
+// Entries change every renewal at most; an Announce or Withdraw
 // through this ledger forgets it at once.
 type servedCache struct {
 	mu sync.Mutex
@@ -258,20 +224,4 @@ func (l *Ledger) servedRecently(ctx context.Context) (Served, error) {
 	}
 	l.served.s, l.served.at = s, time.Now()
 	return s, nil
-}
-
-// Unserved is what find_request adds to the detail of a request still on
-// its way to target when no running dispatcher delivers to it; "" when one
-// does.
-func (s Served) Unserved(target string) string {
-	switch {
-	case s.Dispatchers == 0:
-		return fmt.Sprintf(" No dispatcher is running (none has renewed its entry in the last %s): it stays stored and "+
-			"will be delivered once one runs. Tell the operator.", PresenceFresh)
-	case !s.Serves(target):
-		return fmt.Sprintf(" No running dispatcher delivers to %q: its configuration (-config) has no such target. It stays "+
-			"stored and will be delivered once one does. Tell the operator: mcp-front and the dispatcher must be given "+
-			"the same -config.", target)
-	}
-	return ""
 }

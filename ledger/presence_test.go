@@ -28,7 +28,7 @@ func TestPresence(t *testing.T) {
 	}
 	detail := func() string {
 		t.Helper()
-		st, err := e.l.Find(ctx, "", "req-waits")
+		st, err := e.find(ctx, "", "req-waits")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +42,7 @@ func TestPresence(t *testing.T) {
 		t.Errorf("no dispatcher: detail %q", d)
 	}
 
-	hooks := e.l.NewPresence("d1", []string{"hook", "slack"}, "", discard())
+	hooks := e.l.NewPresence("d1", []string{"hook", "slack"}, "")
 	if err := hooks.Announce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestPresence(t *testing.T) {
 		t.Errorf("local unserved: detail %q", d)
 	}
 
-	local := e.l.NewPresence("d2", []string{"local"}, "", discard())
+	local := e.l.NewPresence("d2", []string{"local"}, "")
 	if err := local.Announce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -85,34 +85,6 @@ func TestPresence(t *testing.T) {
 	}
 }
 
-// Run renews the entry and withdraws it when its context ends.
-func TestPresenceRunWithdrawsOnStop(t *testing.T) {
-	e := openEnv(t, dbPath(t))
-	p := e.l.NewPresence("d1", []string{"local"}, "", discard())
-	if err := p.Announce(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after its context ended")
-	}
-	s, err := e.l.Served(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.Dispatchers != 0 {
-		t.Fatalf("Served = %+v after Run ended", s)
-	}
-}
-
 // A running dispatcher that cannot reach the stream notes it, and
 // find_request says delivery is blocked, since when and why, until the note
 // is cleared, the dispatcher withdraws, or its entry goes stale.
@@ -124,7 +96,7 @@ func TestPresenceBlockedDelivery(t *testing.T) {
 	}
 	detail := func() string {
 		t.Helper()
-		st, err := e.l.Find(ctx, "", "req-blocked")
+		st, err := e.find(ctx, "", "req-blocked")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +105,7 @@ func TestPresenceBlockedDelivery(t *testing.T) {
 		}
 		return st.Detail
 	}
-	p := e.l.NewPresence("d1", []string{"local"}, "", discard())
+	p := e.l.NewPresence("d1", []string{"local"}, "")
 	if err := p.Announce(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,7 @@ func readPriors(ctx context.Context, db *DB, batch []*priorCall) error {
 	}
 	rows, err := db.query(ctx, `
 		SELECT j.key, r.id IS NOT NULL, r.tool, r.target, r.ticket_id, r.title, r.body, r.priority, r.labels, r.created_at,
-			d.target, d.state, d.attempts, d.throttled, d.next_attempt_at, d.last_error, d.external_id, d.external_url, d.updated_at, d.version
+			d.target, d.state, d.attempts, d.throttled, d.next_attempt_at, d.last_error, d.failure, d.external_id, d.external_url, d.updated_at, d.version
 		FROM json_each(?) j LEFT JOIN requests r ON r.request_id = j.value LEFT JOIN deliveries d ON d.id = r.id`, string(list))
 	if err != nil {
 		return fmt.Errorf("ledger: read deliveries: %w", err)
@@ -123,11 +123,11 @@ func readPriors(ctx context.Context, db *DB, batch []*priorCall) error {
 			i                                                     int
 			accepted                                              bool
 			tool, target, ticketID, title, body, priority, labels sql.NullString
-			dTarget, state, lastErr, extID, extURL                sql.NullString
+			dTarget, state, lastErr, failure, extID, extURL       sql.NullString
 			created, attempts, throttled, next, updated, version  sql.NullInt64
 		)
 		if err := rows.Scan(&i, &accepted, &tool, &target, &ticketID, &title, &body, &priority, &labels, &created,
-			&dTarget, &state, &attempts, &throttled, &next, &lastErr, &extID, &extURL, &updated, &version); err != nil {
+			&dTarget, &state, &attempts, &throttled, &next, &lastErr, &failure, &extID, &extURL, &updated, &version); err != nil {
 			return fmt.Errorf("ledger: read deliveries: %w", err)
 		}
 		if i < 0 || i >= len(batch) {
@@ -155,7 +155,7 @@ func readPriors(ctx context.Context, db *DB, batch []*priorCall) error {
 		p.Found = true
 		d := &p.Delivery
 		d.Target, d.State, d.Attempts, d.Throttled = dTarget.String, state.String, int(attempts.Int64), int(throttled.Int64)
-		d.LastError, d.ExternalID, d.ExternalURL = lastErr.String, extID.String, extURL.String
+		d.LastError, d.Failure, d.ExternalID, d.ExternalURL = lastErr.String, Failure(failure.String), extID.String, extURL.String
 		if next.Valid {
 			d.NextAttemptAt = time.Unix(0, next.Int64).UTC()
 		}

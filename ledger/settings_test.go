@@ -72,7 +72,7 @@ func TestKeyNamespaceOfRunningDispatchers(t *testing.T) {
 	if err := e.l.UseKeyNamespace(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	first := e.l.NewPresence("dispatcher-a", []string{"local"}, "a", discard())
+	first := e.l.NewPresence("dispatcher-a", []string{"local"}, "a")
 	if err := first.Announce(ctx); err != nil {
 		t.Fatal(err)
 	}

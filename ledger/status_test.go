@@ -16,7 +16,7 @@ import (
 
 func TestFindUnknown(t *testing.T) {
 	e := openEnv(t, dbPath(t))
-	st, err := e.l.Find(context.Background(), "", "never-seen")
+	st, err := e.find(context.Background(), "", "never-seen")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestFindFollowsTheRequest(t *testing.T) {
 
 	find := func() ledger.RequestStatus {
 		t.Helper()
-		st, err := e.l.Find(ctx, "", "req-life")
+		st, err := e.find(ctx, "", "req-life")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,11 +150,12 @@ func TestFindTerminalStates(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	ctx := context.Background()
 	for _, tc := range []struct {
-		state  ledger.Status
-		detail string
+		state   ledger.Status
+		failure ledger.Failure // as the forwarder records it
+		detail  string
 	}{
-		{ledger.StatusFailed, "local rejected it (permanent error (HTTP 422): title too long)"},
-		{ledger.StatusUncertain, "Check local for ticket "},
+		{ledger.StatusFailed, ledger.FailureRejected, "local rejected it (permanent error (HTTP 422): title too long)"},
+		{ledger.StatusUncertain, ledger.FailureUnknown, "Check local for ticket "},
 	} {
 		id := "req-" + string(tc.state)
 		res, err := e.l.Create(ctx, request(id))
@@ -162,10 +163,10 @@ func TestFindTerminalStates(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: string(tc.state),
-			Attempts: 3, LastError: "permanent error (HTTP 422): title too long"}); err != nil {
+			Attempts: 3, LastError: "permanent error (HTTP 422): title too long", Failure: tc.failure}); err != nil {
 			t.Fatal(err)
 		}
-		st, err := e.l.Find(ctx, "", id)
+		st, err := e.find(ctx, "", id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,35 +197,36 @@ func TestFindSettledDetails(t *testing.T) {
 	const noNewID = "not create it again with a new request_id"
 	for i, tc := range []struct {
 		state     ledger.Status
+		failure   ledger.Failure // as the forwarder (or an operator's resolve) records it
 		lastError string
 		want      []string // with %s for the request id
 		not       []string
 	}{
-		{ledger.StatusFailed, "permanent error (HTTP 400): field 'title' is too long",
+		{ledger.StatusFailed, ledger.FailureRejected, "permanent error (HTTP 400): field 'title' is too long",
 			[]string{"rejected it (permanent error (HTTP 400): field 'title' is too long)", "fix the arguments and " + newID,
 				"`dispatcher redrive -data DIR %s`", "same dedupe key"},
 			[]string{"permanently"}},
-		{ledger.StatusFailed, "auth error (HTTP 401): invalid token",
+		{ledger.StatusFailed, ledger.FailureAuth, "auth error (HTTP 401): invalid token",
 			[]string{"refused ticketrelay's credentials (auth error (HTTP 401): invalid token)", "`dispatcher redrive -data DIR %s`",
 				"same dedupe key", "Do " + noNewID},
 			[]string{"permanently", "fix the arguments", newID}},
-		{ledger.StatusFailed, "10 attempts exhausted; last error: transient error (HTTP 503): unavailable",
+		{ledger.StatusFailed, ledger.FailureExhausted, "10 attempts exhausted; last error: transient error (HTTP 503): unavailable",
 			[]string{"(10 attempts exhausted; last error: transient error (HTTP 503): unavailable)", "may hold the ticket",
 				"do " + noNewID, "`dispatcher redrive -data DIR %s`", "same dedupe key"},
 			[]string{"permanently", "fix the arguments", newID}},
-		{ledger.StatusFailed, "permanent error: encoding the request: json: unsupported value",
+		{ledger.StatusFailed, ledger.FailurePermanent, "permanent error: encoding the request: json: unsupported value",
 			[]string{"(permanent error: encoding the request: json: unsupported value)", "`dispatcher redrive -data DIR %s`",
 				"Do " + noNewID, "may hold it"},
 			[]string{"permanently", "fix the arguments", newID}},
-		{ledger.StatusFailed, "settled as not delivered by an operator",
+		{ledger.StatusFailed, ledger.FailureSettled, "settled as not delivered by an operator",
 			[]string{"settled this request as not delivered", newID, "`dispatcher redrive -data DIR %s`", "not both"},
 			[]string{"permanently"}},
-		{ledger.StatusUncertain, "attempt 1 may have created the item (transient error (HTTP 503): unavailable) and local has no consistent lookup",
+		{ledger.StatusUncertain, ledger.FailureUnknown, "attempt 1 may have created the item (transient error (HTTP 503): unavailable) and local has no consistent lookup",
 			[]string{"outcome of an attempt to deliver to local is unknown (attempt 1 may have created the item (transient error (HTTP 503)",
 				"Check local for ticket ", "`dispatcher resolve -data DIR %s -delivered EXTERNAL_ID`",
 				"If it is not, " + newID, "only repeats this answer", "`dispatcher resolve -data DIR %s -failed`"},
 			[]string{"ended without an answer", "permanently"}},
-		{ledger.StatusUncertain, "attempt 2 ended without an answer and local has no consistent lookup",
+		{ledger.StatusUncertain, ledger.FailureUnknown, "attempt 2 ended without an answer and local has no consistent lookup",
 			[]string{"is unknown (attempt 2 ended without an answer", "`dispatcher resolve -data DIR %s -delivered EXTERNAL_ID`",
 				"If it is not, " + newID, "`dispatcher resolve -data DIR %s -failed`"},
 			[]string{"permanently"}},
@@ -234,10 +236,10 @@ func TestFindSettledDetails(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: string(tc.state),
-			Attempts: 10, LastError: tc.lastError}); err != nil {
+			Attempts: 10, LastError: tc.lastError, Failure: tc.failure}); err != nil {
 			t.Fatal(err)
 		}
-		st, err := e.l.Find(ctx, "", id)
+		st, err := e.find(ctx, "", id)
 		if err != nil {
 			t.Fatal(err)
 		}

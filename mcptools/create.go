@@ -83,7 +83,7 @@ func acceptedDetail(target string) string {
 // now sets what st, the request's status as find_request gives it, says
 // of it now: the status, where it was delivered, what it means.
 func (c *createResult) now(st ledger.RequestStatus) {
-	c.Status, c.ExternalID, c.ExternalURL, c.Detail = st.Status, st.ExternalID, st.ExternalURL, st.Detail
+	c.Status, c.ExternalID, c.ExternalURL, c.Detail = st.Status, st.ExternalID, st.ExternalURL, Advise(st)
 }
 
 // current is the answer to a replayed call: the first call's result with
@@ -133,10 +133,10 @@ func (s *Server) notCreated(ctx context.Context, o *outcome, tool, requestID str
 	switch {
 	case errors.As(err, &conflict):
 		o.word = metrics.CallConflict
-		return toolError("idempotency_key_conflict: " + conflict.Error())
+		return toolError(conflictAdvice(conflict))
 	case errors.Is(err, ledger.ErrOtherSubject):
 		o.word = metrics.CallConflict
-		return toolError("idempotency_key_conflict: " + err.Error())
+		return toolError(otherSubjectAdvice)
 	case errors.Is(err, clusterrec.ErrInProgress):
 		// Multi-host: another host claimed it and is still committing.
 		return toolError("idempotency_key_in_progress: another host is still accepting this request_id. " +

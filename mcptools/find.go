@@ -29,7 +29,7 @@ func (s *Server) findHandler(ctx context.Context, req *mcp.CallToolRequest) (*mc
 		return toolError(fmt.Sprintf("could not read the status (%v); try again", err)), nil
 	}
 	o.word = metrics.CallOK
-	return jsonResult(st)
+	return jsonResult(advised(st))
 }
 
 // callerSubject is the subject a call's request_id belongs to: its bearer

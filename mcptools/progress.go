@@ -67,8 +67,8 @@ func (s *Server) awaitDelivery(ctx context.Context, req *mcp.CallToolRequest, su
 				if token != nil && req.Session != nil {
 					sent++
 					msg := string(st.Status)
-					if st.Detail != "" {
-						msg += ": " + st.Detail
+					if out.Detail != "" {
+						msg += ": " + out.Detail
 					}
 					if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 						ProgressToken: token, Progress: float64(sent), Message: msg,

@@ -1,6 +1,8 @@
-// Package outbox owns the outbox table: rows written inside the ledger's
-// transaction (InsertTx), and the Relay that publishes them to JetStream and
-// marks them published. It never imports the ledger: the relay writes through
+// Package outbox owns the outbox and leases tables: their schema (its
+// steps of the database's migration sequence, Migrations), rows written
+// inside the ledger's transaction (InsertTx, RedriveTx, DeleteTx), the
+// reads others need (rows.go), and the Relay that publishes the rows to
+// JetStream and marks them published. It never imports the ledger: the relay writes through
 // the TxRunner it is given and publishes through the Publisher it defines.
 package outbox
 
@@ -11,50 +13,6 @@ import (
 	"fmt"
 	"time"
 )
-
-// SchemaV1 is the outbox part of the first migration (run by the ledger).
-const SchemaV1 = `
-CREATE TABLE outbox (
-	id           INTEGER PRIMARY KEY AUTOINCREMENT,
-	request_id   TEXT NOT NULL UNIQUE,
-	subject      TEXT NOT NULL,
-	payload      BLOB NOT NULL,
-	created_at   INTEGER NOT NULL, -- unix nanoseconds, the ledger commit
-	published_at INTEGER           -- unix nanoseconds of the JetStream ack
-);
-CREATE INDEX outbox_pending ON outbox(id) WHERE published_at IS NULL;
-CREATE TABLE leases (
-	name       TEXT PRIMARY KEY,
-	holder     TEXT NOT NULL,
-	expires_at INTEGER NOT NULL -- unix nanoseconds
-) WITHOUT ROWID;`
-
-// SchemaV2 adds the redrive generation (part of the second migration).
-const SchemaV2 = `ALTER TABLE outbox ADD COLUMN generation INTEGER NOT NULL DEFAULT 0; -- bumped by each redrive`
-
-// SchemaV3 (part of the third migration) drops the unique index on
-// request_id: an insert at a random key, a page of the WAL per create. A row
-// is found by its id, which the ledger gives it: its own row's id.
-const SchemaV3 = `
-CREATE TABLE outbox_v3 (
-	id           INTEGER PRIMARY KEY, -- the ledger row's id
-	request_id   TEXT NOT NULL,
-	subject      TEXT NOT NULL,
-	payload      BLOB NOT NULL,
-	created_at   INTEGER NOT NULL, -- unix nanoseconds, the ledger commit
-	published_at INTEGER,          -- unix nanoseconds of the JetStream ack
-	generation   INTEGER NOT NULL DEFAULT 0 -- bumped by each redrive
-);
-INSERT INTO outbox_v3 (id, request_id, subject, payload, created_at, published_at, generation)
-	SELECT id, request_id, subject, payload, created_at, published_at, generation FROM outbox;
-DROP TABLE outbox;
-ALTER TABLE outbox_v3 RENAME TO outbox;
-CREATE INDEX outbox_pending ON outbox(id) WHERE published_at IS NULL;`
-
-// SchemaV4 (the fourth migration) records where the stream stored each
-// message, so that the dispatcher's audit can ask the stream whether it
-// still holds it.
-const SchemaV4 = `ALTER TABLE outbox ADD COLUMN stream_seq INTEGER; -- JetStream sequence of the stored message; NULL: not known`
 
 // SubjectPrefix is the first token of every ticket subject.
 const SubjectPrefix = "tickets"

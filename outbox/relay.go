@@ -7,12 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"ticketrelay/internal/archetype"
-	"ticketrelay/internal/backoff"
 	"ticketrelay/internal/failpoint"
 	"ticketrelay/metrics"
 )
@@ -36,75 +34,6 @@ type PublishResult struct {
 	// the earlier copy's); 0 if the broker did not say.
 	Seq uint64
 	Err error
-}
-
-// RelayConfig tunes the relay. Zero fields take the documented defaults.
-type RelayConfig struct {
-	// Holder identifies this relay in the lease table. Required.
-	Holder string
-	// Predecessor is a holder known to be dead (see Lease.Dead): a lease it
-	// still holds is taken at once. Optional.
-	Predecessor string
-	// BatchSize is the most rows read and published per round. Default 512.
-	BatchSize int
-	// Pipeline is how many batches may be in flight at once: while one
-	// waits for its acknowledgements and its mark, the next is read and
-	// published. Default 8: 4,096 messages with the default batch, the
-	// publisher's async window (make bench scenario 4: 0.80x raw publish
-	// with 4 batches, 0.93x with 8).
-	Pipeline int
-	// PollInterval is the wait after a round that found nothing. Default 20ms.
-	PollInterval time.Duration
-	// BusyPollInterval is the wait after a round that published a partial
-	// batch, or found none less than BusyFor after one that published:
-	// rows are arriving, so the next are likely there soon. Default 2ms
-	// (make bench: commit→delivered p50 16 ms → 4 ms at 50 tickets/s).
-	BusyPollInterval time.Duration
-	// BusyFor is how long after the last row it published the relay keeps
-	// polling at BusyPollInterval. At 100 tickets/s most rounds find
-	// nothing, and the idle interval alone would add half of it to the lag.
-	// Default 1s.
-	BusyFor time.Duration
-	// LeaseTTL is how long the lease lasts without renewal; it is renewed
-	// every third of it. A crashed relay's successor waits at most this long.
-	// Default 15s.
-	LeaseTTL time.Duration
-	// GaugeInterval is how often the backlog gauges are refreshed. Default 1s.
-	GaugeInterval time.Duration
-	// RescanEvery bounds how long rows keep flowing before a round that
-	// found less than a full batch waits for every batch in flight and
-	// reads from the start again (rows whose publish failed are picked up
-	// at once anyway; an operator's redrive waits for this). A backlog
-	// of full batches is read through first. Default 1s.
-	RescanEvery time.Duration
-	// ErrorBackoff paces rounds after a failure. Default 50ms up to 5s.
-	ErrorBackoff backoff.Policy
-}
-
-// WithDefaults returns c with every zero field set to its default.
-func (c RelayConfig) WithDefaults() RelayConfig {
-	c.BatchSize = cmp.Or(c.BatchSize, 512)
-	c.Pipeline = cmp.Or(c.Pipeline, 8)
-	c.PollInterval = cmp.Or(c.PollInterval, 20*time.Millisecond)
-	c.BusyPollInterval = cmp.Or(c.BusyPollInterval, min(2*time.Millisecond, c.PollInterval))
-	c.BusyFor = cmp.Or(c.BusyFor, time.Second)
-	c.LeaseTTL = cmp.Or(c.LeaseTTL, 15*time.Second)
-	c.GaugeInterval = cmp.Or(c.GaugeInterval, time.Second)
-	c.RescanEvery = cmp.Or(c.RescanEvery, time.Second)
-	if c.ErrorBackoff == (backoff.Policy{}) {
-		c.ErrorBackoff = backoff.Policy{Base: 50 * time.Millisecond, Max: 5 * time.Second}
-	}
-	return c
-}
-
-func (c RelayConfig) validate() error {
-	if c.Holder == "" {
-		return errors.New("outbox: relay needs a Holder")
-	}
-	if c.BatchSize < 1 || c.Pipeline < 1 || c.PollInterval <= 0 || c.RescanEvery <= 0 || c.LeaseTTL < time.Second {
-		return fmt.Errorf("outbox: invalid relay config %+v", c)
-	}
-	return nil
 }
 
 // Relay publishes committed outbox rows to the broker and marks them
@@ -140,53 +69,28 @@ func NewRelay(arch archetype.Archetype, cfg RelayConfig, read *sql.DB, tx TxRunn
 	}, nil
 }
 
+// relayState is what Run carries from one round to the next.
+type relayState struct {
+	fl         *inflight
+	held       bool
+	leaseUntil time.Time // renew when the clock passes this
+	gaugeAt    time.Time
+	failures   int
+	after      int64     // rows up to this id are in flight: read past them
+	lastRows   time.Time // when a round last found rows
+	rescanned  time.Time // when the pipeline was last drained to read from the start
+}
+
 // Run relays until ctx is cancelled, then releases the lease. It returns nil
 // on cancellation.
 func (r *Relay) Run(ctx context.Context) error {
-	fl := newInflight(r.cfg.Pipeline)
-	defer func() {
-		fl.drain() // a batch in flight finishes (or fails) before the lease goes
-		if r.pendingStmt != nil {
-			r.pendingStmt.Close()
-			r.pendingStmt = nil
-		}
-		r.leading.Store(false)
-		r.metrics.LeaseHeld.Set(0)
-		// Give the lease back so a successor need not wait for it to expire.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := r.lease.Release(rctx); err != nil {
-			r.log.Warn("releasing relay lease", "err", err)
-		}
-	}()
-	var (
-		held       bool
-		leaseUntil time.Time // renew when the clock passes this
-		gaugeAt    time.Time
-		failures   int
-		after      int64     // rows up to this id are in flight: read past them
-		lastRows   time.Time // when a round last found rows
-		rescanned  time.Time // when the pipeline was last drained to read from the start
-	)
+	s := &relayState{fl: newInflight(r.cfg.Pipeline)}
+	defer r.stop(ctx, s.fl)
 	for {
 		now := r.now()
-		if !held || now.After(leaseUntil) {
-			ok, err := r.lease.Acquire(ctx)
-			switch {
-			case err != nil:
-				r.log.Warn("relay lease", "err", err)
-			case ok && !held:
-				r.log.Info("relay lease acquired", "holder", r.cfg.Holder)
-			case !ok && held:
-				r.log.Warn("relay lease lost to another dispatcher")
-			}
-			held = ok && err == nil
-			r.leading.Store(held)
-			r.metrics.LeaseHeld.Set(b2f(held))
-			leaseUntil = now.Add(r.cfg.LeaseTTL / 3)
-			if !held {
-				fl.drain()
-				after = 0
+		if !s.held || now.After(s.leaseUntil) {
+			r.renewLease(ctx, s, now)
+			if !s.held {
 				// A standby polls more often than a holder renews, so that it
 				// takes over soon after a clean release.
 				if !sleep(ctx, min(r.cfg.LeaseTTL/3, 10*r.cfg.PollInterval)) {
@@ -195,71 +99,125 @@ func (r *Relay) Run(ctx context.Context) error {
 				continue
 			}
 		}
-		if now.After(gaugeAt) {
-			r.refreshGauges(ctx)
-			gaugeAt = now.Add(r.cfg.GaugeInterval)
-		}
-		msgs, err := r.pending(ctx, after)
-		if err == nil && len(msgs) > 0 {
-			// A batch once sent runs to its marks even if the relay is told
-			// to stop (the publisher's ack timeout bounds it): abandoning its
-			// acks would leave rows the stream stores unmarked, to be
-			// published again at the next start, and after a stop longer
-			// than the duplicate window stored twice.
-			fl.start(ctx, func() error { return r.publish(context.WithoutCancel(ctx), msgs) })
-		}
-		full := len(msgs) == r.cfg.BatchSize
-		// Batches in flight are waited for only to read from the start
-		// again: when none is left, or RescanEvery after the last time,
-		// and every round while recovering from a failure, so the retry's
-		// outcome is known before the next one (else the backoff would
-		// restart at its first step). Otherwise the next round reads past
-		// them at once, so rows committed while a batch waits for its acks
-		// and its mark (the write lock is busy) go out without waiting.
-		rescan := err != nil || failures > 0 || (!full && (fl.idle() || now.Sub(rescanned) >= r.cfg.RescanEvery))
-		if rescan {
-			err = errors.Join(err, fl.drain())
-		} else {
-			err = fl.err()
-		}
-		var wait time.Duration
-		switch {
-		case ctx.Err() != nil:
+		wait := r.round(ctx, s, now)
+		if ctx.Err() != nil {
 			return nil
-		case err != nil:
-			fl.drain()
-			after, rescanned = 0, r.now()
-			failures++
-			wait = r.cfg.ErrorBackoff.Delay(failures)
-			r.log.Warn("relay round failed", "err", err, "failures", failures, "retry_in", wait)
-		default:
-			failures = 0
-			switch {
-			case rescan:
-				// Reading from the start picks up rows whose publish
-				// failed and rows an operator redrove.
-				after, rescanned = 0, r.now()
-			case len(msgs) > 0:
-				after = msgs[len(msgs)-1].ID
-			}
-			switch {
-			case full:
-				// There is more: go on at once.
-			case len(msgs) == 0 && now.Sub(lastRows) >= r.cfg.BusyFor:
-				wait = r.cfg.PollInterval
-			default:
-				// Tickets are flowing: look again soon, so a busy system's
-				// commit→ack lag is not the idle poll interval.
-				wait = r.cfg.BusyPollInterval
-			}
-		}
-		if len(msgs) > 0 {
-			lastRows = now
 		}
 		if wait > 0 && !sleep(ctx, wait) {
 			return nil
 		}
 	}
+}
+
+// stop ends Run: a batch in flight finishes (or fails) before the lease
+// goes, and the lease is given back so that a successor need not wait for
+// it to expire.
+func (r *Relay) stop(ctx context.Context, fl *inflight) {
+	fl.drain()
+	if r.pendingStmt != nil {
+		r.pendingStmt.Close()
+		r.pendingStmt = nil
+	}
+	r.leading.Store(false)
+	r.metrics.LeaseHeld.Set(0)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := r.lease.Release(rctx); err != nil {
+		r.log.Warn("releasing relay lease", "err", err)
+	}
+}
+
+// renewLease takes or renews the lease. A relay that does not hold it
+// waits for its batches in flight and reads from the start once it does.
+func (r *Relay) renewLease(ctx context.Context, s *relayState, now time.Time) {
+	ok, err := r.lease.Acquire(ctx)
+	switch {
+	case err != nil:
+		r.log.Warn("relay lease", "err", err)
+	case ok && !s.held:
+		r.log.Info("relay lease acquired", "holder", r.cfg.Holder)
+	case !ok && s.held:
+		r.log.Warn("relay lease lost to another dispatcher")
+	}
+	s.held = ok && err == nil
+	r.leading.Store(s.held)
+	r.metrics.LeaseHeld.Set(b2f(s.held))
+	s.leaseUntil = now.Add(r.cfg.LeaseTTL / 3)
+	if !s.held {
+		s.fl.drain()
+		s.after = 0
+	}
+}
+
+// round reads the next batch and sends it on its way, collects the
+// outcome of batches in flight, and returns the wait before the next round.
+func (r *Relay) round(ctx context.Context, s *relayState, now time.Time) time.Duration {
+	if now.After(s.gaugeAt) {
+		r.refreshGauges(ctx)
+		s.gaugeAt = now.Add(r.cfg.GaugeInterval)
+	}
+	msgs, err := r.pending(ctx, s.after)
+	if err == nil && len(msgs) > 0 {
+		// A batch once sent runs to its marks even if the relay is told
+		// to stop (the publisher's ack timeout bounds it): abandoning its
+		// acks would leave rows the stream stores unmarked, to be
+		// published again at the next start, and after a stop longer
+		// than the duplicate window stored twice.
+		s.fl.start(ctx, func() error { return r.publish(context.WithoutCancel(ctx), msgs) })
+	}
+	full := len(msgs) == r.cfg.BatchSize
+	// Batches in flight are waited for only to read from the start
+	// again: when none is left, or RescanEvery after the last time,
+	// and every round while recovering from a failure, so the retry's
+	// outcome is known before the next one (else the backoff would
+	// restart at its first step). Otherwise the next round reads past
+	// them at once, so rows committed while a batch waits for its acks
+	// and its mark (the write lock is busy) go out without waiting.
+	rescan := err != nil || s.failures > 0 || (!full && (s.fl.idle() || now.Sub(s.rescanned) >= r.cfg.RescanEvery))
+	if rescan {
+		err = errors.Join(err, s.fl.drain())
+	} else {
+		err = s.fl.err()
+	}
+	if ctx.Err() != nil {
+		return 0
+	}
+	wait := r.next(s, now, msgs, full, rescan, err)
+	if len(msgs) > 0 {
+		s.lastRows = now
+	}
+	return wait
+}
+
+// next moves s past a round that read msgs and ended in err, and returns
+// the wait before the next round.
+func (r *Relay) next(s *relayState, now time.Time, msgs []Message, full, rescan bool, err error) time.Duration {
+	if err != nil {
+		s.fl.drain()
+		s.after, s.rescanned = 0, r.now()
+		s.failures++
+		wait := r.cfg.ErrorBackoff.Delay(s.failures)
+		r.log.Warn("relay round failed", "err", err, "failures", s.failures, "retry_in", wait)
+		return wait
+	}
+	s.failures = 0
+	switch {
+	case rescan:
+		// Reading from the start picks up rows whose publish failed and
+		// rows an operator redrove.
+		s.after, s.rescanned = 0, r.now()
+	case len(msgs) > 0:
+		s.after = msgs[len(msgs)-1].ID
+	}
+	switch {
+	case full:
+		return 0 // there is more: go on at once
+	case len(msgs) == 0 && now.Sub(s.lastRows) >= r.cfg.BusyFor:
+		return r.cfg.PollInterval
+	}
+	// Tickets are flowing: look again soon, so a busy system's commit→ack
+	// lag is not the idle poll interval.
+	return r.cfg.BusyPollInterval
 }
 
 // Leading reports whether this relay holds the lease: it is the one
@@ -290,51 +248,6 @@ func (r *Relay) publish(ctx context.Context, msgs []Message) error {
 		return fmt.Errorf("outbox: %d of %d publishes failed: %w", len(msgs)-len(acked), len(msgs), firstErr)
 	}
 	return nil
-}
-
-// inflight runs up to depth batches at once and keeps their first error.
-type inflight struct {
-	slots chan struct{}
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	first error
-}
-
-func newInflight(depth int) *inflight { return &inflight{slots: make(chan struct{}, depth)} }
-
-// start runs fn once a slot is free (or not at all if ctx ends first).
-func (f *inflight) start(ctx context.Context, fn func() error) {
-	select {
-	case f.slots <- struct{}{}:
-	case <-ctx.Done():
-		return
-	}
-	f.wg.Go(func() {
-		defer func() { <-f.slots }()
-		if err := fn(); err != nil {
-			f.mu.Lock()
-			f.first = cmp.Or(f.first, err)
-			f.mu.Unlock()
-		}
-	})
-}
-
-// idle reports whether no batch is in flight.
-func (f *inflight) idle() bool { return len(f.slots) == 0 }
-
-// err takes the first error of the batches finished so far.
-func (f *inflight) err() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	err := f.first
-	f.first = nil
-	return err
-}
-
-// drain waits for every batch in flight and takes the first error.
-func (f *inflight) drain() error {
-	f.wg.Wait()
-	return f.err()
 }
 
 // pending reads the next batch of unpublished rows with ids above after.

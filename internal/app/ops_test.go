@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -340,7 +338,7 @@ func TestEmbeddedNATSStaysOnLoopback(t *testing.T) {
 // such requests have no delivery record and appeared nowhere before.
 func TestStatusShowsUnservedTargets(t *testing.T) {
 	a := newAdminDB(t)
-	if err := a.l.NewPresence("other-dispatcher", []string{"hook"}, "", slog.New(slog.NewTextHandler(io.Discard, nil))).Announce(t.Context()); err != nil {
+	if err := a.l.NewPresence("other-dispatcher", []string{"hook"}, "").Announce(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.l.Create(t.Context(), queued(t, "req-waits")); err != nil { // target support

@@ -21,7 +21,7 @@ type Archetype struct {
 	// Metrics is the dispatcher's metrics set. The components that record
 	// into it (the relay, the forwarder, the audit) need it; no default,
 	// since a set nobody scrapes would hide a missing one. mcp-front's
-	// components record into mcpserver's set and leave it nil.
+	// components record into the front's set and leave it nil.
 	Metrics *metrics.Dispatcher
 }
 

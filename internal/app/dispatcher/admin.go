@@ -24,10 +24,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// adminStore is the part of the ledger the operator commands use.
+type adminStore interface {
+	Summarize(ctx context.Context) (ledger.Summary, error)
+	Redrive(ctx context.Context, requestID string) error
+	RedriveFailed(ctx context.Context, target string) ([]string, error)
+	Resolve(ctx context.Context, requestID string, delivered bool, externalID string) error
+}
+
+var _ adminStore = (*ledger.Ledger)(nil)
+
 // adminCommands are the dispatcher's operator subcommands. They open the
 // database themselves and write through their own group-commit writer, so
 // they work whether or not the dispatcher is running.
-var adminCommands = map[string]func(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, natsOpts []nats.Option, args []string, out io.Writer) error{
+var adminCommands = map[string]func(ctx context.Context, l adminStore, fs *flag.FlagSet, natsOpts []nats.Option, args []string, out io.Writer) error{
 	"status":  adminStatus,
 	"redrive": adminRedrive,
 	"resolve": adminResolve,
@@ -115,7 +125,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string, lookup func(string) (str
 
 func flagValue(fs *flag.FlagSet, name string) string { return fs.Lookup(name).Value.String() }
 
-func adminStatus(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, natsOpts []nats.Option, args []string, out io.Writer) error {
+func adminStatus(ctx context.Context, l adminStore, fs *flag.FlagSet, natsOpts []nats.Option, args []string, out io.Writer) error {
 	if len(args) > 0 {
 		return fmt.Errorf("%w: status takes no arguments", app.ErrUsage)
 	}
@@ -135,7 +145,7 @@ func adminStatus(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, natsOp
 			Backlog:          s.Backlog,
 			OldestAgeSeconds: s.OldestAge.Seconds(),
 			Targets:          orEmpty(s.Targets),
-			Uncertain:        orEmpty(s.Uncertain),
+			Uncertain:        orEmpty(withOperatorDetail(s.Uncertain)),
 			Cluster:          cluster,
 		}); err != nil {
 			return err
@@ -175,6 +185,20 @@ func adminStatus(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, natsOp
 	return clusterErr(cluster)
 }
 
+// withOperatorDetail writes each uncertain request's detail for the
+// operator: what to check and which command settles it.
+func withOperatorDetail(uncertain []ledger.RequestStatus) []ledger.RequestStatus {
+	for i := range uncertain {
+		u := &uncertain[i]
+		u.Detail = "The outcome of an attempt to deliver to " + u.Target + " is unknown (" + u.LastError + "), and " + u.Target +
+			" offers no way to check it automatically, so it is not resent. Check " + u.Target + " for ticket " + u.TicketID +
+			" (look for its title). If it is there, record it with `dispatcher resolve -data DIR " + u.OperatorName() +
+			" -delivered EXTERNAL_ID`; if it is not, settle it with `dispatcher resolve -data DIR " + u.OperatorName() +
+			" -failed` (the agent is told to create it again with a new request_id)."
+	}
+	return uncertain
+}
+
 // statusJSON is `status -json`: snake_case keys, the age in seconds, lists
 // never null.
 type statusJSON struct {
@@ -193,7 +217,7 @@ func orEmpty[T any](s []T) []T {
 	return s
 }
 
-func adminRedrive(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, _ []nats.Option, args []string, out io.Writer) error {
+func adminRedrive(ctx context.Context, l adminStore, fs *flag.FlagSet, _ []nats.Option, args []string, out io.Writer) error {
 	all := flagValue(fs, "failed") == "true"
 	target := flagValue(fs, "target")
 	switch {
@@ -222,6 +246,9 @@ func adminRedrive(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, _ []n
 	var errs []error
 	for _, id := range args {
 		if err := l.Redrive(ctx, id); err != nil {
+			if errors.Is(err, ledger.ErrNotFound) {
+				err = fmt.Errorf("%w (never accepted, or forgotten after -retention)", err)
+			}
 			errs = append(errs, err)
 			continue
 		}
@@ -231,7 +258,7 @@ func adminRedrive(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, _ []n
 }
 
 // knownTarget fails unless the ledger holds a delivery record for target.
-func knownTarget(ctx context.Context, l *ledger.Ledger, target string) error {
+func knownTarget(ctx context.Context, l adminStore, target string) error {
 	s, err := l.Summarize(ctx)
 	if err != nil {
 		return err
@@ -250,7 +277,7 @@ func knownTarget(ctx context.Context, l *ledger.Ledger, target string) error {
 	return fmt.Errorf("redrive -failed -target %s: the ledger has no delivery record for target %q (targets it has records for: %s)", target, target, have)
 }
 
-func adminResolve(ctx context.Context, l *ledger.Ledger, fs *flag.FlagSet, _ []nats.Option, args []string, out io.Writer) error {
+func adminResolve(ctx context.Context, l adminStore, fs *flag.FlagSet, _ []nats.Option, args []string, out io.Writer) error {
 	ext := flagValue(fs, "delivered")
 	failed := flagValue(fs, "failed") == "true"
 	if len(args) != 1 || (ext == "") == !failed {

@@ -9,7 +9,7 @@ import (
 
 	"ticketrelay/installation"
 	"ticketrelay/internal/app"
-	"ticketrelay/ledger"
+	"ticketrelay/internal/maintenance"
 	"ticketrelay/natsjs"
 )
 
@@ -97,8 +97,8 @@ func (o Options) stream() natsjs.StreamConfig {
 	return natsjs.StreamConfig{Installation: inst, Duplicates: o.DupWindow, MaxAge: o.StreamMaxAge, Replicas: o.Replicas}.WithDefaults()
 }
 
-func (o Options) retention() ledger.RetentionConfig {
-	return ledger.RetentionConfig{Keep: o.Retention}.WithDefaults()
+func (o Options) retention() maintenance.RetentionConfig {
+	return maintenance.RetentionConfig{Keep: o.Retention}.WithDefaults()
 }
 
 // Validate checks o (after WithDefaults) and the environment's NATS

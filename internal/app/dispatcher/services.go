@@ -10,6 +10,7 @@ import (
 	"ticketrelay/forwarder"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/backoff"
+	"ticketrelay/internal/maintenance"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
@@ -53,7 +54,7 @@ func (d *dispatcher) buildServices(ctx context.Context) error {
 		ConsumerCheck:   time.Second, // a deleted or changed consumer is put back within seconds
 		Retention:       d.o.retention().Keep,
 	}, d.js, deliveries, d.tgts).Run
-	pruner, err := ledger.NewPruner(d.o.retention(), d.l, d.log.With("component", "retention"), d.arch.Metrics)
+	pruner, err := maintenance.NewPruner(d.o.retention(), d.l, d.log.With("component", "retention"), d.arch.Metrics, d.arch.Now)
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
@@ -88,11 +89,11 @@ func (d *dispatcher) announcePresence(ctx context.Context) (*ledger.Presence, er
 		names[i] = t.Name()
 	}
 	d.arch.Metrics.Init(names) // before the forwarders run: their first event counts from 0
-	presence := d.l.NewPresence(d.holder, names, d.cfg.KeyNamespace, d.log.With("component", "presence"))
+	presence := d.l.NewPresence(d.holder, names, d.cfg.KeyNamespace)
 	if err := presence.Announce(ctx); err != nil {
 		return nil, err
 	}
-	d.services["presence"] = presence.Run
+	d.services["presence"] = maintenance.NewPresence(presence, d.log.With("component", "presence")).Run
 	return presence, nil
 }
 

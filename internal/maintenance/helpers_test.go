@@ -1,0 +1,90 @@
+package maintenance_test
+
+import (
+	"context"
+	"database/sql"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	_ "modernc.org/sqlite"
+
+	"ticketrelay/downstream/downstreamtest"
+	"ticketrelay/ledger"
+	"ticketrelay/metrics"
+	"ticketrelay/ticket"
+)
+
+// env is a real ledger on a temporary file, on a settable clock.
+type env struct {
+	path  string
+	l     *ledger.Ledger
+	m     *metrics.Writer
+	clock *downstreamtest.Clock
+}
+
+func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func openEnv(t *testing.T) *env {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tickets.db")
+	db, err := ledger.Open(context.Background(), path)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	m := metrics.NewFront(prometheus.NewRegistry()).Writer
+	w := ledger.NewWriter(db, discard(), m)
+	c := downstreamtest.NewClock(time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC))
+	t.Cleanup(func() {
+		w.Close()
+		if err := db.Close(); err != nil {
+			t.Errorf("close db: %v", err)
+		}
+	})
+	return &env{path: path, l: ledger.New(db, w, c.Now), m: m, clock: c}
+}
+
+// raw opens a second handle on the file, so a test sees what was committed.
+func (e *env) raw(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.ToSlash(e.path)+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func count(t *testing.T, db *sql.DB, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// create accepts a request with id for the target "local".
+func (e *env) create(t *testing.T, id string) ledger.Result {
+	t.Helper()
+	r := ticket.Request{RequestID: id, Tool: "create_ticket", Target: "local", Title: "Disk full on db-1", Priority: "urgent"}
+	if err := r.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.l.Create(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// settle writes id's delivery record in state.
+func (e *env) settle(t *testing.T, id, state string) {
+	t.Helper()
+	if err := e.l.RecordDelivery(context.Background(), ledger.Delivery{RequestID: id, Target: "local", State: state, Attempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+}

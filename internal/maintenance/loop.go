@@ -1,0 +1,58 @@
+package maintenance
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// finalTimeout bounds a Loop's Final, which runs after its context ended.
+const finalTimeout = 5 * time.Second
+
+// Loop is the one shape of a periodic service: RunOnce every Interval (and
+// once at the start if Eager) until ctx ends, then Final. A round's error
+// is logged, not returned: the next round tries again. Shutdown is not an
+// error: a round cut short by the end of ctx logs nothing.
+type Loop struct {
+	Interval time.Duration
+	Eager    bool // run once at the start rather than after the first Interval
+	RunOnce  func(ctx context.Context) error
+	// Final, if set, runs once ctx ended, with a context of its own that
+	// lasts finalTimeout; its error is Run's.
+	Final func(ctx context.Context) error
+	Log   *slog.Logger
+	// Failed is the warning logged with a round's error.
+	Failed string
+}
+
+// Run runs the loop until ctx ends; it returns nil then, or Final's error.
+func (l Loop) Run(ctx context.Context) error {
+	t := time.NewTicker(l.Interval)
+	defer t.Stop()
+	if l.Eager {
+		l.round(ctx)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return l.final(ctx)
+		case <-t.C:
+			l.round(ctx)
+		}
+	}
+}
+
+func (l Loop) round(ctx context.Context) {
+	if err := l.RunOnce(ctx); err != nil && ctx.Err() == nil {
+		l.Log.Warn(l.Failed, "err", err)
+	}
+}
+
+func (l Loop) final(ctx context.Context) error {
+	if l.Final == nil {
+		return nil
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalTimeout)
+	defer cancel()
+	return l.Final(fctx)
+}
