@@ -375,6 +375,11 @@ func (r *runner) backlogRelay(ctx context.Context, name string, n int, latency t
 		profiled.Wait()
 		return d, err
 	}
+	if profile != "" {
+		// What the drain allocated (the heap profile's cumulative side):
+		// garbage is the collector's CPU.
+		r.saveProfile(ctx, pprofAddr, "/debug/pprof/allocs", "allocs-"+profile)
+	}
 	d.took = end.Sub(start)
 	// What the dispatcher saw: its connections and calls, its SQLite
 	// commits.

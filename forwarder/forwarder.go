@@ -100,6 +100,9 @@ type Forwarder struct {
 	targets map[string]downstream.Target
 	// limiters pace the calls to the targets with a rate limit.
 	limiters map[string]*rate.Limiter
+	// concurrency holds each target's calls in flight under a limit that
+	// follows the downstream's answers (see adaptive).
+	concurrency map[string]*adaptive
 	// paced, in tests, is told when each call's turn under its target's
 	// rate limit comes (see PacedForTest).
 	paced   func(requestID string, turn time.Time)
@@ -122,6 +125,11 @@ func New(cfg Config, js jetstream.JetStream, l Deliveries, targets []downstream.
 	f := &Forwarder{cfg: cfg.WithDefaults(), js: js, ledger: l, targets: map[string]downstream.Target{}, log: log, metrics: m, now: now}
 	for _, t := range targets {
 		f.targets[t.Name()] = t
+	}
+	f.concurrency = make(map[string]*adaptive, len(targets))
+	for _, t := range targets {
+		gauge := m.ConcurrencyLimit.WithLabelValues(t.Name())
+		f.concurrency[t.Name()] = newAdaptive(f.workers(t), time.Now, func(n int) { gauge.Set(float64(n)) })
 	}
 	f.limiters = map[string]*rate.Limiter{}
 	for name, rl := range f.cfg.RateLimits {

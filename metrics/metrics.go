@@ -70,6 +70,8 @@ type Dispatcher struct {
 	ConnectionsOpened  *prometheus.CounterVec   // target
 	RateLimitWaits     *prometheus.CounterVec   // target
 	RateLimitWaited    *prometheus.CounterVec   // target
+	ConcurrencyLimit   *prometheus.GaugeVec     // target
+	ConcurrencyWaited  *prometheus.CounterVec   // target
 	Pruned             prometheus.Counter
 	LedgerRequests     prometheus.Gauge
 	Writer             *Writer
@@ -275,6 +277,14 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 			Namespace: namespace, Name: "downstream_rate_limit_wait_seconds_total",
 			Help: "Time downstream calls spent waiting for the target's configured rate limit, by target.",
 		}, byTarget),
+		ConcurrencyLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "downstream_concurrency_limit",
+			Help: "Calls a target may have in flight now, by target: its workers, less after 429s, overload errors or a latency rise, climbing back as calls succeed.",
+		}, byTarget),
+		ConcurrencyWaited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "downstream_concurrency_wait_seconds_total",
+			Help: "Time downstream calls spent waiting for a place under the target's concurrency limit or for the end of a pause a 429's Retry-After asked for, by target.",
+		}, byTarget),
 		Pruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "ledger_pruned_total",
 			Help: "Settled requests removed from the ledger after their retention.",
@@ -296,7 +306,7 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 		d.PublishErrors, d.AuditChecked, d.StreamLost, d.Unserved, d.CommitToAck, d.LeaseHeld, d.Deliveries, d.DeliveryAttempts,
 		d.DeliveryDuration, d.DeadLetters, d.AuthFailures, d.Uncertain, d.RedeliveredSkipped,
 		d.ConnectionsOpen, d.ConnectionsOpened, d.RateLimitWaits, d.RateLimitWaited)
-	reg.MustRegister(d.StreamRepairs)
+	reg.MustRegister(d.ConcurrencyLimit, d.ConcurrencyWaited, d.StreamRepairs)
 	d.Writer.register(reg)
 	return d
 }
