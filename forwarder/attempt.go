@@ -28,6 +28,9 @@ type attempt struct {
 	// call is the place under the target's concurrency limit that pace
 	// took for the next downstream call; run frees it if no call used it.
 	call *call
+	// ahead is the request's record read ahead with other messages' (see
+	// readAhead); nil: run reads it.
+	ahead *ledger.Prior
 }
 
 // maxRetryDelay caps the wait an API may ask for (Retry-After): a date
@@ -69,7 +72,7 @@ func (a *attempt) run(ctx context.Context) error {
 	stop := a.keepAlive()
 	defer stop()
 	defer a.freeCall()
-	p, err := a.f.ledger.PriorDelivery(ctx, a.requestID)
+	p, err := a.prior(ctx)
 	if err != nil {
 		return err
 	}
@@ -157,6 +160,16 @@ func (a *attempt) run(ctx context.Context) error {
 		return a.delivered(ctx, rec, receipt)
 	}
 	return a.failed(ctx, caps, rec, downstream.Classify(err))
+}
+
+// prior is the request's ticket and delivery record: read ahead, or read
+// now.
+func (a *attempt) prior(ctx context.Context) (ledger.Prior, error) {
+	if a.ahead != nil {
+		a.f.metrics.ReadAhead.WithLabelValues(a.t.Name()).Inc()
+		return *a.ahead, nil
+	}
+	return a.f.ledger.PriorDelivery(ctx, a.requestID)
 }
 
 // reconcile settles an attempt of unknown outcome toward a target without a

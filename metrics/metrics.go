@@ -72,6 +72,7 @@ type Dispatcher struct {
 	RateLimitWaited    *prometheus.CounterVec   // target
 	ConcurrencyLimit   *prometheus.GaugeVec     // target
 	ConcurrencyWaited  *prometheus.CounterVec   // target
+	ReadAhead          *prometheus.CounterVec   // target
 	Pruned             prometheus.Counter
 	LedgerRequests     prometheus.Gauge
 	Writer             *Writer
@@ -281,6 +282,10 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 			Namespace: namespace, Name: "downstream_concurrency_limit",
 			Help: "Calls a target may have in flight now, by target: its workers, less after 429s, overload errors or a latency rise, climbing back as calls succeed.",
 		}, byTarget),
+		ReadAhead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "forwarder_read_ahead_total",
+			Help: "Delivery attempts that used the ledger record read in one query with other pulled messages', instead of a read of their own, by target.",
+		}, byTarget),
 		ConcurrencyWaited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "downstream_concurrency_wait_seconds_total",
 			Help: "Time downstream calls spent waiting for a place under the target's concurrency limit or for the end of a pause a 429's Retry-After asked for, by target.",
@@ -306,7 +311,7 @@ func NewDispatcher(reg prometheus.Registerer) *Dispatcher {
 		d.PublishErrors, d.AuditChecked, d.StreamLost, d.Unserved, d.CommitToAck, d.LeaseHeld, d.Deliveries, d.DeliveryAttempts,
 		d.DeliveryDuration, d.DeadLetters, d.AuthFailures, d.Uncertain, d.RedeliveredSkipped,
 		d.ConnectionsOpen, d.ConnectionsOpened, d.RateLimitWaits, d.RateLimitWaited)
-	reg.MustRegister(d.ConcurrencyLimit, d.ConcurrencyWaited, d.StreamRepairs)
+	reg.MustRegister(d.ConcurrencyLimit, d.ConcurrencyWaited, d.ReadAhead, d.StreamRepairs)
 	d.Writer.register(reg)
 	return d
 }
