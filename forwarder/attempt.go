@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -411,26 +412,35 @@ func (a *attempt) freeCall() {
 
 // keepAlive tells JetStream every Config.AckWait/3 that the message is still being
 // worked on, so a slow downstream call is not redelivered to another worker
-// meanwhile. The returned func stops it.
+// meanwhile. The returned func stops it; no extension is sent after it
+// returns. A timer rather than a goroutine of its own: every attempt
+// starts one, and almost all end long before the first tick.
 func (a *attempt) keepAlive() (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(a.f.cfg.AckWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if err := a.msg.InProgress(); err != nil {
-					a.log.Warn("forwarder: extending the ack deadline", "err", err)
-				}
-			}
+	period := a.f.cfg.AckWait / 3
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(period, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
-	return func() { close(done); <-finished }
+		if err := a.msg.InProgress(); err != nil {
+			a.log.Warn("forwarder: extending the ack deadline", "err", err)
+		}
+		t.Reset(period)
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // ack settles the message once its outcome is durable in the ledger. It does
