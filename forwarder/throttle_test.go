@@ -12,7 +12,6 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/forwarder"
-	"ticketrelay/targets"
 )
 
 // timedTarget notes when each call starts and when the first 429 came
@@ -80,13 +79,7 @@ func TestRetryAfterHoldsTheTarget(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	e := newEnv(t)
-	tgs, closeTargets, err := targets.Open([]targets.Def{{Name: "hook", Kind: "webhook", Endpoint: srv.URL}}, t.TempDir(), time.Now,
-		targets.WithWorkers(workers), targets.WithMetrics(e.m))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closeTargets() })
-	hook := &timedTarget{Target: tgs[0]}
+	hook := &timedTarget{Target: openWebhook(t, e, srv.URL, workers)}
 	e.createMany(t, "hook", n)
 	cfg := testConfig()
 	cfg.Workers = workers
