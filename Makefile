@@ -34,9 +34,24 @@ run: build ## run both processes with embedded defaults; Ctrl-C stops both; eith
 	 kill -TERM $$d $$f 2>/dev/null; wait $$d $$f; \
 	 exit $$rc
 
-test: vet ## the whole suite, with the race detector
-	$(GO) test -race -count=1 -timeout 20m ./...
-	cd third_party/segmentio-encoding && $(GO) test -race -count=1 ./... # the patched decoder (a module of its own; upstream's code is not vetted)
+# Four steps, each announced on one line: what the suite needs (Go, a C
+# compiler for -race, every module downloaded: scripts/test-prereqs.sh
+# installs gcc with apt-get as root, else says what to install), vet, the
+# main module's tests, the patched decoder's. go test's output goes through
+# cmd/testprogress (a line per package, failing tests' output at once, the
+# packages still running during a quiet stretch); pipefail keeps go test's
+# own exit status as the step's.
+test: SHELL := bash
+test: ## prerequisites checked first, then vet, gofmt and the whole suite with the race detector
+	@GO='$(GO)' scripts/test-prereqs.sh
+	@echo "make test [2/4]: go vet (ticketrelay, bench/noopserver, bench/riverbaseline) and gofmt"
+	@$(MAKE) --no-print-directory vet
+	@$(GO) build -o bin/ ./cmd/testprogress
+	@echo "make test [3/4]: unit and integration tests with -race, every package of ticketrelay (9-19 min on 2 cores, depending on load; e2e, torture, mcpserver and internal/powercut take longest)"
+	set -o pipefail; $(GO) test -race -count=1 -timeout 20m -json ./... | bin/testprogress
+	@echo "make test [4/4]: the patched JSON decoder (third_party/segmentio-encoding) with -race"
+	cd third_party/segmentio-encoding && $(GO) test -race -count=1 ./... # a module of its own; upstream's code is not vetted
+	@echo "make test: all steps passed"
 
 test/short: ## quick run without the race detector
 	$(GO) test -count=1 -short ./...

@@ -19,7 +19,7 @@ import (
 	"ticketrelay/downstream/local"
 	"ticketrelay/forwarder"
 	"ticketrelay/ledger"
-	"ticketrelay/mcpserver"
+	"ticketrelay/mcptools"
 	"ticketrelay/metrics"
 	"ticketrelay/outbox"
 	"ticketrelay/ticket"
@@ -163,7 +163,7 @@ func TestPrefill(t *testing.T) {
 	}
 }
 
-// TestLoad drives a real mcpserver (real SQLite) over streamable HTTP with
+// TestLoad drives the real MCP tools (mcptools, real SQLite) over streamable HTTP with
 // the load generator: fresh calls to create_ticket and its no-op twin, then
 // a replay of the created ones.
 func TestLoad(t *testing.T) {
@@ -177,12 +177,12 @@ func TestLoad(t *testing.T) {
 	m := metrics.NewFront(prometheus.NewRegistry())
 	w := ledger.NewWriter(db, log, m.Writer)
 	t.Cleanup(w.Close)
-	b := mcpserver.Binding{Tool: createTool, Target: "local", Capabilities: downstream.Capabilities{DedupeKey: true}}
-	srv, err := mcpserver.New(mcpserver.Config{Bindings: []mcpserver.Binding{b}}, ledger.New(db, w, time.Now), m, log)
+	b := mcptools.Binding{Tool: createTool, Target: "local", Capabilities: downstream.Capabilities{DedupeKey: true}}
+	srv, err := mcptools.New(mcptools.Config{Bindings: []mcptools.Binding{b}}, ledger.New(db, w, time.Now), m, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := mcpserver.AddNoopTool(srv, b, m, log); got != noopTool {
+	if got := mcptools.AddNoopTool(srv, b, log); got != noopTool {
 		t.Fatalf("no-op tool is %q, want %q", got, noopTool)
 	}
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))

@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"ticketrelay/internal/e2eproc"
-	"ticketrelay/mcpserver"
+	"ticketrelay/mcptools"
 )
 
 const (
 	createTool = "create_ticket"
-	noopTool   = mcpserver.NoopToolPrefix + createTool
+	noopTool   = mcptools.NoopToolPrefix + createTool
 	// sinkTarget has no consumer: scenario 4's rows stay in the stream, as
 	// the raw baseline's messages do.
 	sinkTarget = "bench-sink"

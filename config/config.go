@@ -2,7 +2,8 @@
 // the targets tickets are delivered to and the MCP tools bound to them.
 // Secrets are never written in the file; it names environment variables
 // (token_env: ZENDESK_TOKEN), read through an injected lookup when the file
-// is loaded. Every error is one line that names the problem.
+// is loaded. An error lists every problem of the file, one line each, with
+// the line of the file it is at.
 package config
 
 import (
@@ -12,7 +13,6 @@ import (
 	"io"
 	"os"
 	"regexp"
-	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -90,19 +90,45 @@ func Load(path string, lookup func(string) (string, bool)) (*File, error) {
 // A nil lookup reads no secrets: the result has the file's shape (targets,
 // kinds, tools) for a process that delivers nothing (mcp-front), which then
 // needs none of the downstream credentials.
+//
+// Every problem of the file is reported at once, in an *Error, each with
+// its line: fixing a file takes one round, not one per mistake. A YAML
+// syntax error stops the reading, and is the one problem reported.
 func Parse(b []byte, lookup func(string) (string, bool)) (*File, error) {
-	var f File
+	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, yamlError(err)
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, &Error{Problems: []Problem{syntaxProblem(b, err)}}
 	}
 	// One document: a second one ("---") would be silently ignored.
 	var more yaml.Node
 	if err := dec.Decode(&more); err == nil {
-		return nil, fmt.Errorf("line %d: a second YAML document; the configuration is one document", more.Line)
+		return nil, &Error{Problems: []Problem{{Line: more.Line, Msg: "a second YAML document; the configuration is one document"}}}
 	} else if !errors.Is(err, io.EOF) {
-		return nil, yamlError(err)
+		return nil, &Error{Problems: []Problem{syntaxProblem(b, err)}}
+	}
+	var f File
+	// Decoded again, from the text: only a Decoder refuses unknown keys.
+	strict := yaml.NewDecoder(bytes.NewReader(b))
+	strict.KnownFields(true)
+	at := spotsOf(&doc)
+	var ps problems
+	if err := strict.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		// A TypeError leaves the rest of the file decoded: it is checked
+		// too, so that all its problems come in one report.
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return nil, &Error{Problems: []Problem{syntaxProblem(b, err)}}
+		}
+		for _, e := range te.Errors {
+			ps = append(ps, at.typeProblem(e))
+		}
+	}
+	if len(f.Targets) != len(at.targets) {
+		at.targets = nil // an item that is not a mapping was dropped: positions no longer match
+	}
+	if len(f.Tools) != len(at.tools) {
+		at.tools = nil
 	}
 	if len(f.Targets) == 0 {
 		f.Targets = Default().Targets
@@ -110,81 +136,59 @@ func Parse(b []byte, lookup func(string) (string, bool)) (*File, error) {
 	if len(f.Tools) == 0 && len(f.Targets) == 1 {
 		f.Tools = []Tool{{Name: DefaultTool, Target: f.Targets[0].Name}}
 	}
-	if err := f.validate(lookup); err != nil {
-		return nil, err
+	f.validate(lookup, at, &ps)
+	if len(ps) > 0 {
+		return nil, ps.err()
 	}
 	return &f, nil
 }
-
-var fieldRE = regexp.MustCompile(`line (\d+): field (\S+) not found in type config\.(\w+)`)
-
-// yamlError turns the decoder's (possibly multi-line) error into one line.
-func yamlError(err error) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return fmt.Errorf("%s", lineBreaks.Replace(err.Error()))
-	}
-	where := map[string]string{"File": "at the top level", "Target": "in a target", "Tool": "in a tool"}
-	msgs := make([]string, 0, len(te.Errors))
-	for _, e := range te.Errors {
-		if m := fieldRE.FindStringSubmatch(e); m != nil {
-			msgs = append(msgs, fmt.Sprintf("line %s: unknown key %q %s", m[1], m[2], where[m[3]]))
-			continue
-		}
-		// A message may quote a scalar of the file, line breaks included.
-		msgs = append(msgs, lineBreaks.Replace(strings.TrimSpace(e)))
-	}
-	return errors.New(strings.Join(msgs, "; "))
-}
-
-var lineBreaks = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ")
 
 var (
 	toolNameRE  = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 	namespaceRE = regexp.MustCompile(`^[!-~]*$`)
 )
 
-func (f *File) validate(lookup func(string) (string, bool)) error {
+// validate adds every problem of f to ps.
+func (f *File) validate(lookup func(string) (string, bool), at spots, ps *problems) {
 	if len(f.KeyNamespace) > 64 || !namespaceRE.MatchString(f.KeyNamespace) {
-		return fmt.Errorf("key_namespace %q: at most 64 visible ASCII characters", f.KeyNamespace)
+		ps.add(at.top["key_namespace"], "key_namespace %q: at most 64 visible ASCII characters", f.KeyNamespace)
 	}
 	seen := map[string]bool{}
 	for i := range f.Targets {
 		t := &f.Targets[i]
-		def, err := t.resolve(lookup)
-		if err != nil {
-			return err
-		}
-		check := def.Validate
-		if lookup == nil {
-			check = def.ValidateShape // no secrets read: the adapters cannot be built
-		}
-		if err := check(); err != nil {
-			return err
+		ts := at.target(i)
+		before := len(*ps)
+		def := t.resolve(lookup, ts, ps)
+		shapeProblems(def.ValidateShape(), ts, ps)
+		// The adapter's own checks need the secrets, and would repeat what
+		// is already reported (a missing secret is a missing credential).
+		if lookup != nil && len(*ps) == before {
+			if err := def.Validate(); err != nil {
+				ps.add(ts.line, "%s", err)
+			}
 		}
 		if seen[t.Name] {
-			return fmt.Errorf("target %q is defined twice", t.Name)
+			ps.add(ts.key("name"), "target %q is defined twice", t.Name)
 		}
 		seen[t.Name] = true
 		t.def = def
 	}
 	tools := map[string]bool{"find_request": true}
-	for _, t := range f.Tools {
+	for i, t := range f.Tools {
+		ts := at.tool(i)
 		if !toolNameRE.MatchString(t.Name) {
-			return fmt.Errorf("tool name %q: use 1-64 letters, digits, '-' or '_'", t.Name)
-		}
-		if tools[t.Name] {
-			return fmt.Errorf("tool %q is defined twice (find_request is built in)", t.Name)
+			ps.add(ts.key("name"), "tool name %q: use 1-64 letters, digits, '-' or '_'", t.Name)
+		} else if tools[t.Name] {
+			ps.add(ts.key("name"), "tool %q is defined twice (find_request is built in)", t.Name)
 		}
 		tools[t.Name] = true
 		if !seen[t.Target] {
-			return fmt.Errorf("tool %q is bound to target %q, which is not defined", t.Name, t.Target)
+			ps.add(ts.key("target"), "tool %q is bound to target %q, which is not defined", t.Name, t.Target)
 		}
 	}
 	if len(f.Tools) == 0 {
-		return errors.New("no tools: define at least one tool bound to a target")
+		ps.add(at.top["tools"], "no tools: define at least one tool bound to a target")
 	}
-	return nil
 }
 
 // Def is the target's resolved definition (secrets read from the

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -134,8 +135,8 @@ targets:
 		want       string
 	}{
 		{"unknown top-level key", "target: []\n", nil, `line 1: unknown key "target" at the top level`},
-		{"unknown target key", "targets:\n  - name: a\n    kind: local\n    path: x\n", nil, `line 4: unknown key "path" in a target`},
-		{"unknown tool key", "tools:\n  - name: a\n    target: local\n    idempotent: true\n", nil, `line 4: unknown key "idempotent" in a tool`},
+		{"unknown target key", "targets:\n  - name: a\n    kind: local\n    path: x\n", nil, `line 4: target "a" (local): unknown key "path" (known: name, kind, endpoint, timeout, rate_limit, options); path is an option of kind local: indent it under options:`},
+		{"unknown tool key", "tools:\n  - name: a\n    target: local\n    idempotent: true\n", nil, `line 4: tool "a": unknown key "idempotent"`},
 		{"unknown option", strings.Replace(zendesk, "token_env", "tokn_env", 1), env("ZD", "x"), `target "support" (zendesk): unknown option "tokn_env"`},
 		{"missing env var", zendesk, env(), `environment variable ZD (options.token_env) is not set`},
 		{"empty env var", zendesk, env("ZD", " "), `environment variable ZD (options.token_env) is empty`},
@@ -160,7 +161,7 @@ targets:
 		{"bad endpoint", strings.Replace(zendesk, "https://acme.zendesk.com", "acme.zendesk.com", 1), env("ZD", "x"), `is not an http(s) URL`},
 		{"bad signing secret", "targets:\n  - name: h\n    kind: webhook\n    endpoint: https://x\n    options: {signing_secret_env: S}\n",
 			env("S", "not-whsec"), `signing secret: must start with "whsec_"`},
-		{"bad timeout", "targets:\n  - name: h\n    kind: webhook\n    endpoint: https://x\n    timeout: soon\n", nil, "line 5: cannot unmarshal"},
+		{"bad timeout", "targets:\n  - name: h\n    kind: webhook\n    endpoint: https://x\n    timeout: soon\n", nil, `line 5: target "h" (webhook): timeout: "soon" is not a duration`},
 		{"duplicate target", "targets:\n  - {name: a, kind: local}\n  - {name: a, kind: local}\n", nil, `target "a" is defined twice`},
 		{"bad target name", "targets:\n  - {name: A B, kind: local}\n", nil, `target name "A B"`},
 		{"duplicate tool", "tools:\n  - {name: t, target: local}\n  - {name: t, target: local}\n", nil, `tool "t" is defined twice`},
@@ -194,11 +195,29 @@ targets:
 			if err == nil {
 				t.Fatalf("parsed without error; want %q", c.want)
 			}
-			if msg := err.Error(); !strings.Contains(msg, c.want) || strings.Contains(msg, "\n") {
-				t.Fatalf("error %q: want one line containing %q", msg, c.want)
+			if !hasProblem(t, err, c.want) {
+				t.Fatalf("error %q: want a problem containing %q", err, c.want)
 			}
 		})
 	}
+}
+
+// hasProblem reports whether err, a *config.Error whose every problem is
+// one line, has a problem containing want.
+func hasProblem(t *testing.T, err error, want string) bool {
+	t.Helper()
+	var ce *config.Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("error %q is not a *config.Error", err)
+	}
+	found := false
+	for _, p := range ce.Problems {
+		if strings.ContainsAny(p.String(), "\r\n") {
+			t.Fatalf("a problem of more than one line: %q", p)
+		}
+		found = found || strings.Contains(p.String(), want)
+	}
+	return found
 }
 
 // The secret's value never appears in an error, even a wrong one.

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -26,7 +27,7 @@ var fuzzSecrets = map[string]string{
 }
 
 // FuzzParse checks config.Parse on arbitrary files and secrets: it never
-// panics; an error is one line and echoes no secret; an accepted file is
+// panics; an error lists problems of one line each and echoes no secret; an accepted file is
 // also accepted for its shape alone (mcp-front's nil lookup), and it
 // round-trips: written back as YAML it parses again to the same targets,
 // tools and key namespace.
@@ -62,8 +63,14 @@ func FuzzParse(f *testing.F) {
 		cfg, err := config.Parse(file, lookup)
 		if err != nil {
 			msg := err.Error()
-			if strings.ContainsAny(msg, "\r\n") {
-				t.Fatalf("error of more than one line: %q", msg)
+			var ce *config.Error
+			if !errors.As(err, &ce) || len(ce.Problems) == 0 {
+				t.Fatalf("error %q: not a *config.Error with problems", msg)
+			}
+			for _, p := range ce.Problems {
+				if strings.ContainsAny(p.String(), "\r\n") {
+					t.Fatalf("a problem of more than one line: %q", p)
+				}
 			}
 			for _, s := range append(secretsOf(fuzzSecrets), secret) {
 				if len(s) >= 8 && !strings.Contains(string(file), s) && strings.Contains(msg, s) {

@@ -148,56 +148,72 @@ func priorityIDs(v string) (map[string]int, error) {
 	return m, nil
 }
 
-// resolve checks t's keys against its kind and reads its secrets.
-func (t Target) resolve(lookup func(string) (string, bool)) (targets.Def, error) {
+// resolve checks t's keys against its kind and reads its secrets,
+// adding every problem to ps. What targets.Def.ValidateShape checks (the
+// name, the kind's existence, the endpoint's form, a negative timeout) is
+// left to it.
+func (t Target) resolve(lookup func(string) (string, bool), at itemSpots, ps *problems) targets.Def {
 	d := targets.Def{Name: t.Name, Kind: t.Kind, Endpoint: t.Endpoint, Timeout: t.Timeout}
 	opts, ok := kindOptions[t.Kind]
 	if !ok {
-		return d, fmt.Errorf("target %q: unknown kind %q (known: %s)", t.Name, t.Kind, strings.Join(targets.KindNames(), ", "))
+		return d // an unknown kind: ValidateShape says so
 	}
 	where := fmt.Sprintf("target %q (%s)", t.Name, t.Kind)
 	switch {
 	case t.Kind == "slack" && t.Endpoint != "":
-		return d, fmt.Errorf("%s: a Slack hook URL is a secret: name its environment variable in options.webhook_url_env instead of writing endpoint", where)
+		ps.add(at.key("endpoint"), "%s: a Slack hook URL is a secret: name its environment variable in options.webhook_url_env instead of writing endpoint", where)
 	case !targets.IsHTTP(t.Kind) && t.Endpoint != "":
-		return d, fmt.Errorf("%s: endpoint does not apply to this kind", where)
-	case !targets.IsHTTP(t.Kind) && t.Timeout != 0:
-		return d, fmt.Errorf("%s: timeout does not apply to this kind", where)
+		ps.add(at.key("endpoint"), "%s: endpoint does not apply to this kind", where)
 	case endpointRequired[t.Kind] && t.Endpoint == "":
-		return d, fmt.Errorf("%s: endpoint is required", where)
-	case t.Timeout < 0:
-		return d, fmt.Errorf("%s: timeout %v is negative", where, t.Timeout)
-	case !targets.IsHTTP(t.Kind) && t.RateLimit != nil:
-		return d, fmt.Errorf("%s: line %d: rate_limit does not apply to this kind", where, t.RateLimit.Line)
+		ps.add(at.line, "%s: endpoint is required", where)
+	}
+	if !targets.IsHTTP(t.Kind) && t.Timeout != 0 {
+		ps.add(at.key("timeout"), "%s: timeout does not apply to this kind", where)
 	}
 	if t.RateLimit != nil {
-		rl, err := t.RateLimit.limit()
-		if err != nil {
-			return d, fmt.Errorf("%s: line %d: rate_limit: %w", where, t.RateLimit.Line, err)
+		if !targets.IsHTTP(t.Kind) {
+			ps.add(t.RateLimit.Line, "%s: rate_limit does not apply to this kind", where)
+		} else if t.RateLimit.bad {
+			// Reported where it was read.
+		} else if rl, err := t.RateLimit.limit(); err != nil {
+			ps.add(t.RateLimit.Line, "%s: rate_limit: %v", where, err)
+		} else {
+			d.RateLimit = rl
 		}
-		d.RateLimit = rl
 	}
 	names := make([]string, len(opts))
 	for i, o := range opts {
 		names[i] = o.name
 	}
+	// A misspelled option is one mistake: reported as unknown, with the
+	// option it resembles, and that option is not also reported missing.
+	meant := map[string]bool{}
 	for _, k := range slices.Sorted(maps.Keys(t.Options)) {
-		if !slices.Contains(names, k) {
-			return d, fmt.Errorf("%s: unknown option %q (known: %s)", where, k, strings.Join(names, ", "))
+		if slices.Contains(names, k) {
+			continue
 		}
+		msg := fmt.Sprintf("%s: unknown option %q (known: %s)", where, k, strings.Join(names, ", "))
+		if near := closest(k, names); near != "" {
+			if _, set := t.Options[near]; !set {
+				meant[near] = true
+				msg += fmt.Sprintf("; did you mean %q?", near)
+			}
+		}
+		ps.add(at.key("options."+k), "%s", msg)
 	}
 	for _, o := range opts {
+		line := at.key("options." + o.name)
 		v, set := t.Options[o.name]
 		v = strings.TrimSpace(v)
 		if !set || v == "" {
-			if o.required {
-				return d, fmt.Errorf("%s: options.%s is required", where, o.name)
+			if o.required && !meant[o.name] {
+				ps.add(at.key("options"), "%s: options.%s is required", where, o.name)
 			}
 			continue
 		}
 		if o.parse != nil {
 			if err := o.parse(&d, v); err != nil {
-				return d, fmt.Errorf("%s: options.%s: %w", where, o.name, err)
+				ps.add(line, "%s: options.%s: %v", where, o.name, err)
 			}
 			continue
 		}
@@ -207,20 +223,30 @@ func (t Target) resolve(lookup func(string) (string, bool)) (targets.Def, error)
 		}
 		// Checked by both processes (mcp-front reads no secrets).
 		if err := checkEnvName(v); err != nil {
-			return d, fmt.Errorf("%s: options.%s must name an environment variable: %w; if the value is the secret itself, "+
+			ps.add(line, "%s: options.%s must name an environment variable: %v; if the value is the secret itself, "+
 				"put the secret in an environment variable, name that variable here, and rotate the secret", where, o.name, err)
+			continue
 		}
 		if lookup == nil {
 			continue // shape only: the caller delivers nothing
 		}
 		secret, ok := lookup(v)
-		if !ok {
-			return d, fmt.Errorf("%s: environment variable %s (options.%s) is not set", where, shownEnvName(v), o.name)
+		problem := ""
+		switch {
+		case !ok:
+			problem = "is not set"
+		case strings.TrimSpace(secret) == "":
+			problem = "is empty"
+		default:
+			o.secret(&d, downstream.NewSecret(strings.TrimSpace(secret)))
+			continue
 		}
-		if strings.TrimSpace(secret) == "" {
-			return d, fmt.Errorf("%s: environment variable %s (options.%s) is empty", where, shownEnvName(v), o.name)
+		msg := fmt.Sprintf("%s: environment variable %s (options.%s) %s", where, shownEnvName(v), o.name, problem)
+		if !o.required {
+			// Written, an optional secret is required: see decision 0055.
+			msg += "; the option is optional, but once written its variable must be set (or remove the line)"
 		}
-		o.secret(&d, downstream.NewSecret(strings.TrimSpace(secret)))
+		ps.add(line, "%s", msg)
 	}
-	return d, nil
+	return d
 }

@@ -22,26 +22,36 @@ type RateLimit struct {
 	Burst     *int     `yaml:"burst,omitempty"`
 	// Line is where rate_limit is written, for errors.
 	Line int `yaml:"-"`
+
+	bad bool // UnmarshalYAML reported it: limit is not asked again
 }
 
 var rateLimitKeys = []string{"per_second", "per_minute", "burst"}
 
 // UnmarshalYAML reads the mapping strictly (unknown or repeated keys,
 // values that are not numbers are errors naming their line); the values
-// are checked by limit, where the target is known.
+// are checked by limit, where the target is known. Its errors are a
+// *yaml.TypeError, which the decoder collects and goes on: the rest of the
+// file is still checked.
 func (r *RateLimit) UnmarshalYAML(n *yaml.Node) error {
 	*r = RateLimit{Line: n.Line}
+	var errs []string
+	fail := func(line int, format string, args ...any) {
+		errs = append(errs, fmt.Sprintf("line %d: ", line)+fmt.Sprintf(format, args...))
+	}
 	if n.Kind != yaml.MappingNode {
-		return fmt.Errorf("line %d: rate_limit: want per_second or per_minute, and optionally burst (e.g. {per_second: 10, burst: 5})", n.Line)
+		fail(n.Line, "rate_limit: want per_second or per_minute, and optionally burst (e.g. {per_second: 10, burst: 5})")
 	}
 	var seen []string
-	for i := 0; i+1 < len(n.Content); i += 2 {
+	for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if !slices.Contains(rateLimitKeys, k.Value) {
-			return fmt.Errorf("line %d: unknown key %q in rate_limit (known: per_second, per_minute, burst)", k.Line, k.Value)
+			fail(k.Line, "unknown key %q in rate_limit (known: per_second, per_minute, burst)", k.Value)
+			continue
 		}
 		if slices.Contains(seen, k.Value) {
-			return fmt.Errorf("line %d: rate_limit.%s is given twice", k.Line, k.Value)
+			fail(k.Line, "rate_limit.%s is given twice", k.Value)
+			continue
 		}
 		seen = append(seen, k.Value)
 		var err error
@@ -63,8 +73,12 @@ func (r *RateLimit) UnmarshalYAML(n *yaml.Node) error {
 			if k.Value == "burst" {
 				what = "a whole number"
 			}
-			return fmt.Errorf("line %d: rate_limit.%s: %q is not %s", v.Line, k.Value, v.Value, what)
+			fail(v.Line, "rate_limit.%s: %q is not %s", k.Value, v.Value, what)
 		}
+	}
+	if len(errs) > 0 {
+		r.bad = true
+		return &yaml.TypeError{Errors: errs}
 	}
 	return nil
 }

@@ -41,21 +41,21 @@ func TestRateLimit(t *testing.T) {
 }
 
 // A rate limit that cannot be enforced stops either process with one line
-// that names the target and the line of the file.
+// that names the line of the file and the target.
 func TestRateLimitErrors(t *testing.T) {
 	cases := []struct{ name, value, want string }{
-		{"zero rate", "{per_second: 0}", `target "w" (webhook): line 5: rate_limit: per_second 0: want a positive number`},
-		{"negative rate", "{per_minute: -60}", `target "w" (webhook): line 5: rate_limit: per_minute -60: want a positive number`},
-		{"infinite rate", "{per_second: .inf}", `line 5: rate_limit: per_second +Inf: want a positive number`},
-		{"not a number", "{per_second: fast}", `line 5: rate_limit.per_second: "fast" is not a number`},
-		{"both rates", "{per_second: 1, per_minute: 60}", `line 5: rate_limit: give per_second or per_minute, not both`},
-		{"no rate", "{burst: 4}", `line 5: rate_limit: give per_second or per_minute`},
-		{"zero burst", "{per_second: 1, burst: 0}", `line 5: rate_limit: burst 0: want at least 1 call`},
-		{"fractional burst", "{per_second: 1, burst: 1.5}", `line 5: rate_limit.burst: "1.5" is not a whole number`},
-		{"unknown key", "{per_hour: 10}", `line 5: unknown key "per_hour" in rate_limit`},
-		{"repeated key", "{per_second: 1, per_second: 2}", `line 5: rate_limit.per_second is given twice`},
-		{"not a mapping", "10", `line 5: rate_limit: want per_second or per_minute`},
-		{"on its own lines", "\n      per_second: 1\n      burst: -2", `line 6: rate_limit: burst -2`},
+		{"zero rate", "{per_second: 0}", `line 5: target "w" (webhook): rate_limit: per_second 0: want a positive number`},
+		{"negative rate", "{per_minute: -60}", `line 5: target "w" (webhook): rate_limit: per_minute -60: want a positive number`},
+		{"infinite rate", "{per_second: .inf}", `line 5: target "w" (webhook): rate_limit: per_second +Inf: want a positive number`},
+		{"not a number", "{per_second: fast}", `line 5: target "w" (webhook): rate_limit.per_second: "fast" is not a number`},
+		{"both rates", "{per_second: 1, per_minute: 60}", `line 5: target "w" (webhook): rate_limit: give per_second or per_minute, not both`},
+		{"no rate", "{burst: 4}", `line 5: target "w" (webhook): rate_limit: give per_second or per_minute`},
+		{"zero burst", "{per_second: 1, burst: 0}", `line 5: target "w" (webhook): rate_limit: burst 0: want at least 1 call`},
+		{"fractional burst", "{per_second: 1, burst: 1.5}", `line 5: target "w" (webhook): rate_limit.burst: "1.5" is not a whole number`},
+		{"unknown key", "{per_hour: 10}", `line 5: target "w" (webhook): unknown key "per_hour" in rate_limit`},
+		{"repeated key", "{per_second: 1, per_second: 2}", `line 5: target "w" (webhook): rate_limit.per_second is given twice`},
+		{"not a mapping", "10", `line 5: target "w" (webhook): rate_limit: want per_second or per_minute`},
+		{"on its own lines", "\n      per_second: 1\n      burst: -2", `line 6: target "w" (webhook): rate_limit: burst -2`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -71,7 +71,7 @@ func TestRateLimitErrors(t *testing.T) {
 		})
 	}
 	_, err := config.Parse([]byte("targets:\n  - name: l\n    kind: local\n    rate_limit: {per_second: 1}\n"), nil)
-	if err == nil || !strings.Contains(err.Error(), `target "l" (local): line 4: rate_limit does not apply to this kind`) {
+	if err == nil || !strings.Contains(err.Error(), `line 4: target "l" (local): rate_limit does not apply to this kind`) {
 		t.Fatalf("rate_limit on a local target: %v", err)
 	}
 }

@@ -138,7 +138,15 @@ func NewPruner(cfg RetentionConfig, l *Ledger, log *slog.Logger, m *metrics.Disp
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	m.LedgerRequests.ReadFrom(l.countRequests) // read when scraped, not once a round: it follows every accepted request
 	return &Pruner{cfg: cfg, ledger: l, log: log, metrics: m}, nil
+}
+
+// countRequests is the number of requests the ledger holds.
+func (l *Ledger) countRequests(ctx context.Context) (float64, error) {
+	var n int64
+	err := l.db.read.QueryRowContext(ctx, `SELECT count(*) FROM requests`).Scan(&n)
+	return float64(n), err
 }
 
 // Run prunes every Interval until ctx is cancelled; it returns nil then.
@@ -163,10 +171,6 @@ func (p *Pruner) RunOnce(ctx context.Context) error {
 	cutoff := p.ledger.now().Add(-p.cfg.Keep)
 	total := 0
 	defer func() {
-		var n int64
-		if err := p.ledger.db.read.QueryRowContext(ctx, `SELECT count(*) FROM requests`).Scan(&n); err == nil {
-			p.metrics.LedgerRequests.Set(float64(n))
-		}
 		if total > 0 {
 			p.log.Info("pruned expired requests", "count", total, "accepted_before", cutoff)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
@@ -18,6 +19,35 @@ func settle(t *testing.T, e *env, id, state string) {
 	t.Helper()
 	if err := e.l.RecordDelivery(context.Background(), ledger.Delivery{RequestID: id, Target: "local", State: state, Attempts: 1}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLedgerRequestsGaugeFollowsAcceptedRequests: ledger_requests counts
+// a request as soon as it is accepted, not only after the next pruning
+// round: a dispatcher starts on an empty ledger, and the gauge, set only
+// by the round at its start and then once a minute, read 0 while the
+// ledger held the requests accepted since.
+func TestLedgerRequestsGaugeFollowsAcceptedRequests(t *testing.T) {
+	ctx := context.Background()
+	e := openEnv(t, dbPath(t))
+	m := metrics.NewDispatcher(prometheus.NewRegistry())
+	p, err := ledger.NewPruner(ledger.RetentionConfig{Keep: 24 * time.Hour}, e.l, discard(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RunOnce(ctx); err != nil { // the round at the dispatcher's start
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(m.LedgerRequests); got != 0 {
+		t.Fatalf("ledger_requests %v on an empty ledger, want 0", got)
+	}
+	for i := range 3 {
+		if _, err := e.l.Create(ctx, request(fmt.Sprintf("after-start-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+		if got := testutil.ToFloat64(m.LedgerRequests); got != float64(i+1) {
+			t.Fatalf("ledger_requests %v with %d requests accepted since the last pruning round, want %d", got, i+1, i+1)
+		}
 	}
 }
 
@@ -98,7 +128,7 @@ func TestPruneRemovesOnlyExpiredSettledRequests(t *testing.T) {
 	if got := count(t, db, `SELECT count(*) FROM requests WHERE request_id = 'young-delivered'`); got != 1 {
 		t.Fatal("a request younger than the retention was pruned")
 	}
-	gauge := testGauge(t, m.LedgerRequests)
+	gauge := testutil.ToFloat64(m.LedgerRequests)
 	if gauge != 5 {
 		t.Fatalf("ledger_requests gauge %v, want 5", gauge)
 	}

@@ -1,6 +1,8 @@
 package metrics_test
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -148,5 +150,31 @@ ticketrelay_cluster_record_available{installation="demo"} 0
 		"ticketrelay_cluster_record_available", "ticketrelay_cluster_hosts", "ticketrelay_cluster_bucket_bytes",
 		"ticketrelay_cluster_host_lost"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestReadGaugeReadsWhenScraped: ledger_requests shows what its function
+// reads at each scrape; a read that fails leaves the last value read.
+func TestReadGaugeReadsWhenScraped(t *testing.T) {
+	d := metrics.NewDispatcher(prometheus.NewPedanticRegistry())
+	if got := testutil.ToFloat64(d.LedgerRequests); got != 0 {
+		t.Fatalf("ledger_requests %v before anything is read, want 0", got)
+	}
+	n, fail := 0.0, false
+	d.LedgerRequests.ReadFrom(func(context.Context) (float64, error) {
+		if fail {
+			return 0, errors.New("database is locked")
+		}
+		n++
+		return n, nil
+	})
+	for want := 1.0; want <= 3; want++ {
+		if got := testutil.ToFloat64(d.LedgerRequests); got != want {
+			t.Fatalf("scrape %v: ledger_requests %v, want %v", want, got, want)
+		}
+	}
+	fail = true
+	if got := testutil.ToFloat64(d.LedgerRequests); got != 3 {
+		t.Fatalf("after a failed read: ledger_requests %v, want the last value read, 3", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"ticketrelay/downstream"
@@ -72,43 +73,43 @@ type kind struct {
 	DefaultEndpoint string
 	// HTTP: the kind calls an HTTP API (Endpoint and Timeout apply).
 	HTTP bool
-	open func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error)
+	open func(d Def, hc downstream.HTTPConfig) (downstream.Target, error)
 }
 
 // kinds lists every adapter by kind name.
 var kinds = map[string]kind{
 	"local": {Capabilities: local.Capabilities},
 	"webhook": {Capabilities: webhook.Capabilities, HTTP: true,
-		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
+		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
 			return webhook.New(webhook.Config{Name: d.Name, URL: d.Endpoint, SigningSecret: d.SigningSecret, Token: d.Token,
-				NoDedupe: d.NoDedupe, HTTP: hc, Now: now})
+				NoDedupe: d.NoDedupe, HTTPConfig: hc})
 		}},
 	"zendesk": {Capabilities: zendesk.Capabilities, HTTP: true,
-		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
-			return zendesk.New(zendesk.Config{Name: d.Name, BaseURL: d.Endpoint, Email: d.Email, Token: d.Token, HTTP: hc, Now: now})
+		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
+			return zendesk.New(zendesk.Config{Name: d.Name, BaseURL: d.Endpoint, Email: d.Email, Token: d.Token, HTTPConfig: hc})
 		}},
 	"pagerduty": {Capabilities: pagerduty.Capabilities, HTTP: true, DefaultEndpoint: pagerduty.DefaultBaseURL,
-		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
+		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
 			return pagerduty.New(pagerduty.Config{Name: d.Name, BaseURL: d.Endpoint, RoutingKey: d.RoutingKey, Source: d.Source,
-				APIToken: d.APIToken, APIBaseURL: d.APIEndpoint, HTTP: hc, Now: now})
+				APIToken: d.APIToken, APIBaseURL: d.APIEndpoint, HTTPConfig: hc})
 		}},
 	"github": {Capabilities: github.Capabilities, HTTP: true, DefaultEndpoint: github.DefaultBaseURL,
-		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
-			return github.New(github.Config{Name: d.Name, BaseURL: d.Endpoint, Owner: d.Owner, Repo: d.Repo, Token: d.Token, HTTP: hc, Now: now})
+		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
+			return github.New(github.Config{Name: d.Name, BaseURL: d.Endpoint, Owner: d.Owner, Repo: d.Repo, Token: d.Token, HTTPConfig: hc})
 		}},
 	"jira": {Capabilities: jira.Capabilities, HTTP: true,
-		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
+		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
 			return jira.New(jira.Config{Name: d.Name, BaseURL: d.Endpoint, Email: d.Email, Token: d.Token,
-				Project: d.Project, IssueType: d.IssueType, HTTP: hc, Now: now})
+				Project: d.Project, IssueType: d.IssueType, HTTPConfig: hc})
 		}},
 	"redmine": {Capabilities: redmine.Capabilities, HTTP: true,
-		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
+		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
 			return redmine.New(redmine.Config{Name: d.Name, BaseURL: d.Endpoint, APIKey: d.Token, Project: d.Project,
-				TrackerID: d.TrackerID, CustomFieldID: d.CustomFieldID, PriorityIDs: d.PriorityIDs, HTTP: hc, Now: now})
+				TrackerID: d.TrackerID, CustomFieldID: d.CustomFieldID, PriorityIDs: d.PriorityIDs, HTTPConfig: hc})
 		}},
 	"slack": {Capabilities: slack.Capabilities, HTTP: true,
-		open: func(d Def, hc *http.Client, now func() time.Time) (downstream.Target, error) {
-			return slack.New(slack.Config{Name: d.Name, WebhookURL: d.WebhookURL, HTTP: hc, Now: now})
+		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
+			return slack.New(slack.Config{Name: d.Name, WebhookURL: d.WebhookURL, HTTPConfig: hc})
 		}},
 }
 
@@ -140,7 +141,7 @@ func (d Def) Validate() error {
 	if k.open == nil {
 		return nil
 	}
-	_, err := k.open(d.withDefaults(), nil, time.Now) // constructors validate; none dials
+	_, err := k.open(d.withDefaults(), downstream.HTTPConfig{}) // constructors validate; none dials
 	return err
 }
 
@@ -149,26 +150,43 @@ func (d Def) Validate() error {
 // (mcp-front, which delivers nothing) can pass only this; Validate also
 // needs the secrets. Whatever needs no secret is checked here, so that
 // mcp-front never starts on a file the dispatcher would refuse for it.
+// Every problem is reported (errors.Join), each as a *FieldError.
 func (d Def) ValidateShape() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Err: fmt.Errorf(format, args...)})
+	}
 	if !nameRE.MatchString(d.Name) {
-		return fmt.Errorf("target name %q: use 1-63 lowercase letters, digits, '-' or '_'", d.Name)
+		bad("name", "target name %q: use 1-63 lowercase letters, digits, '-' or '_'", d.Name)
 	}
 	if _, ok := kinds[d.Kind]; !ok {
-		return fmt.Errorf("target %q: unknown kind %q (known: %v)", d.Name, d.Kind, KindNames())
+		bad("kind", "target %q: unknown kind %q (known: %s)", d.Name, d.Kind, strings.Join(KindNames(), ", "))
 	}
 	if d.Timeout < 0 {
-		return fmt.Errorf("target %q: timeout %v is negative", d.Name, d.Timeout)
+		bad("timeout", "target %q: timeout %v is negative", d.Name, d.Timeout)
 	}
 	if err := d.RateLimit.Validate(); err != nil {
-		return fmt.Errorf("target %q: rate_limit: %w", d.Name, err)
+		bad("rate_limit", "target %q: rate_limit: %w", d.Name, err)
 	}
-	for what, e := range map[string]string{"endpoint": d.Endpoint, "api_endpoint": d.APIEndpoint} {
-		if u, err := url.Parse(e); e != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-			return fmt.Errorf("target %q (%s): %s is not an http(s) URL with a host (e.g. https://tickets.example.com)", d.Name, d.Kind, what)
+	for _, f := range []struct{ field, url string }{{"endpoint", d.Endpoint}, {"options.api_endpoint", d.APIEndpoint}} {
+		if u, err := url.Parse(f.url); f.url != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+			bad(f.field, "target %q (%s): %s is not an http(s) URL with a host (e.g. https://tickets.example.com)",
+				d.Name, d.Kind, strings.TrimPrefix(f.field, "options."))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
+
+// FieldError is a problem with one field of a Def. Field names it as the
+// configuration file writes it (name, kind, endpoint, timeout, rate_limit,
+// options.api_endpoint), so that the file's reader can point at its line.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
 
 func (d Def) withDefaults() Def {
 	if k := kinds[d.Kind]; d.Endpoint == "" {
@@ -185,7 +203,7 @@ func (d Def) withDefaults() Def {
 func CapabilitiesOf(d Def) (downstream.Capabilities, error) {
 	k, ok := kinds[d.Kind]
 	if !ok {
-		return downstream.Capabilities{}, fmt.Errorf("target %q: unknown kind %q (known: %v)", d.Name, d.Kind, KindNames())
+		return downstream.Capabilities{}, fmt.Errorf("target %q: unknown kind %q (known: %s)", d.Name, d.Kind, strings.Join(KindNames(), ", "))
 	}
 	if d.Kind == "webhook" && d.NoDedupe {
 		return webhook.CapabilitiesNoDedupe, nil
@@ -258,7 +276,7 @@ func Open(defs []Def, dataDir string, now func() time.Time, opts ...Option) ([]d
 			continue
 		}
 		tr := newTransport(d.Name, oc.conns, oc.metrics)
-		t, err := kinds[d.Kind].open(d, &http.Client{Timeout: d.Timeout, Transport: tr}, now)
+		t, err := kinds[d.Kind].open(d, downstream.HTTPConfig{HTTP: &http.Client{Timeout: d.Timeout, Transport: tr}, Now: now})
 		if err != nil {
 			closeAll()
 			return nil, nil, err

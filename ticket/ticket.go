@@ -230,7 +230,7 @@ func (r *Request) Hash() string {
 }
 
 // SubjectSeparator joins a subject and a request id in ScopedID. Subjects
-// never contain it (mcpserver's token subjects are A-Z a-z 0-9 . _ @ -).
+// never contain it (mcphttp's token subjects are A-Z a-z 0-9 . _ @ -).
 const SubjectSeparator = ":"
 
 // ScopedID is the name of a request across ticketrelay: the ledger's key,

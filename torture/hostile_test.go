@@ -13,7 +13,7 @@ import (
 )
 
 // Hostile inputs at the transport level, over HTTP and over stdio, against
-// the real mcp-front binary. mcpserver's own tests cover argument
+// the real mcp-front binary. mcptools' own tests cover argument
 // validation through a well-behaved client; these rows are what no client
 // library would send: garbage, batches, deep nesting, unknown tools and
 // methods, foreign origins, bad tokens. Each row names the exact answer.

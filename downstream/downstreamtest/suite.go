@@ -109,14 +109,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Run("lost response", func(t *testing.T) {
 		h := newHarness(t)
 		d := NewDelivery("req-lost")
-		h.Faults.Next(LoseResponse)
-		e := deliverErr(t, h.Target, d)
-		if e.Class != downstream.Transient || !e.MayHaveActed {
-			t.Fatalf("lost response: got %s (may have acted %v), want transient that may have acted: %v", e.Class, e.MayHaveActed, e)
-		}
-		if got := h.Count(); got != 1 {
-			t.Fatalf("the fake processed the request: it holds %d items, want 1", got)
-		}
+		unknownOutcome(t, h, d, LoseResponse, 1) // the fake processed the request
 		if !secondAttempt(t, h, d) {
 			// No key, no consistent lookup (jira, slack): the adapter said the
 			// attempt may have acted, so the forwarder marks it uncertain
@@ -134,15 +127,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Run("reset before processing", func(t *testing.T) {
 		h := newHarness(t)
 		d := NewDelivery("req-reset")
-		h.Faults.Next(ResetBeforeProcessing)
-		e := deliverErr(t, h.Target, d)
 		// The client cannot tell this from a reset after processing.
-		if e.Class != downstream.Transient || !e.MayHaveActed {
-			t.Fatalf("reset: got %s (may have acted %v), want transient that may have acted: %v", e.Class, e.MayHaveActed, e)
-		}
-		if got := h.Count(); got != 0 {
-			t.Fatalf("the fake holds %d items, want 0", got)
-		}
+		unknownOutcome(t, h, d, ResetBeforeProcessing, 0)
 		if secondAttempt(t, h, d) {
 			if got := h.Count(); got != 1 {
 				t.Fatalf("after the second attempt the fake holds %d items, want 1", got)
@@ -267,6 +253,22 @@ func deliver(t *testing.T, tg downstream.Target, d downstream.Delivery) downstre
 		t.Fatalf("Deliver (attempt %d): %v", d.Attempt, err)
 	}
 	return r
+}
+
+// unknownOutcome makes the next call fail with fault and checks that the
+// adapter reports a transient error that may have acted (the client cannot
+// tell whether the API processed the request) and that the fake holds
+// items items.
+func unknownOutcome(t *testing.T, h Harness, d downstream.Delivery, fault Fault, items int) {
+	t.Helper()
+	h.Faults.Next(fault)
+	e := deliverErr(t, h.Target, d)
+	if e.Class != downstream.Transient || !e.MayHaveActed {
+		t.Fatalf("%s: got %s (may have acted %v), want transient that may have acted: %v", fault, e.Class, e.MayHaveActed, e)
+	}
+	if got := h.Count(); got != items {
+		t.Fatalf("%s: the fake holds %d items, want %d", fault, got, items)
+	}
 }
 
 func deliverErr(t *testing.T, tg downstream.Target, d downstream.Delivery) *downstream.Error {

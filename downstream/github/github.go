@@ -70,18 +70,14 @@ type Config struct {
 	// access to the repository, or a GitHub App installation token with
 	// issues write: labels are kept only for those.
 	Token downstream.Secret
-	// HTTP is the client (nil: a client with a 20s timeout).
-	HTTP *http.Client
-	// Now is the clock (nil: time.Now), for x-ratelimit-reset.
-	Now func() time.Time
+	downstream.HTTPConfig
 }
 
 // Target opens issues in one repository.
 type Target struct {
 	cfg  Config
-	base string // the API base URL, without a trailing slash
 	repo string // base + /repos/{owner}/{repo}
-	c    *rest.Client
+	api  rest.API
 
 	check chan struct{} // held while the token's permissions are checked
 
@@ -100,7 +96,7 @@ func New(cfg Config) (*Target, error) {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
-	base, err := rest.BaseURL("github", cfg.Name, cfg.BaseURL, "")
+	api, err := rest.NewAPI("github", cfg.Name, cfg.BaseURL, "", cfg.HTTPConfig, cfg.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -110,8 +106,8 @@ func New(cfg Config) (*Target, error) {
 	if cfg.Token.IsZero() {
 		return nil, fmt.Errorf("github %q: a token is required", cfg.Name)
 	}
-	return &Target{cfg: cfg, base: base, repo: base + "/repos/" + url.PathEscape(cfg.Owner) + "/" + url.PathEscape(cfg.Repo),
-		c: rest.NewClient(cfg.HTTP, cfg.Now).Redact(cfg.Token), check: make(chan struct{}, 1)}, nil
+	repo := api.Base + "/repos/" + url.PathEscape(cfg.Owner) + "/" + url.PathEscape(cfg.Repo)
+	return &Target{cfg: cfg, api: api, repo: repo, check: make(chan struct{}, 1)}, nil
 }
 
 // Name implements downstream.Target.
@@ -236,99 +232,6 @@ func texts(d downstream.Delivery, shortened bool) (title, body string) {
 	return title, head + text + foot
 }
 
-// ensureLabels makes sure the token's issues keep their labels: checked
-// once (one check at a time) before the first create; a check that failed
-// for a passing reason is made again by the next delivery.
-func (t *Target) ensureLabels(ctx context.Context) error {
-	if done, err := t.state(); done || err != nil {
-		return err
-	}
-	select {
-	case t.check <- struct{}{}:
-	case <-ctx.Done():
-		return &downstream.Error{Class: downstream.Transient, Err: fmt.Errorf("waiting for the check of the token's access: %w", ctx.Err())}
-	}
-	defer func() { <-t.check }()
-	if done, err := t.state(); done || err != nil {
-		return err
-	}
-	verified, err := t.checkLabels(ctx)
-	if err != nil {
-		return err
-	}
-	if verified {
-		t.mu.Lock()
-		t.verified = true
-		t.mu.Unlock()
-	}
-	return nil
-}
-
-// state reports whether creates may go ahead without a check, or why no
-// create may go ahead at all.
-func (t *Target) state() (bool, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.dropped != nil {
-		return true, t.dropped
-	}
-	return t.verified, nil
-}
-
-// checkLabels asks GitHub whether the token may set labels on a new issue.
-// It reports true when it may; false without an error when the answer
-// proves nothing either way (a rejected token, an unknown repository: the
-// create will be refused with the API's own message); a transient error
-// when the check should be made again; a permanent error when the token
-// lacks the access.
-func (t *Target) checkLabels(ctx context.Context) (bool, error) {
-	var repo struct {
-		Permissions *struct {
-			Push, Triage bool
-		} `json:"permissions"`
-	}
-	if err := t.get(ctx, t.repo, &repo); err != nil {
-		return false, checkFailed(err)
-	}
-	if repo.Permissions != nil && repo.Permissions.Push {
-		return true, nil
-	}
-	// A GitHub App installation token: the repository's permissions say
-	// nothing of it (missing, or push false). Only an installation may list
-	// its repositories.
-	var inst json.RawMessage
-	err := t.get(ctx, t.base+"/installation/repositories?per_page=1", &inst)
-	if err == nil {
-		return true, nil
-	}
-	if e := downstream.Classify(err); e.Class == downstream.Transient {
-		return false, checkFailed(err)
-	}
-	has := "no push access to it"
-	switch {
-	case repo.Permissions == nil:
-		has = "GitHub reports no permissions for it"
-	case repo.Permissions.Triage:
-		has = "only triage access to it (GitHub keeps the labels of a new issue only for push access)"
-	}
-	return false, &downstream.Error{Class: downstream.Permanent, Err: fmt.Errorf(
-		"github %q: the token cannot set labels on %s/%s: it has %s; GitHub drops the labels of a new issue silently without "+
-			"push access, and an issue without its key label cannot be found again after a lost answer, so nothing was created: "+
-			"give the token's user write (push) access to the repository, or use a GitHub App installation token with issues write",
-		t.cfg.Name, t.cfg.Owner, t.cfg.Repo, has)}
-}
-
-// checkFailed translates a failed check: a transient failure is returned
-// (rest says a GET never acted); any other proves nothing.
-func checkFailed(err error) error {
-	e := downstream.Classify(err)
-	if e.Class != downstream.Transient {
-		return nil
-	}
-	e.Err = fmt.Errorf("checking the token's access to the repository: %w", e.Err)
-	return e
-}
-
 // Find lists issues (any state) carrying the key's label, and takes the
 // first whose body holds the ticket's footer (see texts). The label alone
 // is no proof: anyone who may label issues can put it on another. An issue
@@ -367,79 +270,4 @@ func footerMark(d downstream.Delivery) string { return "ticket " + d.Ticket.ID }
 
 func receipt(is issue) downstream.Receipt {
 	return downstream.Receipt{ExternalID: strconv.FormatInt(is.Number, 10), URL: is.HTMLURL}
-}
-
-func (t *Target) get(ctx context.Context, u string, out any) error {
-	req, err := rest.NewJSONRequest(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return err
-	}
-	return t.call(req, out)
-}
-
-func (t *Target) call(req *http.Request, out any) error {
-	req.Header.Set("Accept", "application/vnd.github+json")
-	req.Header.Set("X-GitHub-Api-Version", APIVersion)
-	req.Header.Set("Authorization", "Bearer "+t.cfg.Token.Reveal())
-	resp, err := t.c.Do(req)
-	if err != nil {
-		return err
-	}
-	if !resp.OK() {
-		return t.fail(resp)
-	}
-	return resp.Result(out)
-}
-
-// fail translates an error answer. GitHub answers a rate limit with 403 or
-// 429 ("Rate limits for the REST API"):
-//   - primary: x-ratelimit-remaining is 0; wait until x-ratelimit-reset
-//     (UTC epoch seconds);
-//   - secondary: the message says so ("You have exceeded a secondary rate
-//     limit", formerly "You have triggered an abuse detection mechanism");
-//     wait retry-after seconds if given, else until x-ratelimit-reset if
-//     x-ratelimit-remaining is 0, else at least a minute.
-//
-// Content created too quickly is also refused with 422 "was submitted too
-// quickly", a secondary limit in all but status. None of these processed
-// the request: transient, and not acted. A 403 that is none of them is a
-// permission problem (Auth).
-func (t *Target) fail(r *rest.Response) *downstream.Error {
-	var ans struct {
-		Message string `json:"message"`
-		Errors  []struct {
-			Resource, Field, Code, Message string
-		} `json:"errors"`
-	}
-	msg := rest.Message(r)
-	if json.Unmarshal(r.Body, &ans) == nil && ans.Message != "" {
-		msg = ans.Message
-		for _, e := range ans.Errors {
-			switch {
-			case e.Message != "":
-				msg += "; " + e.Message
-			case e.Field != "":
-				msg += fmt.Sprintf("; %s.%s: %s", e.Resource, e.Field, e.Code)
-			}
-		}
-	}
-	e := t.c.Fail(r, msg)
-	low := strings.ToLower(msg)
-	limited := r.Status == http.StatusForbidden || r.Status == http.StatusTooManyRequests
-	primary := limited && r.Header.Get("x-ratelimit-remaining") == "0"
-	secondary := limited && (strings.Contains(low, "secondary rate limit") || strings.Contains(low, "abuse detection")) ||
-		r.Status == http.StatusUnprocessableEntity && strings.Contains(low, "submitted too quickly")
-	if !primary && !secondary && (!limited || r.Status == http.StatusForbidden && r.Header.Get("Retry-After") == "") {
-		return e // 429 is already transient; a bare 403 is a real permission problem
-	}
-	e.Class, e.MayHaveActed, e.Throttled = downstream.Transient, false, true
-	if e.RetryAfter == 0 && primary {
-		if reset, err := strconv.ParseInt(r.Header.Get("x-ratelimit-reset"), 10, 64); err == nil {
-			e.RetryAfter = max(time.Unix(reset, 0).Sub(t.c.Now()), 0)
-		}
-	}
-	if e.RetryAfter == 0 && secondary {
-		e.RetryAfter = SecondaryWait
-	}
-	return e
 }

@@ -19,7 +19,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"ticketrelay/downstream"
 	"ticketrelay/downstream/internal/rest"
@@ -43,17 +42,13 @@ type Config struct {
 	Project string
 	// IssueType is the issue type name (default "Task").
 	IssueType string
-	// HTTP is the client (nil: a client with a 20s timeout).
-	HTTP *http.Client
-	// Now is the clock (nil: time.Now).
-	Now func() time.Time
+	downstream.HTTPConfig
 }
 
 // Target creates issues in one project.
 type Target struct {
-	cfg  Config
-	base string
-	c    *rest.Client
+	cfg Config
+	api rest.API
 }
 
 var (
@@ -63,7 +58,7 @@ var (
 
 // New validates cfg and builds the target.
 func New(cfg Config) (*Target, error) {
-	base, err := rest.BaseURL("jira", cfg.Name, cfg.BaseURL, "https://acme.atlassian.net")
+	api, err := rest.NewAPI("jira", cfg.Name, cfg.BaseURL, "https://acme.atlassian.net", cfg.HTTPConfig, cfg.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +71,7 @@ func New(cfg Config) (*Target, error) {
 	if cfg.IssueType == "" {
 		cfg.IssueType = "Task"
 	}
-	return &Target{cfg: cfg, base: base, c: rest.NewClient(cfg.HTTP, cfg.Now).Redact(cfg.Token)}, nil
+	return &Target{cfg: cfg, api: api}, nil
 }
 
 // Name implements downstream.Target.
@@ -110,7 +105,7 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 	}
 	text += "priority: " + d.Ticket.Priority + " · ticket " + d.Ticket.ID
 	fields["description"] = ADF(text)
-	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.base+"/rest/api/3/issue", map[string]any{"fields": fields})
+	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.api.Base+"/rest/api/3/issue", map[string]any{"fields": fields})
 	if err != nil {
 		return downstream.Receipt{}, err
 	}
@@ -128,7 +123,7 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 // search index lags).
 func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Receipt, bool, error) {
 	jql := fmt.Sprintf(`project = "%s" AND labels = "%s" ORDER BY created ASC`, t.cfg.Project, KeyLabel(d.Key))
-	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.base+"/rest/api/3/search/jql", map[string]any{
+	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.api.Base+"/rest/api/3/search/jql", map[string]any{
 		"jql": jql, "fields": []string{"summary"}, "maxResults": 1,
 	})
 	if err != nil {
@@ -147,17 +142,17 @@ func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Re
 }
 
 func (t *Target) receipt(key string) downstream.Receipt {
-	return downstream.Receipt{ExternalID: key, URL: t.base + "/browse/" + key}
+	return downstream.Receipt{ExternalID: key, URL: t.api.Base + "/browse/" + key}
 }
 
 func (t *Target) call(req *http.Request, out any) error {
 	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(t.cfg.Email+":"+t.cfg.Token.Reveal())))
-	resp, err := t.c.Do(req)
+	resp, err := t.api.Do(req)
 	if err != nil {
 		return err
 	}
 	if !resp.OK() {
-		return t.c.Fail(resp, message(resp))
+		return t.api.Fail(resp, message(resp))
 	}
 	return resp.Result(out)
 }

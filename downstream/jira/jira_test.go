@@ -17,7 +17,7 @@ const email, token = "bot@acme.test", "atl-token"
 
 func newTarget(t *testing.T, base, tok string, now func() time.Time) *jira.Target {
 	t.Helper()
-	tg, err := jira.New(jira.Config{Name: "ops", BaseURL: base, Email: email, Token: downstream.NewSecret(tok), Project: "OPS", Now: now})
+	tg, err := jira.New(jira.Config{Name: "ops", BaseURL: base, Email: email, Token: downstream.NewSecret(tok), Project: "OPS", HTTPConfig: downstream.HTTPConfig{Now: now}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,18 +82,14 @@ type Config struct {
 	APIBaseURL string
 	// Source is the event's payload.source (default "ticketrelay").
 	Source string
-	// HTTP is the client (nil: a client with a 20s timeout).
-	HTTP *http.Client
-	// Now is the clock (nil: time.Now).
-	Now func() time.Time
+	downstream.HTTPConfig
 }
 
 // Target triggers alerts.
 type Target struct {
 	cfg     Config
-	base    string
 	apiBase string // "" without an API token
-	c       *rest.Client
+	api     rest.API
 }
 
 var (
@@ -106,7 +102,7 @@ func New(cfg Config) (*Target, error) {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
-	base, err := rest.BaseURL("pagerduty", cfg.Name, cfg.BaseURL, "")
+	api, err := rest.NewAPI("pagerduty", cfg.Name, cfg.BaseURL, "", cfg.HTTPConfig, cfg.RoutingKey, cfg.APIToken)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +124,7 @@ func New(cfg Config) (*Target, error) {
 	if cfg.Source == "" {
 		cfg.Source = "ticketrelay"
 	}
-	return &Target{cfg: cfg, base: base, apiBase: apiBase, c: rest.NewClient(cfg.HTTP, cfg.Now).Redact(cfg.RoutingKey, cfg.APIToken)}, nil
+	return &Target{cfg: cfg, api: api, apiBase: apiBase}, nil
 }
 
 // Name implements downstream.Target.
@@ -175,7 +171,7 @@ type Payload struct {
 // is the delivery's error (transient for a 5xx, a 429 or a network error;
 // it never acted): triggering blind could page twice.
 func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream.Receipt, error) {
-	if t.apiBase != "" && t.c.Now().Sub(d.Ticket.CreatedAt) >= LookupAfter {
+	if t.apiBase != "" && t.api.Now().Sub(d.Ticket.CreatedAt) >= LookupAfter {
 		r, found, err := t.Find(ctx, d)
 		if err != nil {
 			return downstream.Receipt{}, err
@@ -198,11 +194,11 @@ func (t *Target) trigger(ctx context.Context, d downstream.Delivery) (downstream
 			},
 		},
 	}
-	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.base+"/v2/enqueue", ev)
+	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.api.Base+"/v2/enqueue", ev)
 	if err != nil {
 		return downstream.Receipt{}, err
 	}
-	resp, err := t.c.Do(req)
+	resp, err := t.api.Do(req)
 	if err != nil {
 		return downstream.Receipt{}, err
 	}
@@ -221,7 +217,7 @@ func (t *Target) trigger(ctx context.Context, d downstream.Delivery) (downstream
 				msg += ": " + strings.Join(ans.Errors, "; ")
 			}
 		}
-		e := t.c.Fail(resp, msg)
+		e := t.api.Fail(resp, msg)
 		if resp.Status == http.StatusBadRequest && strings.Contains(strings.ToLower(strings.ReplaceAll(msg, "_", " ")), "routing key") {
 			// The routing key is the credential: a wrong one is an auth error.
 			e.Class = downstream.Auth
@@ -271,12 +267,12 @@ func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Re
 	}
 	req.Header.Set("Accept", "application/vnd.pagerduty+json;version=2")
 	req.Header.Set("Authorization", "Token token="+t.cfg.APIToken.Reveal())
-	resp, err := t.c.Do(req)
+	resp, err := t.api.Do(req)
 	if err != nil {
 		return downstream.Receipt{}, false, lookupError(err)
 	}
 	if !resp.OK() {
-		return downstream.Receipt{}, false, lookupError(t.c.Fail(resp, restMessage(resp)))
+		return downstream.Receipt{}, false, lookupError(t.api.Fail(resp, restMessage(resp)))
 	}
 	var ans struct {
 		Incidents []incidentJSON `json:"incidents"`

@@ -31,7 +31,7 @@ func newTarget(t *testing.T, base, key string) *pagerduty.Target {
 func newLookupTarget(t *testing.T, base, apiBase, key, token string, now func() time.Time) *pagerduty.Target {
 	t.Helper()
 	tg, err := pagerduty.New(pagerduty.Config{Name: "oncall", BaseURL: base, RoutingKey: downstream.NewSecret(key),
-		APIToken: downstream.NewSecret(token), APIBaseURL: apiBase, Now: now})
+		APIToken: downstream.NewSecret(token), APIBaseURL: apiBase, HTTPConfig: downstream.HTTPConfig{Now: now}})
 	if err != nil {
 		t.Fatal(err)
 	}

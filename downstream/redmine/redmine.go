@@ -39,7 +39,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"ticketrelay/downstream"
 	"ticketrelay/downstream/internal/rest"
@@ -75,17 +74,13 @@ type Config struct {
 	// filter", enabled for the project and tracker) that holds the dedupe
 	// key. 0: the key goes into a subject marker (see SubjectMarker).
 	CustomFieldID int
-	// HTTP is the client (nil: a client with a 20s timeout).
-	HTTP *http.Client
-	// Now is the clock (nil: time.Now).
-	Now func() time.Time
+	downstream.HTTPConfig
 }
 
 // Target creates issues in one project.
 type Target struct {
-	cfg  Config
-	base string
-	c    *rest.Client
+	cfg Config
+	api rest.API
 }
 
 var (
@@ -95,7 +90,7 @@ var (
 
 // New validates cfg and builds the target.
 func New(cfg Config) (*Target, error) {
-	base, err := rest.BaseURL("redmine", cfg.Name, cfg.BaseURL, "https://redmine.example.com")
+	api, err := rest.NewAPI("redmine", cfg.Name, cfg.BaseURL, "https://redmine.example.com", cfg.HTTPConfig, cfg.APIKey)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +108,7 @@ func New(cfg Config) (*Target, error) {
 			return nil, fmt.Errorf("redmine %q: priority %q maps to id %d; ids are positive", cfg.Name, p, id)
 		}
 	}
-	return &Target{cfg: cfg, base: base, c: rest.NewClient(cfg.HTTP, cfg.Now).Redact(cfg.APIKey)}, nil
+	return &Target{cfg: cfg, api: api}, nil
 }
 
 // Name implements downstream.Target.
@@ -173,7 +168,7 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 	if t.cfg.CustomFieldID != 0 {
 		in["custom_fields"] = []map[string]any{{"id": t.cfg.CustomFieldID, "value": d.Key}}
 	}
-	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.base+"/issues.json", map[string]any{"issue": in})
+	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.api.Base+"/issues.json", map[string]any{"issue": in})
 	if err != nil {
 		return downstream.Receipt{}, err
 	}
@@ -245,7 +240,7 @@ func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Re
 		q.Set("op[subject]", "~")
 		q.Set("v[subject][]", SubjectMarker(d.Key))
 	}
-	req, err := rest.NewJSONRequest(ctx, http.MethodGet, t.base+"/issues.json?"+q.Encode(), nil)
+	req, err := rest.NewJSONRequest(ctx, http.MethodGet, t.api.Base+"/issues.json?"+q.Encode(), nil)
 	if err != nil {
 		return downstream.Receipt{}, false, err
 	}
@@ -330,17 +325,17 @@ func (t *Target) ignoredFilter(stray int64) error {
 
 func (t *Target) receipt(id int64) downstream.Receipt {
 	s := strconv.FormatInt(id, 10)
-	return downstream.Receipt{ExternalID: s, URL: t.base + "/issues/" + s}
+	return downstream.Receipt{ExternalID: s, URL: t.api.Base + "/issues/" + s}
 }
 
 func (t *Target) call(req *http.Request, out any) error {
 	req.Header.Set(APIKeyHeader, t.cfg.APIKey.Reveal())
-	resp, err := t.c.Do(req)
+	resp, err := t.api.Do(req)
 	if err != nil {
 		return err
 	}
 	if !resp.OK() {
-		return t.c.Fail(resp, t.message(resp))
+		return t.api.Fail(resp, t.message(resp))
 	}
 	return resp.Result(out)
 }

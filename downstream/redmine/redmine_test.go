@@ -23,7 +23,7 @@ func newTarget(t *testing.T, base, key string, mod ...func(*redmine.Config)) *re
 	t.Helper()
 	cfg := redmine.Config{Name: "rm", BaseURL: base, APIKey: downstream.NewSecret(key), Project: "support",
 		TrackerID: 3, CustomFieldID: field, PriorityIDs: map[string]int{"low": 1, "normal": 2, "high": 3, "urgent": 99},
-		HTTP: &http.Client{}}
+		HTTPConfig: downstream.HTTPConfig{HTTP: &http.Client{}}}
 	for _, m := range mod {
 		m(&cfg)
 	}

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"ticketrelay/downstream"
 	"ticketrelay/downstream/internal/rest"
@@ -24,10 +23,7 @@ type Config struct {
 	Name string
 	// WebhookURL is the incoming webhook's URL; it is the credential.
 	WebhookURL downstream.Secret
-	// HTTP is the client (nil: a client with a 20s timeout).
-	HTTP *http.Client
-	// Now is the clock (nil: time.Now).
-	Now func() time.Time
+	downstream.HTTPConfig
 }
 
 // Target posts messages.

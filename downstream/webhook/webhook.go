@@ -48,10 +48,7 @@ type Config struct {
 	Token downstream.Secret
 	// NoDedupe declares a receiver that does not honour Idempotency-Key.
 	NoDedupe bool
-	// HTTP is the client (nil: a client with a 20s timeout).
-	HTTP *http.Client
-	// Now is the clock (nil: time.Now), for webhook-timestamp.
-	Now func() time.Time
+	downstream.HTTPConfig
 }
 
 // Target posts tickets to a URL.

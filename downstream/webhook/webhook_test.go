@@ -126,7 +126,7 @@ func TestKeyReusedWithOtherPayload(t *testing.T) {
 func TestResendIsSignedAnew(t *testing.T) {
 	clock := downstreamtest.NewClock(time.Unix(1_800_000_000, 0))
 	f := webhooktest.New(t, webhooktest.Options{SigningSecret: secret, Now: clock.Now})
-	tg, err := webhook.New(webhook.Config{Name: "h", URL: f.URL(), SigningSecret: downstream.NewSecret(secret), Now: clock.Now})
+	tg, err := webhook.New(webhook.Config{Name: "h", URL: f.URL(), SigningSecret: downstream.NewSecret(secret), HTTPConfig: downstream.HTTPConfig{Now: clock.Now}})
 	if err != nil {
 		t.Fatal(err)
 	}

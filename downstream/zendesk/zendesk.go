@@ -46,17 +46,13 @@ type Config struct {
 	// Email and Token authenticate with an API token ({email}/token:{token}).
 	Email string
 	Token downstream.Secret
-	// HTTP is the client (nil: a client with a 20s timeout).
-	HTTP *http.Client
-	// Now is the clock (nil: time.Now).
-	Now func() time.Time
+	downstream.HTTPConfig
 }
 
 // Target creates Zendesk tickets.
 type Target struct {
-	cfg  Config
-	base string
-	c    *rest.Client
+	cfg Config
+	api rest.API
 }
 
 var (
@@ -66,14 +62,14 @@ var (
 
 // New validates cfg and builds the target.
 func New(cfg Config) (*Target, error) {
-	base, err := rest.BaseURL("zendesk", cfg.Name, cfg.BaseURL, "https://acme.zendesk.com")
+	api, err := rest.NewAPI("zendesk", cfg.Name, cfg.BaseURL, "https://acme.zendesk.com", cfg.HTTPConfig, cfg.Token)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Email == "" || cfg.Token.IsZero() {
 		return nil, fmt.Errorf("zendesk %q: email and API token are required", cfg.Name)
 	}
-	return &Target{cfg: cfg, base: base, c: rest.NewClient(cfg.HTTP, cfg.Now).Redact(cfg.Token)}, nil
+	return &Target{cfg: cfg, api: api}, nil
 }
 
 // Name implements downstream.Target.
@@ -106,7 +102,7 @@ type ticketJSON struct {
 // dispatcher killed after a call to a keyed target has recorded nothing, so
 // an earlier call may have created the ticket on any attempt.
 func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream.Receipt, error) {
-	if t.c.Now().Sub(d.Ticket.CreatedAt) >= Window-LookupMargin {
+	if t.api.Now().Sub(d.Ticket.CreatedAt) >= Window-LookupMargin {
 		r, found, err := t.Find(ctx, d)
 		if err != nil {
 			return downstream.Receipt{}, err
@@ -123,7 +119,7 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 	for _, l := range d.Ticket.Labels {
 		tags = append(tags, strings.ReplaceAll(l, " ", "_")) // a space splits a Zendesk tag
 	}
-	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.base+"/api/v2/tickets", map[string]newTicket{"ticket": {
+	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.api.Base+"/api/v2/tickets", map[string]newTicket{"ticket": {
 		Subject: d.Ticket.Title, Comment: comment{Body: body}, Priority: d.Ticket.Priority, Tags: tags, ExternalID: d.Key,
 	}})
 	if err != nil {
@@ -154,7 +150,7 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 
 // Find lists tickets whose external_id is the delivery's key.
 func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Receipt, bool, error) {
-	req, err := rest.NewJSONRequest(ctx, http.MethodGet, t.base+"/api/v2/tickets?external_id="+url.QueryEscape(d.Key), nil)
+	req, err := rest.NewJSONRequest(ctx, http.MethodGet, t.api.Base+"/api/v2/tickets?external_id="+url.QueryEscape(d.Key), nil)
 	if err != nil {
 		return downstream.Receipt{}, false, err
 	}
@@ -178,17 +174,17 @@ func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Re
 
 func (t *Target) receipt(id int64) downstream.Receipt {
 	s := strconv.FormatInt(id, 10)
-	return downstream.Receipt{ExternalID: s, URL: t.base + "/agent/tickets/" + s}
+	return downstream.Receipt{ExternalID: s, URL: t.api.Base + "/agent/tickets/" + s}
 }
 
 func (t *Target) call(req *http.Request, out any) error {
 	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(t.cfg.Email+"/token:"+t.cfg.Token.Reveal())))
-	resp, err := t.c.Do(req)
+	resp, err := t.api.Do(req)
 	if err != nil {
 		return err
 	}
 	if !resp.OK() {
-		e := t.c.Fail(resp, message(resp))
+		e := t.api.Fail(resp, message(resp))
 		if resp.Status == http.StatusConflict {
 			// Zendesk: a concurrent request on the same resource; retry.
 			e.Class, e.MayHaveActed = downstream.Transient, true

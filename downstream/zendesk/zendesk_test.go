@@ -17,7 +17,7 @@ const email, token = "bot@acme.test", "api-token-1"
 
 func newTarget(t *testing.T, base, tok string, now func() time.Time) *zendesk.Target {
 	t.Helper()
-	tg, err := zendesk.New(zendesk.Config{Name: "support", BaseURL: base, Email: email, Token: downstream.NewSecret(tok), Now: now})
+	tg, err := zendesk.New(zendesk.Config{Name: "support", BaseURL: base, Email: email, Token: downstream.NewSecret(tok), HTTPConfig: downstream.HTTPConfig{Now: now}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ package rest
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -14,14 +13,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
-	"net/url"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"ticketrelay/downstream"
 )
@@ -313,171 +308,4 @@ func (c *Client) redirected(req *http.Request, resp *http.Response) *downstream.
 		e.Err = errors.New(what + "; nothing was created")
 	}
 	return e
-}
-
-// SafeURL renders u for an error or a log: without userinfo, query and
-// fragment (they carry credentials: user:password@, ?token=…), and, with
-// hide, without its path either (a hook URL whose path is the credential).
-func SafeURL(u *url.URL, hide bool) string {
-	if u == nil {
-		return ""
-	}
-	if hide {
-		return u.Scheme + "://" + u.Host + "/" + downstream.Redacted
-	}
-	s := *u
-	s.User = nil
-	s.RawQuery, s.ForceQuery, s.Fragment, s.RawFragment = "", false, "", ""
-	return s.String()
-}
-
-// SafeRawURL is SafeURL for a string that may not parse. One that does not
-// is shown as Redacted: where its userinfo or query would be cannot be told
-// ("http://user:password/x" reads as a host with a bad port).
-func SafeRawURL(raw string, hide bool) string {
-	if u, err := url.Parse(raw); err == nil {
-		return SafeURL(u, hide)
-	}
-	return downstream.Redacted
-}
-
-// quoted matches what url.Parse's errors quote of a URL (a port, an
-// escape, a character of the host).
-var quoted = regexp.MustCompile(`"[^"]*"`)
-
-// RedactURLError makes every *url.Error in err's chain show its URL as
-// SafeRawURL does, and what a parse error quotes of the URL elided. It
-// changes err in place and returns it.
-func RedactURLError(err error, hide bool) error {
-	for e := err; e != nil; {
-		if ue, ok := e.(*url.Error); ok {
-			ue.URL = SafeRawURL(ue.URL, hide)
-			if ue.Op == "parse" && ue.Err != nil {
-				ue.Err = errors.New(quoted.ReplaceAllString(ue.Err.Error(), `"…"`))
-			}
-		}
-		switch x := e.(type) {
-		case interface{ Unwrap() error }:
-			e = x.Unwrap()
-		default:
-			e = nil
-		}
-	}
-	return err
-}
-
-// Fail translates a non-2xx answer. msg is the API's own error message
-// (see Message for a default):
-//   - 401, 403: Auth
-//   - 408, 429: Transient, not acted (the API says it did not process it);
-//     429 is Throttled
-//   - 5xx: Transient, may have acted (unless it answers a GET or HEAD)
-//   - other 4xx: Permanent
-//
-// RetryAfter comes from the Retry-After header (seconds or an HTTP date).
-//
-// msg is made safe to store and print (see Clean): it comes from the
-// answer, and goes to last_error, the logs, find_request's answer and the
-// operator's terminal. Cut to 1000 bytes.
-func (c *Client) Fail(r *Response, msg string) *downstream.Error {
-	msg = cut(Clean(msg, slices.Concat(c.secrets, r.secrets)...), maxFailMessage)
-	e := &downstream.Error{StatusCode: r.Status, RetryAfter: RetryAfter(r.Header, c.Now()), Err: errors.New(msg)}
-	switch {
-	case r.Status == http.StatusUnauthorized || r.Status == http.StatusForbidden:
-		e.Class = downstream.Auth
-	case r.Status == http.StatusRequestTimeout || r.Status == http.StatusTooManyRequests:
-		e.Class, e.Throttled = downstream.Transient, r.Status == http.StatusTooManyRequests
-	case r.Status >= 500:
-		e.Class, e.MayHaveActed = downstream.Transient, !safeMethod(r.Method)
-	default:
-		e.Class = downstream.Permanent
-	}
-	return e
-}
-
-// RetryAfter parses a Retry-After header: delay-seconds or an HTTP date.
-// Absent, malformed or past: 0.
-func RetryAfter(h http.Header, now time.Time) time.Duration {
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0
-	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n <= 0 {
-			return 0
-		}
-		return time.Duration(min(n, int64(maxRetryAfter/time.Second))) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			return min(d, maxRetryAfter) // Sub saturates a date centuries ahead; the cap keeps it sane
-		}
-	}
-	return 0
-}
-
-// maxRetryAfter caps the wait an API may ask for.
-const maxRetryAfter = 24 * time.Hour
-
-// maxMessage and maxFailMessage bound what Message and Fail keep, in bytes.
-const (
-	maxMessage     = 500
-	maxFailMessage = 1000
-)
-
-// Message is a readable error message from an answer: the body as text,
-// made safe (see Clean: no credential of the request, no control
-// character), trimmed and cut to 500 bytes, or the status text if the body
-// is empty.
-func Message(r *Response) string {
-	s := strings.TrimSpace(Clean(string(r.Body), r.secrets...))
-	if s == "" {
-		return http.StatusText(r.Status)
-	}
-	return cut(s, maxMessage)
-}
-
-// Clean makes text from an answer safe to store and print: every
-// occurrence of a secret becomes downstream.Redacted, every control
-// character (C0, DEL and C1, newlines and tabs included: ESC would reach an
-// operator's terminal) a space, and bytes that are not UTF-8 U+FFFD.
-func Clean(s string, secrets ...downstream.Secret) string {
-	vals := make([]string, 0, len(secrets))
-	for _, sec := range secrets {
-		if v := sec.Reveal(); v != "" {
-			vals = append(vals, v)
-		}
-	}
-	// Longest first, so that a secret that holds another is replaced whole.
-	slices.SortStableFunc(vals, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
-	for _, v := range vals {
-		s = strings.ReplaceAll(s, v, downstream.Redacted)
-	}
-	return downstream.Printable(s)
-}
-
-// cut cuts s to at most n bytes at a character boundary, marking the cut.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := n
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
-}
-
-// BaseURL checks an adapter's configured endpoint and returns it without a
-// trailing slash. kind and name make the error say which target is wrong;
-// example (may be empty) shows what a good endpoint looks like.
-func BaseURL(kind, name, endpoint, example string) (string, error) {
-	base := strings.TrimRight(endpoint, "/")
-	if strings.HasPrefix(base, "http://") || strings.HasPrefix(base, "https://") {
-		return base, nil
-	}
-	if example != "" {
-		example = " (e.g. " + example + ")"
-	}
-	return "", fmt.Errorf("%s %q: endpoint %q is not an http(s) URL%s", kind, name, SafeRawURL(endpoint, false), example)
 }

@@ -17,7 +17,9 @@ import (
 
 	"ticketrelay/config"
 	"ticketrelay/ledger"
-	"ticketrelay/mcpserver"
+	"ticketrelay/mcphttp"
+	"ticketrelay/mcpstdio"
+	"ticketrelay/mcptools"
 	"ticketrelay/metrics"
 )
 
@@ -45,29 +47,29 @@ func Run(ctx context.Context, env app.Env) error {
 		allowedOrigins = fs.String("allowed-origins", "", "comma-separated browser `origins` allowed besides loopback")
 		stateless      = fs.Bool("stateless", false, "serve streamable HTTP without sessions for every protocol version (behind a load balancer); "+
 			"by default 2025-11-25 clients get sessions and 2026-07-28 clients are served statelessly")
-		sessionTimeout = fs.Duration("session-timeout", mcpserver.DefaultSessionTimeout, "close HTTP sessions idle this `long`")
-		eventBytes     = fs.Int("event-store-bytes", mcpserver.DefaultEventStoreBytes, "memory `bytes` kept for resuming dropped SSE streams with Last-Event-ID (0: no resumption)")
+		sessionTimeout = fs.Duration("session-timeout", mcphttp.DefaultSessionTimeout, "close HTTP sessions idle this `long`")
+		eventBytes     = fs.Int("event-store-bytes", mcphttp.DefaultEventStoreBytes, "memory `bytes` kept for resuming dropped SSE streams with Last-Event-ID (0: no resumption)")
 		keepAlive      = fs.Duration("keepalive", 30*time.Second, "ping `interval` on sessions holding a GET stream open (0: no pings)")
-		keepAliveFails = fs.Int("keepalive-failures", mcpserver.DefaultKeepAliveFailures, "close a session after this `many` consecutive unanswered pings (sessions without a GET stream are never pinged)")
-		maxBody        = fs.Int64("max-body-bytes", mcpserver.DefaultMaxBodyBytes, "largest HTTP request body in `bytes` (413 beyond); a body must arrive within 30 s per MiB of this, at least 30 s (408 beyond)")
-		maxSessions    = fs.Int("max-sessions", mcpserver.DefaultMaxSessions, "live HTTP sessions at most (`n`); a new one beyond closes the oldest session that made no call since its initialize, or gets 503 if all made calls (0: no bound)")
-		maxSubjectSess = fs.Int("max-sessions-per-subject", mcpserver.DefaultMaxSessionsPerSubject, "live HTTP sessions at most per bearer-token subject (`n`); a new one beyond closes the subject's oldest session that made no call, or gets 429 if all made calls (0: no bound)")
-		maxAddrSess    = fs.Int("max-sessions-per-address", mcpserver.DefaultMaxSessionsPerAddress, "live HTTP sessions at most per client address (IPv4, or IPv6 /64) of requests without a token (`n`); a new one beyond closes the address's oldest session that made no call, or gets 429 if all made calls (0: no bound). Behind a proxy without tokens every client shares its address")
-		unusedTimeout  = fs.Duration("session-unused-timeout", mcpserver.DefaultUnusedSessionTimeout, "close an HTTP session that made no call since its initialize after this `long` (0: only -session-timeout); a session that made a call is never closed for it")
+		keepAliveFails = fs.Int("keepalive-failures", mcphttp.DefaultKeepAliveFailures, "close a session after this `many` consecutive unanswered pings (sessions without a GET stream are never pinged)")
+		maxBody        = fs.Int64("max-body-bytes", mcphttp.DefaultMaxBodyBytes, "largest HTTP request body in `bytes` (413 beyond); a body must arrive within 30 s per MiB of this, at least 30 s (408 beyond)")
+		maxSessions    = fs.Int("max-sessions", mcphttp.DefaultMaxSessions, "live HTTP sessions at most (`n`); a new one beyond closes the oldest session that made no call since its initialize, or gets 503 if all made calls (0: no bound)")
+		maxSubjectSess = fs.Int("max-sessions-per-subject", mcphttp.DefaultMaxSessionsPerSubject, "live HTTP sessions at most per bearer-token subject (`n`); a new one beyond closes the subject's oldest session that made no call, or gets 429 if all made calls (0: no bound)")
+		maxAddrSess    = fs.Int("max-sessions-per-address", mcphttp.DefaultMaxSessionsPerAddress, "live HTTP sessions at most per client address (IPv4, or IPv6 /64) of requests without a token (`n`); a new one beyond closes the address's oldest session that made no call, or gets 429 if all made calls (0: no bound). Behind a proxy without tokens every client shares its address")
+		unusedTimeout  = fs.Duration("session-unused-timeout", mcphttp.DefaultUnusedSessionTimeout, "close an HTTP session that made no call since its initialize after this `long` (0: only -session-timeout); a session that made a call is never closed for it")
 		maxConns       = fs.Int("max-conns", DefaultMaxConns, "HTTP connections served at once (`n`); more wait to be accepted. 0 (default): no bound; beware that one client address can hold every slot of a bound, and each session's GET stream holds one")
 		tokensFile     = fs.String("auth-tokens-file", "", "bearer tokens `file`: one \"subject:token\" (or bare token) per line; required to listen beyond loopback")
 		tokensEnv      = fs.String("auth-tokens-env", "TICKETRELAY_AUTH_TOKENS", "environment `variable` holding bearer tokens, \"subject:token\" entries separated by commas")
 		authResource   = fs.String("auth-resource", "", "canonical `URL` of this endpoint (https://host/mcp): with -auth-servers, serves OAuth protected-resource metadata")
 		authServers    = fs.String("auth-servers", "", "comma-separated OAuth authorization server `URLs` for the protected-resource metadata")
 		insecure       = fs.Bool("insecure", false, "allow listening beyond loopback without bearer tokens, and -metrics-listen beyond loopback (/metrics has no authentication)")
-		authFailures   = fs.Int("auth-failures", mcpserver.DefaultAuthFailureLimit.Burst, "requests without a valid token one client address may send in a row (`n`); then all its requests get 429, allowing one failure per second (0: no limit)")
+		authFailures   = fs.Int("auth-failures", mcphttp.DefaultAuthFailureLimit.Burst, "requests without a valid token one client address may send in a row (`n`); then all its requests get 429, allowing one failure per second (0: no limit)")
 		rateLimit      = fs.Float64("rate-limit", -1, "HTTP requests per second per client (token subject or IP); 0: no limit; default -1 means 20 when -listen is beyond loopback, no limit on loopback")
 		rateBurst      = fs.Int("rate-burst", 0, "requests a client may send at once (default 2×rate-limit)")
 		addrFile       = fs.String("addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
 		multiHost      = fs.Bool("multi-host", false, "one of several hosts of an installation: acceptance is decided by the cluster record on -nats before this host commits (needs -nats and -installation)")
 		natsURL        = fs.String("nats", "", "with -multi-host: `URL`s of the installation's NATS cluster")
 		installName    = fs.String("installation", "", "with -multi-host: the installation's `name` (as its dispatchers')")
-		benchNoop      = fs.Bool("bench-noop-tool", false, "for benchmarks only: also serve "+mcpserver.NoopToolPrefix+"<tool>, a twin of each create tool that validates its arguments and writes nothing")
+		benchNoop      = fs.Bool("bench-noop-tool", false, "for benchmarks only: also serve "+mcptools.NoopToolPrefix+"<tool>, a twin of each create tool that validates its arguments and writes nothing")
 	)
 	natsFlags := app.AddNATSFlags(fs, natsURL)
 	fs.Usage = func() {
@@ -119,7 +121,7 @@ func Run(ctx context.Context, env app.Env) error {
 	w := ledger.NewWriter(db, log, m.Writer)
 	defer w.Close()
 	l := ledger.New(db, w, time.Now)
-	var requests mcpserver.Requests = l
+	var requests mcptools.Requests = l
 	if *multiHost {
 		natsOpts, err := natsFlags.Options(env.Lookup)
 		if err != nil {
@@ -132,13 +134,13 @@ func Run(ctx context.Context, env app.Env) error {
 		defer closeNATS()
 		requests = front
 	}
-	srv, err := mcpserver.New(mcpserver.Config{Version: app.Version, Bindings: toolBindings}, requests, m, log)
+	srv, err := mcptools.New(mcptools.Config{Version: app.Version, Bindings: toolBindings}, requests, m, log)
 	if err != nil {
 		return err
 	}
 	if *benchNoop {
 		for _, b := range toolBindings {
-			log.Warn("benchmark no-op tool enabled: it stores nothing", "tool", mcpserver.AddNoopTool(srv, b, m, log))
+			log.Warn("benchmark no-op tool enabled: it stores nothing", "tool", mcptools.AddNoopTool(srv, b, log))
 		}
 	}
 
@@ -156,7 +158,7 @@ func Run(ctx context.Context, env app.Env) error {
 		}
 		// The guard answers malformed lines itself, so one bad line from a
 		// client does not end the session.
-		in, out := mcpserver.GuardStdio(env.Stdin, env.Stdout, log)
+		in, out := mcpstdio.Guard(env.Stdin, env.Stdout, log)
 		var t mcp.Transport = &mcp.IOTransport{Reader: in, Writer: out}
 		if log.Enabled(ctx, slog.LevelDebug) {
 			// Every JSON-RPC message, both ways, as a debug line on stderr.
@@ -178,9 +180,9 @@ func Run(ctx context.Context, env app.Env) error {
 	switch {
 	case authCfg != nil:
 		log.Info("bearer-token authentication on", "subjects", authCfg.Tokens.Subjects())
-		authCfg.FailureLimit = mcpserver.RateLimit{PerSecond: -1}
+		authCfg.FailureLimit = mcphttp.RateLimit{PerSecond: -1}
 		if *authFailures > 0 {
-			authCfg.FailureLimit = mcpserver.RateLimit{PerSecond: mcpserver.DefaultAuthFailureLimit.PerSecond, Burst: *authFailures}
+			authCfg.FailureLimit = mcphttp.RateLimit{PerSecond: mcphttp.DefaultAuthFailureLimit.PerSecond, Burst: *authFailures}
 		}
 	case !loopback && !*insecure:
 		return fmt.Errorf("%w: refusing to serve %s beyond loopback without authentication: give -auth-tokens-file or $%s, or pass -insecure",
@@ -188,7 +190,7 @@ func Run(ctx context.Context, env app.Env) error {
 	case !loopback:
 		log.Warn("serving beyond loopback WITHOUT authentication (-insecure)", "listen", *listen)
 	}
-	limit := mcpserver.RateLimit{PerSecond: *rateLimit, Burst: *rateBurst}
+	limit := mcphttp.RateLimit{PerSecond: *rateLimit, Burst: *rateBurst}
 	if *rateLimit < 0 {
 		limit.PerSecond = 0
 		if !loopback {
@@ -206,10 +208,10 @@ func Run(ctx context.Context, env app.Env) error {
 	if *unusedTimeout == 0 {
 		*unusedTimeout = -1 // none
 	}
-	for _, reason := range mcpserver.EvictedReasons {
+	for _, reason := range mcphttp.EvictedReasons {
 		m.HTTPSessionsEvicted.WithLabelValues(reason) // exported at 0 from the start
 	}
-	h := mcpserver.NewHTTPHandler(srv, mcpserver.HTTPConfig{
+	h := mcphttp.NewHandler(srv, mcphttp.Config{
 		AllowedOrigins:        app.SplitList(*allowedOrigins),
 		Stateless:             *stateless,
 		SessionTimeout:        *sessionTimeout,
@@ -231,10 +233,10 @@ func Run(ctx context.Context, env app.Env) error {
 	metrics.SessionsFunc(reg, h.Sessions)
 	mux := httpMux(h)
 	if authCfg != nil && authCfg.Resource != "" {
-		_, path, _ := mcpserver.ResourceMetadataLocation(authCfg.Resource)
-		mux.Handle(path, mcpserver.ResourceMetadataHandler(authCfg))
+		_, path, _ := mcphttp.ResourceMetadataLocation(authCfg.Resource)
+		mux.Handle(path, mcphttp.ResourceMetadataHandler(authCfg))
 		if path != "/.well-known/oauth-protected-resource" {
-			mux.Handle("/.well-known/oauth-protected-resource", mcpserver.ResourceMetadataHandler(authCfg))
+			mux.Handle("/.well-known/oauth-protected-resource", mcphttp.ResourceMetadataHandler(authCfg))
 		}
 	}
 	hs, err := app.ServeLimits(ctx, *listen, mux, log, app.HTTPLimits{MaxConns: *maxConns})

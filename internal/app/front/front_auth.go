@@ -5,20 +5,20 @@ import (
 	"os"
 	"ticketrelay/internal/app"
 
-	"ticketrelay/mcpserver"
+	"ticketrelay/mcphttp"
 )
 
 // frontAuth reads the bearer tokens from the file and the environment
 // variable; nil means no authentication. Token values never reach a log or
 // an error message.
-func frontAuth(env app.Env, file, envVar, resource string, servers []string) (*mcpserver.AuthConfig, error) {
-	tokens := &mcpserver.Tokens{}
+func frontAuth(env app.Env, file, envVar, resource string, servers []string) (*mcphttp.AuthConfig, error) {
+	tokens := &mcphttp.Tokens{}
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			return nil, fmt.Errorf("-auth-tokens-file: %w", err)
 		}
-		t, err := mcpserver.ParseTokens(file, string(b))
+		t, err := mcphttp.ParseTokens(file, string(b))
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", app.ErrUsage, err)
 		}
@@ -30,7 +30,7 @@ func frontAuth(env app.Env, file, envVar, resource string, servers []string) (*m
 		}
 	}
 	if v, ok := env.Lookup(envVar); ok && envVar != "" {
-		t, err := mcpserver.ParseTokens("$"+envVar, v)
+		t, err := mcphttp.ParseTokens("$"+envVar, v)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", app.ErrUsage, err)
 		}
@@ -44,9 +44,9 @@ func frontAuth(env app.Env, file, envVar, resource string, servers []string) (*m
 		}
 		return nil, nil
 	}
-	cfg := &mcpserver.AuthConfig{Tokens: tokens, Resource: resource, AuthorizationServers: servers}
+	cfg := &mcphttp.AuthConfig{Tokens: tokens, Resource: resource, AuthorizationServers: servers}
 	if resource != "" {
-		if _, _, err := mcpserver.ResourceMetadataLocation(resource); err != nil {
+		if _, _, err := mcphttp.ResourceMetadataLocation(resource); err != nil {
 			return nil, fmt.Errorf("%w: -auth-resource: %v", app.ErrUsage, err)
 		}
 		if len(servers) == 0 {

@@ -1,0 +1,288 @@
+package mcphttp
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
+	"ticketrelay/internal/loggate"
+)
+
+// MinTokenLen is the shortest bearer token accepted in configuration.
+const MinTokenLen = 16
+
+// Tokens is a set of static bearer tokens, each naming the subject it
+// authenticates. A session is bound to the subject that opened it. Tokens
+// are kept only as SHA-256 sums and never printed.
+type Tokens struct {
+	entries []tokenEntry
+}
+
+type tokenEntry struct {
+	subject string
+	sum     [sha256.Size]byte
+}
+
+var (
+	// RFC 6750 b64token: the characters a bearer token may have.
+	tokenRE   = regexp.MustCompile(`^[A-Za-z0-9\-._~+/]+=*$`)
+	subjectRE = regexp.MustCompile(`^[A-Za-z0-9._@\-]{1,64}$`)
+)
+
+// ParseTokens reads tokens from text: entries separated by newlines or
+// commas, each "subject:token" or a bare token (its subject is then
+// "token-" and the first 8 hex digits of its SHA-256). Blank entries and
+// lines starting with # are skipped. A token has at least MinTokenLen
+// characters of RFC 6750's b64token alphabet. Errors name the entry by
+// number, never by content. source names where the text came from.
+func ParseTokens(source, text string) (*Tokens, error) {
+	t := &Tokens{}
+	return t, t.add(source, text)
+}
+
+// Merge adds the tokens of o to t.
+func (t *Tokens) Merge(o *Tokens) error {
+	for _, e := range o.entries {
+		if err := t.insert(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *Tokens) add(source, text string) error {
+	n := 0
+	for line := range strings.SplitSeq(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		for entry := range strings.SplitSeq(line, ",") {
+			entry = strings.TrimSpace(entry)
+			if entry == "" {
+				continue
+			}
+			n++
+			subject, token, found := strings.Cut(entry, ":")
+			if !found {
+				token, subject = subject, ""
+			}
+			if len(token) < MinTokenLen || !tokenRE.MatchString(token) {
+				return fmt.Errorf("%s: token %d: want at least %d characters of A-Z a-z 0-9 - . _ ~ + / (then = padding)", source, n, MinTokenLen)
+			}
+			sum := sha256.Sum256([]byte(token))
+			if subject == "" {
+				subject = "token-" + hex.EncodeToString(sum[:4])
+			}
+			if !subjectRE.MatchString(subject) {
+				return fmt.Errorf("%s: token %d: the subject must be 1-64 characters of A-Z a-z 0-9 . _ @ -", source, n)
+			}
+			if err := t.insert(tokenEntry{subject: subject, sum: sum}); err != nil {
+				return fmt.Errorf("%s: token %d: %w", source, n, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (t *Tokens) insert(e tokenEntry) error {
+	for _, o := range t.entries {
+		if o.sum == e.sum {
+			return errors.New("the same token is listed twice")
+		}
+	}
+	t.entries = append(t.entries, e)
+	return nil
+}
+
+// Len is the number of tokens.
+func (t *Tokens) Len() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.entries)
+}
+
+// Subjects lists the subjects, for a startup log line.
+func (t *Tokens) Subjects() []string {
+	out := make([]string, 0, t.Len())
+	for _, e := range t.entries {
+		out = append(out, e.subject)
+	}
+	return out
+}
+
+// Verify returns the subject of token. It compares the token's SHA-256 with
+// every configured sum in constant time and does not stop at a match, so the
+// time taken says nothing about which token, or which prefix, matched.
+func (t *Tokens) Verify(token string) (subject string, ok bool) {
+	sum := sha256.Sum256([]byte(token))
+	for _, e := range t.entries {
+		if subtle.ConstantTimeCompare(sum[:], e.sum[:]) == 1 {
+			subject, ok = e.subject, true
+		}
+	}
+	return subject, ok
+}
+
+// String never shows a token.
+func (t *Tokens) String() string { return fmt.Sprintf("%d bearer token(s)", t.Len()) }
+
+// LogValue keeps tokens out of structured logs.
+func (t *Tokens) LogValue() slog.Value { return slog.StringValue(t.String()) }
+
+// AuthConfig turns on bearer-token authentication.
+type AuthConfig struct {
+	Tokens *Tokens
+	// Resource is the canonical URL of this MCP endpoint
+	// (https://host/mcp). With AuthorizationServers it turns on the OAuth
+	// protected-resource metadata (RFC 9728), advertised in WWW-Authenticate.
+	Resource             string
+	AuthorizationServers []string
+	Scopes               []string // scopes_supported in the metadata
+	// FailureLimit bounds, per client address (IPv4, or IPv6 /64), the
+	// requests refused for want of a valid token: once its bucket is empty,
+	// an address gets 429 before its token is even looked at, until the
+	// bucket refills. Zero: DefaultAuthFailureLimit; PerSecond < 0: none.
+	FailureLimit RateLimit
+}
+
+// DefaultAuthFailureLimit lets an address fail authentication 30 times in a
+// row, then once a second.
+var DefaultAuthFailureLimit = RateLimit{PerSecond: 1, Burst: 30}
+
+type subjectKey struct{}
+
+// requireToken answers 401 to a request without a valid bearer token. A
+// valid one reaches next with the SDK's TokenInfo in its context, whose
+// UserID (the token's subject) the SDK binds each session to: a request for a
+// session opened by another subject gets 403. The token is never logged.
+//
+// Before any of that, an address that spent its cfg.FailureLimit gets 429
+// (an unauthenticated flood is refused cheaply and cannot guess tokens at
+// speed), and refusals are logged at most once a minute per address, with
+// the count of those held back. Both refusals close the connection after
+// the answer, so that a client refused cannot keep connections open.
+func requireToken(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refused func(string), next http.Handler) http.Handler {
+	limit := cfg.FailureLimit
+	if limit.PerSecond == 0 {
+		limit = DefaultAuthFailureLimit
+	}
+	var fails *buckets
+	if limit.PerSecond > 0 {
+		fails = newBuckets(limit, now, maxTrackedClients)
+	}
+	logs := loggate.New(loggate.Every, maxTrackedClients, now)
+
+	metadataURL, _, _ := ResourceMetadataLocation(cfg.Resource)
+	if len(cfg.AuthorizationServers) == 0 {
+		metadataURL = ""
+	}
+	// The SDK's middleware puts TokenInfo where its session binding looks
+	// for it; the token itself was checked below.
+	inner := auth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*auth.TokenInfo, error) {
+		subject, ok := ctx.Value(subjectKey{}).(string)
+		if !ok {
+			return nil, auth.ErrInvalidToken
+		}
+		return &auth.TokenInfo{UserID: subject}, nil
+	}, &auth.RequireBearerTokenOptions{ResourceMetadataURL: metadataURL, AllowMissingExpiration: true})(next)
+
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ip := ipKey(r.RemoteAddr)
+		if fails != nil {
+			if wait := fails.empty(ip); wait > 0 {
+				refused(RefusedAuthThrottled)
+				secs := wholeSeconds(wait)
+				if pass, held := logs.Pass(ip); pass {
+					log.Warn("unauthenticated requests refused: too many from this address", "client", ip, "method", r.Method,
+						"retry_after_s", secs, "refused_since_last_warning", held)
+				}
+				tooManyRequests(w, secs, fmt.Sprintf(
+					"too many requests without a valid bearer token from this address; retry after %d s. Nothing was done.", secs))
+				return
+			}
+		}
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		token = strings.TrimSpace(token)
+		var reason string
+		subject, ok := "", false
+		switch {
+		case r.Header.Get("Authorization") == "":
+			reason = "no bearer token"
+		case !strings.EqualFold(scheme, "Bearer") || token == "":
+			reason = "the Authorization header is not a bearer token"
+		default:
+			if subject, ok = cfg.Tokens.Verify(token); !ok {
+				reason = "invalid bearer token"
+			}
+		}
+		if !ok {
+			if fails != nil {
+				fails.take(ip)
+			}
+			refused(RefusedUnauthenticated)
+			if pass, held := logs.Pass(ip); pass {
+				log.Warn("unauthenticated request refused", "client", ip, "method", r.Method, "reason", reason, "refused_since_last_warning", held)
+			}
+			unauthorized(w, reason, metadataURL)
+			return
+		}
+		inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), subjectKey{}, subject)))
+	})
+}
+
+// unauthorized answers 401 with the bearer challenge (RFC 6750) for why
+// the token was refused, pointing at the resource metadata if there is
+// any, and closes the connection after the answer.
+func unauthorized(w http.ResponseWriter, reason, metadataURL string) {
+	challenge := `Bearer realm="ticketrelay"`
+	if reason != "no bearer token" {
+		challenge += `, error="invalid_token"`
+	}
+	if metadataURL != "" {
+		challenge += fmt.Sprintf(", resource_metadata=%q", metadataURL)
+	}
+	w.Header().Set("WWW-Authenticate", challenge)
+	closeAfter(w)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusUnauthorized)
+	json.NewEncoder(w).Encode(map[string]string{"error": "invalid_token", "error_description": reason})
+}
+
+// ResourceMetadataLocation returns where RFC 9728 puts the protected-resource
+// metadata of resource: the URL and the path to serve it on
+// (/.well-known/oauth-protected-resource followed by the resource's path).
+func ResourceMetadataLocation(resource string) (metadataURL, path string, err error) {
+	u, err := url.Parse(resource)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", "", fmt.Errorf("resource %q: want an absolute http(s) URL without query or fragment", resource)
+	}
+	path = "/.well-known/oauth-protected-resource" + strings.TrimSuffix(u.Path, "/")
+	return u.Scheme + "://" + u.Host + path, path, nil
+}
+
+// ResourceMetadataHandler serves the OAuth protected-resource metadata of cfg
+// (public, no authentication).
+func ResourceMetadataHandler(cfg *AuthConfig) http.Handler {
+	return auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
+		Resource:               cfg.Resource,
+		AuthorizationServers:   cfg.AuthorizationServers,
+		ScopesSupported:        cfg.Scopes,
+		BearerMethodsSupported: []string{"header"},
+		ResourceName:           "ticketrelay",
+	})
+}

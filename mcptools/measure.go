@@ -1,0 +1,68 @@
+package mcptools
+
+import (
+	"context"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"ticketrelay/metrics"
+)
+
+// outcomeKey is the context key of the *outcome of a tool call.
+type outcomeKey struct{}
+
+// outcome is what a tool handler says of one call, for measure to count.
+type outcome struct {
+	word     string // a metrics.Call* word; "" while no handler of ours ran
+	argument string // with metrics.CallInvalid: the argument at fault, as boundedArg names it
+}
+
+// outcomeOf is the outcome a handler fills for the call ctx belongs to: an
+// error until the handler says otherwise. Outside measure (a server built
+// without it) it is a throwaway.
+func outcomeOf(ctx context.Context) *outcome {
+	o, ok := ctx.Value(outcomeKey{}).(*outcome)
+	if !ok {
+		o = &outcome{}
+	}
+	o.word = metrics.CallError
+	return o
+}
+
+// measure is the go-sdk receiving middleware that counts the tool calls:
+// every tools/call a handler of ours answered, by tool and outcome, its
+// duration, and the replays, conflicts and invalid arguments among them.
+// A call the SDK refused before any handler ran (an unknown tool) counts
+// nothing, as no tool of ours saw it.
+func measure(m *metrics.Front) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			call, ok := req.(*mcp.CallToolRequest)
+			if !ok || call.Params == nil {
+				return next(ctx, method, req)
+			}
+			o := &outcome{}
+			start := time.Now()
+			res, err := next(context.WithValue(ctx, outcomeKey{}, o), method, req)
+			if o.word != "" {
+				o.count(m, call.Params.Name, time.Since(start))
+			}
+			return res, err
+		}
+	}
+}
+
+// count records one call of tool that took took.
+func (o *outcome) count(m *metrics.Front, tool string, took time.Duration) {
+	m.ToolCalls.WithLabelValues(tool, o.word).Inc()
+	m.CallDuration.WithLabelValues(tool).Observe(took.Seconds())
+	switch o.word {
+	case metrics.CallReplayed:
+		m.Replays.WithLabelValues(tool).Inc()
+	case metrics.CallConflict:
+		m.Conflicts.WithLabelValues(tool).Inc()
+	case metrics.CallInvalid:
+		m.Rejected.WithLabelValues(tool, o.argument).Inc()
+	}
+}

@@ -1,0 +1,183 @@
+// Package mcptools holds the MCP tools of mcp-front: one create tool per
+// configured binding and find_request, their schemas and annotations, the
+// decoding and checking of their arguments, the words they answer the agent
+// with, the wait for delivery, and the middleware that counts their calls.
+// It knows no transport: mcphttp and mcpstdio serve the *mcp.Server New
+// returns.
+package mcptools
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"ticketrelay/downstream"
+	"ticketrelay/internal/loggate"
+	"ticketrelay/ledger"
+	"ticketrelay/metrics"
+	"ticketrelay/ticket"
+)
+
+// FindRequestTool is the name of the status tool.
+const FindRequestTool = "find_request"
+
+// Binding ties a create tool to a target.
+type Binding struct {
+	Tool         string // tool name, e.g. "create_ticket"
+	Description  string // what the tool is for (the retry advice is appended)
+	Target       string
+	Kind         string // the target's kind ("local", "zendesk", …), for the tool's title; "" if unknown
+	Capabilities downstream.Capabilities
+}
+
+// Config configures the MCP server.
+type Config struct {
+	Name     string // implementation name; default "ticketrelay"
+	Version  string
+	Bindings []Binding
+}
+
+// Requests is the part of a store the tools use: accept a request exactly
+// once, and report where one stands. The ledger is one (a single host); a
+// multi-host installation's front (clusterrec.Front) is the other.
+type Requests interface {
+	Create(ctx context.Context, req ticket.Request) (ledger.Result, error)
+	Find(ctx context.Context, subject, requestID string) (ledger.RequestStatus, error)
+}
+
+var _ Requests = (*ledger.Ledger)(nil)
+
+// Server holds the dependencies of the tool handlers.
+type Server struct {
+	ledger Requests
+	log    *slog.Logger
+}
+
+// New builds an MCP server with one create tool per binding and find_request;
+// m counts their calls (see measure).
+func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Server, error) {
+	if len(cfg.Bindings) == 0 {
+		return nil, errors.New("mcptools: no tool bindings")
+	}
+	s := &Server{ledger: l, log: log}
+	name := cfg.Name
+	if name == "" {
+		name = "ticketrelay"
+	}
+	srv := mcp.NewServer(&mcp.Implementation{Name: name, Title: "ticketrelay", Version: cfg.Version}, &mcp.ServerOptions{
+		Instructions: instructions,
+		Logger:       loggate.SDKLogger(log),
+		// Prompts and resources are declared, empty, because prompts/list and
+		// resources/list are answered (with empty lists) anyway.
+		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{},
+			Prompts: &mcp.PromptCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
+	})
+	srv.AddReceivingMiddleware(measure(m))
+	for _, b := range cfg.Bindings {
+		srv.AddTool(createTool(b), s.createHandler(b))
+	}
+	srv.AddTool(findTool(), s.findHandler)
+	return srv, nil
+}
+
+const instructions = `ticketrelay files tickets in external systems exactly once per request_id.
+Make a fresh UUID for every new ticket and pass it as request_id. After an error, a timeout or a
+dropped connection, call find_request with the same request_id before doing anything else, and if
+you retry, retry with the same request_id and the same arguments.`
+
+func boolPtr(b bool) *bool { return &b }
+
+func createTool(b Binding) *mcp.Tool {
+	desc := strings.TrimSpace(b.Description)
+	if desc == "" {
+		desc = "Open a ticket in " + b.Target + "."
+	}
+	ann := &mcp.ToolAnnotations{
+		Title:           toolTitle(b),
+		ReadOnlyHint:    false,
+		DestructiveHint: boolPtr(false), // explicit: a nil pointer means "destructive" to clients
+		OpenWorldHint:   boolPtr(true),
+	}
+	if b.Capabilities.Idempotent() {
+		ann.IdempotentHint = true
+		desc += "\n\nExactly once per request_id: generate a fresh UUID for every NEW ticket and keep it. " +
+			"After an error, a timeout or a dropped connection, call find_request with the same request_id, " +
+			"and retry with the SAME request_id and the SAME arguments: a retry never creates a second ticket, " +
+			"it returns the first result with replayed=true. Reusing a request_id with different arguments is an error."
+	} else {
+		desc += "\n\nGenerate a fresh UUID for every NEW ticket and pass it as request_id. " + b.Target +
+			" cannot deduplicate, so do NOT retry this tool blindly: after any error, timeout or dropped connection, " +
+			"first call find_request with the same request_id. Retry only if it says \"unknown\", and then with the " +
+			"SAME request_id and the SAME arguments."
+	}
+	return &mcp.Tool{
+		Name:         b.Tool,
+		Description:  desc,
+		Annotations:  ann,
+		InputSchema:  createInputSchema,
+		OutputSchema: createOutputSchema,
+	}
+}
+
+func findTool() *mcp.Tool {
+	return &mcp.Tool{
+		Name: FindRequestTool,
+		Description: "Report what happened to a create request, by the request_id you passed to it: " +
+			"unknown (nothing is stored under this request_id: never accepted, still being stored by a call in progress, " +
+			"or forgotten after its retention; calling the same create tool again with the SAME request_id and arguments " +
+			"is always safe, so do not use a new request_id), queued, published, delivered (with the external id and URL), " +
+			"retrying, failed, or uncertain (its detail says what to check and do). Call it after any error, " +
+			"timeout or dropped connection of a create tool, before retrying. It only reads.",
+		Annotations: &mcp.ToolAnnotations{
+			Title:        "Find a ticket request",
+			ReadOnlyHint: true,
+			// Meaningless beside readOnlyHint by the specification, but go-sdk
+			// sends false explicitly, and a client that reads only this hint
+			// would not repeat a status read after a reconnect.
+			IdempotentHint: true,
+			OpenWorldHint:  boolPtr(false),
+		},
+		InputSchema: map[string]any{
+			"type":                 "object",
+			"additionalProperties": false,
+			"required":             []string{"request_id"},
+			"properties": map[string]any{
+				"request_id": map[string]any{
+					"type": "string", "minLength": 1, "maxLength": ticket.MaxRequestIDLen, "pattern": `^[!-~]+$`,
+					"description": "The request_id given to the create tool.",
+				},
+			},
+		},
+		OutputSchema: findOutputSchema,
+	}
+}
+
+// kindTitles says what a create tool does for each kind of target, in the
+// words of the system it files into, for the title a client lists it under.
+var kindTitles = map[string]string{
+	"local":     "Create a ticket in the local ticket file",
+	"webhook":   "Create a ticket via webhook",
+	"zendesk":   "Create a Zendesk ticket",
+	"pagerduty": "Create a PagerDuty incident",
+	"github":    "Create a GitHub issue",
+	"jira":      "Create a Jira issue",
+	"redmine":   "Create a Redmine issue",
+	"slack":     "Post a ticket to Slack",
+}
+
+// toolTitle is the title of b's create tool: what it does in the target's
+// own words, and the target's name when it is not just the kind's ("Create
+// a Jira issue (ops)"). A binding of an unknown kind names its target.
+func toolTitle(b Binding) string {
+	title, ok := kindTitles[b.Kind]
+	switch {
+	case !ok:
+		return "Create a ticket in " + b.Target
+	case strings.EqualFold(b.Target, b.Kind):
+		return title
+	}
+	return title + " (" + b.Target + ")"
+}
