@@ -375,13 +375,19 @@ func (r *runner) backlogRelay(ctx context.Context, name string, n int, latency t
 		profiled.Wait()
 		return d, err
 	}
+	if profile != "" {
+		// What the drain allocated (the heap profile's cumulative side):
+		// garbage is the collector's CPU.
+		r.saveProfile(ctx, pprofAddr, "/debug/pprof/allocs", "allocs-"+profile)
+	}
 	d.took = end.Sub(start)
 	// What the dispatcher saw: its connections and calls, its SQLite
 	// commits.
 	if m, err := scrape(disp.Addr("metrics")); err == nil {
-		d.note = fmt.Sprintf("; dispatcher: %.0f connections dialed, %.0f delivery attempts, mean call %s, mean SQLite transaction %s at %.1f ops/commit",
-			m.Get(connsOpened, "target", backlogTarget), m.Get(deliveryAttempts, "target", backlogTarget),
-			meanOf(m, deliverSeconds), meanOf(m, commitSeconds), opsPerCommit(m))
+		d.note = fmt.Sprintf("; dispatcher: %.0f connections dialed, %.0f delivery attempts (%.0f with the record read ahead), "+
+			"concurrency limit %.0f at the end, mean call %s, mean SQLite transaction %s at %.1f ops/commit",
+			m.Get(connsOpened, "target", backlogTarget), m.Get(deliveryAttempts, "target", backlogTarget), m.Get(readAhead, "target", backlogTarget),
+			m.Get(concurrencyLimit, "target", backlogTarget), meanOf(m, deliverSeconds), meanOf(m, commitSeconds), opsPerCommit(m))
 	}
 	cpu, err := cpuTime(disp.Pid())
 	// The last window ends by itself; the dispatcher is idle meanwhile.

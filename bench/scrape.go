@@ -15,6 +15,8 @@ const (
 
 	connsOpened      = "ticketrelay_downstream_connections_opened_total"
 	deliveryAttempts = "ticketrelay_delivery_attempts_total"
+	readAhead        = "ticketrelay_forwarder_read_ahead_total"
+	concurrencyLimit = "ticketrelay_downstream_concurrency_limit"
 )
 
 // scrape reads the Prometheus page at http://addr/metrics.

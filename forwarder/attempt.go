@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,6 +26,12 @@ type attempt struct {
 	release   func()          // ends this process's handling of the request (Forwarder.busy)
 	stop      context.Context // ends when the forwarder stops taking messages: a rate-limit wait ends with it
 	settling  bool            // the outcome is committing: its callback releases
+	// call is the place under the target's concurrency limit that pace
+	// took for the next downstream call; run frees it if no call used it.
+	call *call
+	// ahead is the request's record read ahead with other messages' (see
+	// readAhead); nil: run reads it.
+	ahead *ledger.Prior
 }
 
 // maxRetryDelay caps the wait an API may ask for (Retry-After): a date
@@ -65,7 +72,8 @@ func (a *attempt) run(ctx context.Context) error {
 	// From the first step on: the claim's commit can wait on the write lock.
 	stop := a.keepAlive()
 	defer stop()
-	p, err := a.f.ledger.PriorDelivery(ctx, a.requestID)
+	defer a.freeCall()
+	p, err := a.prior(ctx)
 	if err != nil {
 		return err
 	}
@@ -146,12 +154,23 @@ func (a *attempt) run(ctx context.Context) error {
 	cctx, cancel := context.WithDeadline(ctx, start.Add(a.f.cfg.DeliveryTimeout))
 	receipt, err := a.t.Deliver(cctx, d)
 	cancel()
+	a.answered(err)
 	a.f.metrics.DeliveryDuration.WithLabelValues(a.t.Name()).Observe(time.Since(start).Seconds())
 	failpoint.Hit(failpoint.ForwarderAfterDeliver)
 	if err == nil {
 		return a.delivered(ctx, rec, receipt)
 	}
 	return a.failed(ctx, caps, rec, downstream.Classify(err))
+}
+
+// prior is the request's ticket and delivery record: read ahead, or read
+// now.
+func (a *attempt) prior(ctx context.Context) (ledger.Prior, error) {
+	if a.ahead != nil {
+		a.f.metrics.ReadAhead.WithLabelValues(a.t.Name()).Inc()
+		return *a.ahead, nil
+	}
+	return a.f.ledger.PriorDelivery(ctx, a.requestID)
 }
 
 // reconcile settles an attempt of unknown outcome toward a target without a
@@ -168,6 +187,7 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 	lctx, cancel := context.WithTimeout(ctx, a.f.cfg.DeliveryTimeout)
 	receipt, found, err := finder.Find(lctx, d)
 	cancel()
+	a.answered(err)
 	if err != nil {
 		e := downstream.Classify(err)
 		a.log.Warn("forwarder: lookup before resend failed", "err", e)
@@ -328,11 +348,25 @@ func (a *attempt) uncertain(ctx context.Context, rec ledger.Delivery, why string
 	return a.ack()
 }
 
-// pace waits until the target's rate limit (Config.RateLimits) allows a
-// call, and takes it. The message keeps its ack deadline meanwhile
-// (keepAlive). If the forwarder stops first, the message is handed back
-// and pace reports false: nothing was called or written.
+// pace waits until the target takes another call: a place under its
+// concurrency limit, past any pause a 429's Retry-After asked for (see
+// adaptive), and then a turn under its rate limit (Config.RateLimits).
+// The message keeps its ack deadline meanwhile (keepAlive). If the
+// forwarder stops first, the message is handed back and pace reports
+// false: nothing was called or written.
 func (a *attempt) pace() bool {
+	if lim := a.f.concurrency[a.t.Name()]; lim != nil {
+		began := time.Now()
+		c, ok := lim.acquire(a.stop)
+		if !ok {
+			_ = a.msg.Nak()
+			return false
+		}
+		if waited := time.Since(began); waited > time.Millisecond {
+			a.f.metrics.ConcurrencyWaited.WithLabelValues(a.t.Name()).Add(waited.Seconds())
+		}
+		a.call = c
+	}
 	lim := a.f.limiters[a.t.Name()]
 	if lim == nil {
 		return true
@@ -356,33 +390,61 @@ func (a *attempt) pace() bool {
 	case <-a.stop.Done():
 		r.Cancel() // the call is not made: its turn goes to the next one
 		a.f.metrics.RateLimitWaited.WithLabelValues(a.t.Name()).Add(time.Since(began).Seconds())
+		a.freeCall()
 		_ = a.msg.Nak()
 		return false
 	}
 }
 
+// answered frees the call's place under the concurrency limit, telling
+// the limit how the downstream answered.
+func (a *attempt) answered(err error) {
+	if a.call != nil {
+		a.call.done(err)
+		a.call = nil
+	}
+}
+
+// freeCall frees a place pace took for a call that was not made (a claim
+// refused, the forwarder stopping).
+func (a *attempt) freeCall() {
+	if a.call != nil {
+		a.call.release()
+		a.call = nil
+	}
+}
+
 // keepAlive tells JetStream every Config.AckWait/3 that the message is still being
 // worked on, so a slow downstream call is not redelivered to another worker
-// meanwhile. The returned func stops it.
+// meanwhile. The returned func stops it; no extension is sent after it
+// returns. A timer rather than a goroutine of its own: every attempt
+// starts one, and almost all end long before the first tick.
 func (a *attempt) keepAlive() (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(a.f.cfg.AckWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if err := a.msg.InProgress(); err != nil {
-					a.log.Warn("forwarder: extending the ack deadline", "err", err)
-				}
-			}
+	period := a.f.cfg.AckWait / 3
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(period, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
-	return func() { close(done); <-finished }
+		if err := a.msg.InProgress(); err != nil {
+			a.log.Warn("forwarder: extending the ack deadline", "err", err)
+		}
+		t.Reset(period)
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // ack settles the message once its outcome is durable in the ledger. It does

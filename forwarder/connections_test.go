@@ -144,4 +144,9 @@ func TestBacklogReusesConnections(t *testing.T) {
 	if opened := testutil.ToFloat64(e.m.ConnectionsOpened.WithLabelValues("hook")); int(opened) != rcv.newConns {
 		t.Errorf("connections-opened counter %v, the receiver saw %d", opened, rcv.newConns)
 	}
+	// A backlog is pulled many messages at a time: their records are read
+	// together (readAhead), and still each ticket is posted once (above).
+	if ahead := testutil.ToFloat64(e.m.ReadAhead.WithLabelValues("hook")); ahead < 1 {
+		t.Errorf("%v attempts used a record read ahead, want some of %d", ahead, n)
+	}
 }

@@ -12,7 +12,6 @@ package forwarder
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,7 +28,6 @@ import (
 	"ticketrelay/internal/backoff"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
-	"ticketrelay/ticket"
 )
 
 // Config tunes the forwarder. Zero fields take the documented defaults.
@@ -101,6 +99,9 @@ type Forwarder struct {
 	targets map[string]downstream.Target
 	// limiters pace the calls to the targets with a rate limit.
 	limiters map[string]*rate.Limiter
+	// concurrency holds each target's calls in flight under a limit that
+	// follows the downstream's answers (see adaptive).
+	concurrency map[string]*adaptive
 	// paced, in tests, is told when each call's turn under its target's
 	// rate limit comes (see PacedForTest).
 	paced   func(requestID string, turn time.Time)
@@ -116,6 +117,10 @@ type Forwarder struct {
 	// deadline passed while it waited in the client's buffer or while its
 	// record committed; that copy waits here for the first (see handle).
 	busy sync.Map
+	// copies counts the messages in hand per request, so that a record
+	// read ahead is used only while no other copy could have changed it
+	// (see readAhead).
+	copies copies
 }
 
 // New builds a forwarder for targets.
@@ -124,6 +129,11 @@ func New(arch archetype.Archetype, cfg Config, js jetstream.JetStream, l Deliver
 	f := &Forwarder{cfg: cfg.WithDefaults(), js: js, ledger: l, targets: map[string]downstream.Target{}, log: arch.Logger, metrics: arch.Metrics, now: arch.Now}
 	for _, t := range targets {
 		f.targets[t.Name()] = t
+	}
+	f.concurrency = make(map[string]*adaptive, len(targets))
+	for _, t := range targets {
+		gauge := m.ConcurrencyLimit.WithLabelValues(t.Name())
+		f.concurrency[t.Name()] = newAdaptive(f.workers(t), time.Now, func(n int) { gauge.Set(float64(n)) })
 	}
 	f.limiters = map[string]*rate.Limiter{}
 	for name, rl := range f.cfg.RateLimits {
@@ -314,16 +324,17 @@ func (f *Forwarder) consume(ctx context.Context, t downstream.Target, cons jetst
 	for range workers {
 		wg.Go(func() {
 			for {
-				msg, ok := in.take()
+				it, ok := in.take(f.readAhead)
 				if !ok {
 					return
 				}
 				if pulling.Err() != nil {
 					// Shutting down, or the consumer is gone: hand the
 					// message back for the next run.
-					_ = msg.Nak()
+					_ = it.msg.Nak()
+					f.done(it)
 				} else {
-					f.handle(pulling, t, msg)
+					f.handle(pulling, t, it)
 				}
 				in.release(1)
 			}
@@ -380,12 +391,12 @@ func sameConsumerConfig(a, b jetstream.ConsumerConfig) bool {
 // handle delivers one message. Its context is detached from shutdown so an
 // attempt that has started is finished and recorded; only a wait for the
 // target's rate limit ends with ctx (the message is handed back).
-func (f *Forwarder) handle(ctx context.Context, t downstream.Target, msg jetstream.Msg) {
+func (f *Forwarder) handle(ctx context.Context, t downstream.Target, it *item) {
 	stop := ctx
 	ctx = context.WithoutCancel(ctx)
-	var ref ticket.Ref
-	if err := json.Unmarshal(msg.Data(), &ref); err != nil || ref.RequestID == "" {
-		f.log.Error("forwarder: undecodable message terminated", "subject", msg.Subject(), "err", err)
+	msg, ref := it.msg, it.ref
+	if it.bad != nil {
+		f.log.Error("forwarder: undecodable message terminated", "subject", msg.Subject(), "err", it.bad)
 		f.metrics.DeadLetters.WithLabelValues(t.Name()).Inc()
 		_ = msg.TermWithReason("undecodable ticket")
 		return
@@ -399,10 +410,14 @@ func (f *Forwarder) handle(ctx context.Context, t downstream.Target, msg jetstre
 		// apart; this keeps them from costing a refused write here.
 		log.Info("forwarder: another copy of this message is being handled; looking again later")
 		_ = msg.NakWithDelay(f.cfg.Retry.Delay(1))
+		f.done(it)
 		return
 	}
-	a := attempt{f: f, t: t, msg: msg, requestID: ref.RequestID, log: log, stop: stop,
-		release: func() { f.busy.Delete(ref.RequestID) }}
+	a := attempt{f: f, t: t, msg: msg, requestID: ref.RequestID, log: log, stop: stop, ahead: f.readAheadFor(it),
+		release: func() {
+			f.busy.Delete(ref.RequestID)
+			f.done(it)
+		}}
 	err := a.run(ctx)
 	if err != nil {
 		a.bookkeepingFailed(err)

@@ -10,6 +10,7 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/internal/backoff"
+	"ticketrelay/ledger"
 )
 
 // aheadPerWorker is how many messages a target's consumer holds per worker
@@ -31,7 +32,10 @@ const fetchHeartbeat = 2 * time.Second
 // its first copy is still queued here (see keepAlive). A worker's attempt
 // keeps its message alive from the moment the worker takes it.
 type inbox struct {
-	msgs chan jetstream.Msg // capacity: a push never blocks
+	msgs chan *item // pulled; capacity: a push never blocks
+	// ready holds messages whose records a worker read ahead with its own
+	// (see readAhead); workers take them first. Capacity: never blocks.
+	ready chan *item
 	// refill is the fewest free slots worth a pull (the pull of all free
 	// slots is outstanding until it is filled or expires).
 	refill int
@@ -45,7 +49,8 @@ type inbox struct {
 func newInbox(workers int) *inbox {
 	capacity := workers * (1 + aheadPerWorker)
 	return &inbox{
-		msgs:   make(chan jetstream.Msg, capacity),
+		msgs:   make(chan *item, capacity),
+		ready:  make(chan *item, capacity),
 		refill: workers,
 		free:   capacity,
 		queued: make(map[jetstream.Msg]time.Time, capacity),
@@ -87,24 +92,67 @@ func (in *inbox) release(n int) {
 }
 
 // push queues a message pulled into a reserved slot.
-func (in *inbox) push(msg jetstream.Msg, now time.Time) {
+func (in *inbox) push(it *item, now time.Time) {
 	in.mu.Lock()
-	in.queued[msg] = now
+	in.queued[it.msg] = now
 	in.mu.Unlock()
-	in.msgs <- msg
+	in.msgs <- it
 }
 
 // take hands a worker the next message; false once the inbox is closed and
-// empty. From then on the worker keeps the message alive, and frees its
-// slot (release(1)) when done with it.
-func (in *inbox) take() (jetstream.Msg, bool) {
-	msg, ok := <-in.msgs
-	if ok {
-		in.mu.Lock()
-		delete(in.queued, msg)
-		in.mu.Unlock()
+// empty. A message whose record was read ahead goes first. Otherwise the
+// worker takes the next pulled message and every one waiting behind it,
+// has read (one query for all of them), keeps the first and leaves the
+// others ready. From then on the worker keeps its message alive, and frees
+// its slot (release(1)) when done with it.
+func (in *inbox) take(read func([]*item)) (*item, bool) {
+	select {
+	case it := <-in.ready:
+		return in.taken(it), true
+	default:
 	}
-	return msg, ok
+	select {
+	case it := <-in.ready:
+		return in.taken(it), true
+	case it, ok := <-in.msgs:
+		if !ok {
+			// Closed: what is left was read ahead. The worker that left it
+			// takes it, if no one else does, before it stops itself.
+			select {
+			case it := <-in.ready:
+				return in.taken(it), true
+			default:
+				return nil, false
+			}
+		}
+		group := []*item{it}
+	more:
+		for len(group) < ledger.MaxPriorBatch {
+			select {
+			case next, ok := <-in.msgs:
+				if !ok {
+					break more
+				}
+				group = append(group, next)
+			default:
+				break more
+			}
+		}
+		read(group)
+		for _, next := range group[1:] {
+			in.ready <- next
+		}
+		return in.taken(it), true
+	}
+}
+
+// taken ends the inbox's keeping of it alive: its worker's attempt does
+// from now on.
+func (in *inbox) taken(it *item) *item {
+	in.mu.Lock()
+	delete(in.queued, it.msg)
+	in.mu.Unlock()
+	return it
 }
 
 // keepAlive tells JetStream, every period, that the messages waiting in
@@ -152,7 +200,7 @@ func (f *Forwarder) fill(ctx context.Context, t downstream.Target, cons jetstrea
 		if err == nil {
 			for msg := range batch.Messages() {
 				got++
-				in.push(msg, time.Now())
+				in.push(f.newItem(msg), time.Now())
 			}
 			err = batch.Error()
 		}

@@ -18,7 +18,13 @@ import (
 // openHook opens a webhook target on rcv as the dispatcher opens targets.
 func openHook(t *testing.T, e *env, rcv *hookReceiver, workers int) downstream.Target {
 	t.Helper()
-	tgs, closeTargets, err := targets.Open([]targets.Def{{Name: "hook", Kind: "webhook", Endpoint: rcv.srv.URL}}, t.TempDir(), time.Now,
+	return openWebhook(t, e, rcv.srv.URL, workers)
+}
+
+// openWebhook opens a webhook target named hook on url.
+func openWebhook(t *testing.T, e *env, url string, workers int) downstream.Target {
+	t.Helper()
+	tgs, closeTargets, err := targets.Open([]targets.Def{{Name: "hook", Kind: "webhook", Endpoint: url}}, t.TempDir(), time.Now,
 		targets.WithWorkers(workers), targets.WithMetrics(e.m))
 	if err != nil {
 		t.Fatal(err)

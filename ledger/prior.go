@@ -36,8 +36,35 @@ func (l *Ledger) PriorDelivery(ctx context.Context, requestID string) (Prior, er
 	return l.prior.read(context.WithoutCancel(ctx), l.db, requestID)
 }
 
-// maxPriorBatch bounds the request ids one query reads.
-const maxPriorBatch = 64
+// MaxPriorBatch bounds the request ids one query reads.
+const MaxPriorBatch = 64
+
+// PriorDeliveries is PriorDelivery for many requests in one query: ps[i]
+// answers ids[i], unless errs[i], that request's own error, is set. err is
+// the query's: then nothing was read. At most MaxPriorBatch ids.
+//
+// The forwarder reads the messages its consumer pulled together with it:
+// one query, one read transaction and one look at the WAL index for a
+// pull's worth of tickets.
+func (l *Ledger) PriorDeliveries(ctx context.Context, ids []string) (ps []Prior, errs []error, err error) {
+	if len(ids) > MaxPriorBatch {
+		return nil, nil, fmt.Errorf("ledger: read deliveries: %d ids, at most %d", len(ids), MaxPriorBatch)
+	}
+	calls := make([]priorCall, len(ids))
+	batch := make([]*priorCall, len(ids))
+	for i, id := range ids {
+		calls[i].requestID = id
+		batch[i] = &calls[i]
+	}
+	if err := readPriors(context.WithoutCancel(ctx), l.db, batch); err != nil {
+		return nil, nil, err
+	}
+	ps, errs = make([]Prior, len(ids)), make([]error, len(ids))
+	for i := range calls {
+		ps[i], errs[i] = calls[i].p, calls[i].err
+	}
+	return ps, errs, nil
+}
 
 // priorCall is one PriorDelivery call waiting for its answer.
 type priorCall struct {
@@ -71,7 +98,7 @@ func (r *priorReads) read(ctx context.Context, db *DB, requestID string) (Prior,
 		}
 	}
 	r.mu.Lock()
-	n := min(len(r.pending), maxPriorBatch)
+	n := min(len(r.pending), MaxPriorBatch)
 	batch := r.pending[:n:n]
 	r.pending = r.pending[n:]
 	r.mu.Unlock()

@@ -25,13 +25,20 @@ const maxStmts = 64
 type stmtCache struct {
 	stmts  map[string]*sql.Stmt
 	wanted []string
+	// tx and inTx are the statements bound to the transaction running
+	// now: a group commit runs the same statement for each of its
+	// operations, and binding it anew each time (Tx.StmtContext) cost an
+	// allocation and a lock per operation. database/sql closes them with
+	// the transaction.
+	tx   *sql.Tx
+	inTx map[*sql.Stmt]*sql.Stmt
 }
 
 // exec runs query in tx through its prepared statement when there is one,
 // and notes it to be prepared otherwise.
 func (c *stmtCache) exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
 	if s := c.lookup(query); s != nil {
-		return tx.StmtContext(ctx, s).ExecContext(ctx, args...)
+		return c.bound(ctx, tx, s).ExecContext(ctx, args...)
 	}
 	return tx.ExecContext(ctx, query, args...)
 }
@@ -39,9 +46,26 @@ func (c *stmtCache) exec(ctx context.Context, tx *sql.Tx, query string, args ...
 // queryRow is exec for a query that returns at most one row.
 func (c *stmtCache) queryRow(ctx context.Context, tx *sql.Tx, query string, args ...any) *sql.Row {
 	if s := c.lookup(query); s != nil {
-		return tx.StmtContext(ctx, s).QueryRowContext(ctx, args...)
+		return c.bound(ctx, tx, s).QueryRowContext(ctx, args...)
 	}
 	return tx.QueryRowContext(ctx, query, args...)
+}
+
+// bound is s bound to tx, once per transaction.
+func (c *stmtCache) bound(ctx context.Context, tx *sql.Tx, s *sql.Stmt) *sql.Stmt {
+	if c.tx != tx {
+		c.tx = tx
+		clear(c.inTx)
+	}
+	if b, ok := c.inTx[s]; ok {
+		return b
+	}
+	b := tx.StmtContext(ctx, s)
+	if c.inTx == nil {
+		c.inTx = make(map[*sql.Stmt]*sql.Stmt)
+	}
+	c.inTx[s] = b
+	return b
 }
 
 func (c *stmtCache) lookup(query string) *sql.Stmt {
@@ -76,6 +100,7 @@ func (c *stmtCache) prepareWanted(ctx context.Context, db *sql.DB, log *slog.Log
 }
 
 func (c *stmtCache) close() {
+	c.tx, c.inTx = nil, nil
 	for _, s := range c.stmts {
 		s.Close()
 	}

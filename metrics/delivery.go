@@ -18,6 +18,9 @@ type Delivery struct {
 	ConnectionsOpened  *prometheus.CounterVec   // target
 	RateLimitWaits     *prometheus.CounterVec   // target
 	RateLimitWaited    *prometheus.CounterVec   // target
+	ConcurrencyLimit   *prometheus.GaugeVec     // target
+	ConcurrencyWaited  *prometheus.CounterVec   // target
+	ReadAhead          *prometheus.CounterVec   // target
 }
 
 // Delivery outcomes used as the "outcome" label of Deliveries.
@@ -53,10 +56,17 @@ func newDelivery() Delivery {
 			"Downstream calls that waited for the target's configured rate limit (rate_limit) before being made, by target.", "target"),
 		RateLimitWaited: newCounterVec("downstream_rate_limit_wait_seconds_total",
 			"Time downstream calls spent waiting for the target's configured rate limit, by target.", "target"),
+		ConcurrencyLimit: newGaugeVec("downstream_concurrency_limit",
+			"Calls a target may have in flight now, by target: its workers, less after 429s, overload errors or a latency rise, climbing back as calls succeed.", "target"),
+		ConcurrencyWaited: newCounterVec("downstream_concurrency_wait_seconds_total",
+			"Time downstream calls spent waiting for a place under the target's concurrency limit or for the end of a pause a 429's Retry-After asked for, by target.", "target"),
+		ReadAhead: newCounterVec("forwarder_read_ahead_total",
+			"Delivery attempts that used the ledger record read in one query with other pulled messages', instead of a read of their own, by target.", "target"),
 	}
 }
 
 func (d *Delivery) register(reg prometheus.Registerer) {
 	reg.MustRegister(d.Deliveries, d.DeliveryAttempts, d.DeliveryDuration, d.DeadLetters, d.AuthFailures, d.Uncertain,
-		d.RedeliveredSkipped, d.ConnectionsOpen, d.ConnectionsOpened, d.RateLimitWaits, d.RateLimitWaited)
+		d.RedeliveredSkipped, d.ConnectionsOpen, d.ConnectionsOpened, d.RateLimitWaits, d.RateLimitWaited,
+		d.ConcurrencyLimit, d.ConcurrencyWaited, d.ReadAhead)
 }

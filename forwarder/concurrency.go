@@ -1,0 +1,207 @@
+package forwarder
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"ticketrelay/downstream"
+)
+
+// Adaptive concurrency (decision 0061). Each target's calls in flight are
+// held under a limit that follows the downstream's answers, between 1 and
+// the target's workers:
+//
+//   - a call the API refused for its rate limit (a 429) halves the limit,
+//     once for the calls that were out together, and, when the answer
+//     carried a Retry-After, no call to the target starts before that time
+//     has passed (capped at maxThrottlePause): the API said when it takes
+//     calls again, for every request, not only the refused one;
+//   - a call that failed as an overloaded API fails (a 5xx, a timeout, a
+//     refused connection) takes a tenth off, at most once a round trip;
+//   - a call whose latency rose well above the target's usual one (its
+//     recent mean more than latencyRise times the long-run mean) takes a
+//     tenth off, at most once a round trip: calls queue somewhere
+//     downstream, and more of them at once only lengthen the queue;
+//   - every other answered call adds 1/limit: one more call in flight per
+//     round trip of the whole limit, until the workers' count.
+//
+// The configured rate_limit and each request's Retry-After stay hard caps
+// on top of it; the limit only ever holds calls back.
+
+const (
+	// maxThrottlePause caps the pause of a whole target after a 429: an
+	// API's Retry-After of an hour (or a century) parks the refused
+	// request (maxRetryDelay), not every other one for as long.
+	maxThrottlePause = time.Minute
+	// latencyRise is how far the recent latency may climb above the
+	// long-run one before the limit is taken down.
+	latencyRise = 2.0
+	// shortWeight and longWeight are the weights of a new latency sample
+	// in the recent and the long-run means.
+	shortWeight = 0.1
+	longWeight  = 0.01
+	// latencyWarmup is how many answered calls the long-run mean needs
+	// before it is trusted.
+	latencyWarmup = 20
+	// backOff is what an overload signal (not a 429) leaves of the limit.
+	backOff = 0.9
+)
+
+// adaptive is one target's limit on calls in flight. Its zero value is not
+// ready; see newAdaptive.
+type adaptive struct {
+	now func() time.Time
+	max int
+
+	mu       sync.Mutex
+	limit    float64
+	inflight int
+	// pauseUntil: no call starts before it (a 429's Retry-After).
+	pauseUntil time.Time
+	// decreased is when the limit was last taken down: answers to calls
+	// that started before it were already accounted for.
+	decreased time.Time
+	// short and long are the recent and long-run mean latency (seconds)
+	// of answered calls; samples counts them.
+	short, long float64
+	samples     int
+	// changed is closed and replaced whenever a caller waiting may now
+	// go on (a slot freed, the limit raised, a pause set or ended).
+	changed chan struct{}
+	// observe, if set, hears the limit after each change (the gauge).
+	observe func(limit int)
+}
+
+func newAdaptive(max int, now func() time.Time, observe func(int)) *adaptive {
+	a := &adaptive{now: now, max: max, limit: float64(max), changed: make(chan struct{}), observe: observe}
+	if observe != nil {
+		observe(max)
+	}
+	return a
+}
+
+// call is one call's place under the limit.
+type call struct {
+	lim   *adaptive
+	start time.Time
+}
+
+// acquire waits until the target is not paused and a call fits under the
+// limit, and takes its place. It reports false if ctx ends first.
+func (a *adaptive) acquire(ctx context.Context) (*call, bool) {
+	for {
+		a.mu.Lock()
+		now := a.now()
+		pause := a.pauseUntil.Sub(now)
+		if pause <= 0 && a.inflight < a.current() {
+			a.inflight++
+			a.mu.Unlock()
+			return &call{lim: a, start: now}, true
+		}
+		changed := a.changed
+		a.mu.Unlock()
+		var timeout <-chan time.Time
+		if pause > 0 {
+			t := time.NewTimer(pause)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-changed:
+		case <-timeout:
+		}
+	}
+}
+
+// current is the limit as a number of calls. a.mu must be held.
+func (a *adaptive) current() int { return max(1, int(a.limit)) }
+
+// wake lets the waiting callers look again. a.mu must be held.
+func (a *adaptive) wake() {
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+// release frees c's place without a verdict on the downstream: the call
+// was not made, or its answer says nothing of the API's load.
+func (c *call) release() { c.end(nil, false) }
+
+// done frees c's place and adjusts the limit to the call's outcome: err
+// is what the call returned (nil: answered).
+func (c *call) done(err error) { c.end(err, true) }
+
+func (c *call) end(err error, made bool) {
+	a := c.lim
+	if a == nil {
+		return
+	}
+	c.lim = nil
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.inflight--
+	before := a.current()
+	if made {
+		a.adjust(c.start, a.now(), err)
+	}
+	if a.observe != nil && a.current() != before {
+		a.observe(a.current())
+	}
+	a.wake()
+}
+
+// adjust applies one call's outcome. a.mu must be held.
+func (a *adaptive) adjust(start, now time.Time, err error) {
+	took := now.Sub(start)
+	if err != nil {
+		e := downstream.Classify(err)
+		switch {
+		case e.Throttled:
+			if e.RetryAfter > 0 {
+				if until := now.Add(min(e.RetryAfter, maxThrottlePause)); until.After(a.pauseUntil) {
+					a.pauseUntil = until
+				}
+			}
+			a.decrease(start, now, 0.5)
+		case e.Class == downstream.Transient:
+			// A 5xx, a timeout, a refused or reset connection: the API is
+			// struggling or gone.
+			a.decrease(start, now, backOff)
+		}
+		return
+	}
+	s := took.Seconds()
+	if a.samples == 0 {
+		a.short, a.long = s, s
+	} else {
+		a.short += shortWeight * (s - a.short)
+		a.long += longWeight * (s - a.long)
+	}
+	a.samples++
+	if a.samples > latencyWarmup && a.short > latencyRise*a.long {
+		a.decrease(start, now, backOff)
+		return
+	}
+	if a.limit < float64(a.max) {
+		a.limit = min(float64(a.max), a.limit+1/a.limit)
+	}
+}
+
+// decrease multiplies the limit by factor, unless the call started before
+// the last decrease: the calls that were out together are one signal.
+func (a *adaptive) decrease(start, now time.Time, factor float64) {
+	if start.Before(a.decreased) {
+		return
+	}
+	a.limit = max(1, a.limit*factor)
+	a.decreased = now
+}
+
+// snapshot is the limit's state, for tests and logs.
+func (a *adaptive) snapshot() (limit int, inflight int, pauseUntil time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.current(), a.inflight, a.pauseUntil
+}
