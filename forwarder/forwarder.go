@@ -132,7 +132,7 @@ func New(arch archetype.Archetype, cfg Config, js jetstream.JetStream, l Deliver
 	}
 	f.concurrency = make(map[string]*adaptive, len(targets))
 	for _, t := range targets {
-		gauge := m.ConcurrencyLimit.WithLabelValues(t.Name())
+		gauge := f.metrics.ConcurrencyLimit.WithLabelValues(t.Name())
 		f.concurrency[t.Name()] = newAdaptive(f.workers(t), time.Now, func(n int) { gauge.Set(float64(n)) })
 	}
 	f.limiters = map[string]*rate.Limiter{}

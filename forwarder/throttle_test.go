@@ -12,6 +12,7 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/forwarder"
+	"ticketrelay/internal/archetype"
 )
 
 // timedTarget notes when each call starts and when the first 429 came
@@ -83,7 +84,7 @@ func TestRetryAfterHoldsTheTarget(t *testing.T) {
 	e.createMany(t, "hook", n)
 	cfg := testConfig()
 	cfg.Workers = workers
-	f := forwarder.New(cfg, e.js, e.l, []downstream.Target{hook}, e.log, e.m, time.Now)
+	f := forwarder.New(archetype.Archetype{Logger: e.log, Metrics: e.m}, cfg, e.js, e.l, []downstream.Target{hook})
 	runInBackground(t, "forwarder", f.Run)
 	waitFor(t, 60*time.Second, "every ticket accepted by the API", func() bool {
 		mu.Lock()
