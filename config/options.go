@@ -181,6 +181,16 @@ func (t Target) resolve(lookup func(string) (string, bool), at itemSpots, ps *pr
 			d.RateLimit = rl
 		}
 	}
+	meant := t.unknownOptions(opts, where, at, ps)
+	for _, o := range opts {
+		t.resolveOption(&d, o, meant[o.name], lookup, where, at, ps)
+	}
+	return d
+}
+
+// unknownOptions reports the options t names that its kind does not take,
+// and returns the known options they look like misspellings of.
+func (t Target) unknownOptions(opts []option, where string, at itemSpots, ps *problems) map[string]bool {
 	names := make([]string, len(opts))
 	for i, o := range opts {
 		names[i] = o.name
@@ -201,52 +211,56 @@ func (t Target) resolve(lookup func(string) (string, bool), at itemSpots, ps *pr
 		}
 		ps.add(at.key("options."+k), "%s", msg)
 	}
-	for _, o := range opts {
-		line := at.key("options." + o.name)
-		v, set := t.Options[o.name]
-		v = strings.TrimSpace(v)
-		if !set || v == "" {
-			if o.required && !meant[o.name] {
-				ps.add(at.key("options"), "%s: options.%s is required", where, o.name)
-			}
-			continue
+	return meant
+}
+
+// resolveOption sets option o of d from t's value: parsed, copied, or,
+// for an option that names an environment variable, read from lookup (nil:
+// the shape only, no secrets). A missing required option is reported
+// unless a misspelling of it was (meant).
+func (t Target) resolveOption(d *targets.Def, o option, meant bool, lookup func(string) (string, bool), where string, at itemSpots, ps *problems) {
+	line := at.key("options." + o.name)
+	v, set := t.Options[o.name]
+	v = strings.TrimSpace(v)
+	switch {
+	case !set || v == "":
+		if o.required && !meant {
+			ps.add(at.key("options"), "%s: options.%s is required", where, o.name)
 		}
-		if o.parse != nil {
-			if err := o.parse(&d, v); err != nil {
-				ps.add(line, "%s: options.%s: %v", where, o.name, err)
-			}
-			continue
+		return
+	case o.parse != nil:
+		if err := o.parse(d, v); err != nil {
+			ps.add(line, "%s: options.%s: %v", where, o.name, err)
 		}
-		if !o.env() {
-			o.set(&d, v)
-			continue
-		}
-		// Checked by both processes (mcp-front reads no secrets).
-		if err := checkEnvName(v); err != nil {
-			ps.add(line, "%s: options.%s must name an environment variable: %v; if the value is the secret itself, "+
-				"put the secret in an environment variable, name that variable here, and rotate the secret", where, o.name, err)
-			continue
-		}
-		if lookup == nil {
-			continue // shape only: the caller delivers nothing
-		}
-		secret, ok := lookup(v)
-		problem := ""
-		switch {
-		case !ok:
-			problem = "is not set"
-		case strings.TrimSpace(secret) == "":
-			problem = "is empty"
-		default:
-			o.secret(&d, downstream.NewSecret(strings.TrimSpace(secret)))
-			continue
-		}
-		msg := fmt.Sprintf("%s: environment variable %s (options.%s) %s", where, shownEnvName(v), o.name, problem)
-		if !o.required {
-			// Written, an optional secret is required: see decision 0055.
-			msg += "; the option is optional, but once written its variable must be set (or remove the line)"
-		}
-		ps.add(line, "%s", msg)
+		return
+	case !o.env():
+		o.set(d, v)
+		return
 	}
-	return d
+	// Checked by both processes (mcp-front reads no secrets).
+	if err := checkEnvName(v); err != nil {
+		ps.add(line, "%s: options.%s must name an environment variable: %v; if the value is the secret itself, "+
+			"put the secret in an environment variable, name that variable here, and rotate the secret", where, o.name, err)
+		return
+	}
+	if lookup == nil {
+		return // shape only: the caller delivers nothing
+	}
+	secret, ok := lookup(v)
+	problem := ""
+	switch {
+	case !ok:
+		problem = "is not set"
+	case strings.TrimSpace(secret) == "":
+		problem = "is empty"
+	default:
+		o.secret(d, downstream.NewSecret(strings.TrimSpace(secret)))
+		return
+	}
+	msg := fmt.Sprintf("%s: environment variable %s (options.%s) %s", where, shownEnvName(v), o.name, problem)
+	if !o.required {
+		// Written, an optional secret is required: see decision 0055.
+		msg += "; the option is optional, but once written its variable must be set (or remove the line)"
+	}
+	ps.add(line, "%s", msg)
 }
