@@ -11,8 +11,8 @@ NATS_LISTEN        ?= 127.0.0.1:4222
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X ticketrelay/internal/app.Version=$(VERSION)
 # Binaries are static: nothing of ours needs cgo (modernc.org/sqlite is pure
-# Go), and a process that maps no libc is ~1 MB smaller resident (make bench
-# scenario 7). Tests keep cgo: the race detector needs it.
+# Go), and a process that maps no libc is smaller resident (decision 0082 has
+# the measurements). Tests keep cgo: the race detector needs it.
 BUILD    := CGO_ENABLED=0 $(GO) build
 
 .PHONY: all build run test test/short test/race lint vet fmt bench clean interop test-redmine

@@ -165,12 +165,13 @@ func (f *Forwarder) workers(t downstream.Target) int {
 // again (see runTarget).
 const consumerSettle = 250 * time.Millisecond
 
-// maxAckPending bounds a target's messages that are out and not yet acked.
-// A message handed back for a later retry (NakWithDelay) counts until it
-// is delivered again, so the bound must not be near the worker count: with
-// 4×workers, 64 requests waiting out a long Retry-After stopped every other
-// delivery to their target for as long. What the client holds at once is
-// bounded by its pull requests (PullMaxMessages), not by this.
+// maxAckPending bounds a target's messages that are out and not yet acked. A
+// message handed back for a later retry (NakWithDelay) counts until it is
+// delivered again, so the bound must not be near the worker count: with
+// 4×workers, requests waiting out a long Retry-After filled the bound and
+// stopped every other delivery to their target for as long (decision 0088).
+// What the client holds at once is bounded by its pull requests
+// (PullMaxMessages), not by this.
 const maxAckPending = 1 << 16
 
 // Run delivers until ctx is cancelled, then returns nil, also when that

@@ -14,21 +14,21 @@ import (
 // one inside the commit that takes the WAL past wal_autocheckpoint pages,
 // and there it held up the writer goroutine, so every caller of that batch
 // and of the batches queued behind it. On a large ledger a checkpoint writes
-// random pages of a large file and fsyncs it. With checkpoints on a
-// connection of their own once a second, make bench's A/B (32 sessions,
-// alternated) measured 1.09–1.10× create_ticket throughput on a million
-// rows (p99 0.72–0.83×) and 1.04–1.05× on an empty ledger, at the same CPU
-// per call.
+// random pages of a large file and fsyncs it. Checkpoints on a connection
+// of their own once a second take that off the writer: more create_ticket
+// throughput and a lower tail, most on a large ledger, at the same CPU per
+// call (decision 0070 has the measurements).
 const (
 	// checkpointEvery is the pause between two checkpoints. Every 100 ms
 	// gained as much on a large ledger, but its fsyncs, beside the commits'
-	// of both processes, raised scenario 5's lag p99 from ~36 to ~46 ms
-	// (once a second: ~42, within the noise; four alternated runs each).
+	// of both processes, raised the delivery lag's tail; once a second did
+	// not beyond the noise (decision 0070 has the measurements).
 	// A checkpoint with nothing to copy reads the WAL index and returns.
 	checkpointEvery = time.Second
 	// autoCheckpointPages is the write connections' wal_autocheckpoint: a
-	// backstop for a checkpointer that falls behind (~40 MB of WAL), not
-	// the normal path (~6,000 pages arrive in a second at 5,000 creates/s).
+	// backstop for a checkpointer that falls behind (10,000 pages of 4 KiB,
+	// ~40 MB of WAL), not the normal path: a second's commits at full load
+	// stay below it (decision 0070).
 	autoCheckpointPages = 10000
 )
 

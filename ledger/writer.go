@@ -172,11 +172,12 @@ func (w *Writer) commit(batch []job) {
 // operation's own error goes to errs and rolls back only that operation.
 //
 // Most batches succeed whole, so a batch first runs without savepoints: a
-// savepoint copies every page an operation touches that the batch had
-// already dirtied into a sub-journal, 5 % of a create's CPU. If an operation
-// fails, that transaction is rolled back and the batch runs again, each
-// operation inside its own savepoint. A batch of one needs no savepoint: its
-// error rolls back the transaction.
+// savepoint copies every page an operation touches that the batch had already
+// dirtied into a sub-journal, CPU that a batch which succeeds whole does not
+// need to spend (decision 0069 has the measurements). If an operation fails,
+// that transaction is rolled back and the batch runs again, each operation
+// inside its own savepoint. A batch of one needs no savepoint: its error rolls
+// back the transaction.
 func (w *Writer) runBatch(ctx context.Context, batch []job, errs []error) error {
 	failed, err := w.runTx(ctx, batch, errs, false)
 	if err != nil || !failed || len(batch) == 1 {

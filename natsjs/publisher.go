@@ -29,12 +29,12 @@ import (
 // is sent again message by message, which reports each duplicate.
 //
 // A batch smaller than MinAtomicBatch goes message by message even so: an
-// atomic batch staged on disk costs a fixed ~8 ms (nats-server stages it in
-// a file store of its own, with a directory, metadata files and fsyncs of
-// their own) against ~0.7 ms a message published on its own
-// (BenchmarkPublishBatch: 8 messages 9.2 ms atomic, 5.7 ms one by one; 16
-// messages 9.0 ms and 10.4 ms). Staged in memory (StageBatchesIn) it costs
-// ~1.5–3 ms, hence MemoryMinAtomicBatch.
+// atomic batch staged on disk has a fixed cost whatever its size
+// (nats-server stages it in a file store of its own, with a directory,
+// metadata files and fsyncs of their own), a message published on its own a
+// cost per message, so only from some size on does the batch cost less.
+// Staged in memory (StageBatchesIn) the fixed cost is smaller, hence
+// MemoryMinAtomicBatch (decision 0074 has BenchmarkPublishBatch's figures).
 type Publisher struct {
 	js         jetstream.JetStream
 	stallWait  time.Duration
@@ -82,8 +82,8 @@ const MaxAtomicBatch = 1000
 const DefaultMinAtomicBatch = 8
 
 // MemoryMinAtomicBatch is the same crossover when the server stages batches
-// in memory (StageBatchesIn): BenchmarkPublishBatch, 2 messages 1.6 ms
-// atomic against 1.3 ms one by one, 4 messages 1.9 against 2.4 ms.
+// in memory (StageBatchesIn), from BenchmarkPublishBatch (decision 0074 has
+// the measurements).
 const MemoryMinAtomicBatch = 3
 
 // NewPublisher wraps js. js must be created with

@@ -12,19 +12,19 @@ import (
 )
 
 // nats-server stages every atomic batch in a file store of its own under
-// <store>/jetstream/<account>/streams/<stream>/batches/<hash>: a directory,
-// a block file, fsyncs, then its removal at commit. That is ~8 ms per batch
-// on an idle disk (BenchmarkPublishBatch), most of an atomic publish. The
-// staged copy matters only while the batch commits: the server acknowledges
-// a batch once its messages are in the stream's own store (fsynced with
-// SyncAlways), and after a crash in the middle of a commit it finishes the
-// commit from the staged copy, then deletes all staging. StageBatchesIn
-// moves the staging to a memory filesystem. After a process crash the
-// staged copy is still there and the server finishes the commit as before;
-// after a power cut it is gone, the stream may hold the first part of a
-// batch that was never acknowledged, and the relay publishes the whole
-// batch again under the same message ids: the duplicate window drops what
-// the stream has and stores the rest.
+// <store>/jetstream/<account>/streams/<stream>/batches/<hash>: a directory, a
+// block file, fsyncs, then its removal at commit. That is most of an atomic
+// publish, even on an idle disk (decision 0067 has the BenchmarkPublishBatch
+// figures). The staged copy matters only while the batch commits: the server
+// acknowledges a batch once its messages are in the stream's own store
+// (fsynced with SyncAlways), and after a crash in the middle of a commit it
+// finishes the commit from the staged copy, then deletes all staging.
+// StageBatchesIn moves the staging to a memory filesystem. After a process
+// crash the staged copy is still there and the server finishes the commit as
+// before; after a power cut it is gone, the stream may hold the first part of
+// a batch that was never acknowledged, and the relay publishes the whole batch
+// again under the same message ids: the duplicate window drops what the stream
+// has and stores the rest.
 
 // DefaultStageRoot is where MemoryStageDir creates staging directories: a
 // tmpfs on Linux.

@@ -150,9 +150,9 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (
 		// sets the block size: nats-server (2.15, autoTuneFileStorageBlockSize)
 		// gives a stream with a per-subject limit and no byte or message limit
 		// 4 MB blocks instead of 8 MB. The server keeps each block it wrote
-		// in the last seconds in memory, so at 1,400 tickets/s the embedded
-		// server's share of the dispatcher's peak RSS fell by ~7 MB (make
-		// bench scenario 7). TestStreamBlockSize checks the files.
+		// in the last seconds in memory, so smaller blocks shrink the
+		// embedded server's share of the dispatcher's peak RSS (decision
+		// 0081 has the measurements). TestStreamBlockSize checks the files.
 		MaxMsgsPerSubject: MaxMsgsPerSubject,
 		// The relay sends its batches as atomic batches: one fsync each.
 		AllowAtomicPublish: true,

@@ -21,15 +21,16 @@ type RelayConfig struct {
 	// Pipeline is how many batches may be in flight at once: while one
 	// waits for its acknowledgements and its mark, the next is read and
 	// published. Default 8: 4,096 messages with the default batch, the
-	// publisher's async window (make bench scenario 4: 0.80x raw publish
-	// with 4 batches, 0.93x with 8).
+	// publisher's async window; fewer left the relay further behind raw
+	// publish (decision 0073 has the measurements).
 	Pipeline int
 	// PollInterval is the wait after a round that found nothing. Default 20ms.
 	PollInterval time.Duration
 	// BusyPollInterval is the wait after a round that published a partial
 	// batch, or found none less than BusyFor after one that published:
-	// rows are arriving, so the next are likely there soon. Default 2ms
-	// (make bench: commit→delivered p50 16 ms → 4 ms at 50 tickets/s).
+	// rows are arriving, so the next are likely there soon. Default 2ms:
+	// the idle interval would otherwise go into every ticket's lag
+	// (decision 0074 has the measurements).
 	BusyPollInterval time.Duration
 	// BusyFor is how long after the last row it published the relay keeps
 	// polling at BusyPollInterval. At 100 tickets/s most rounds find

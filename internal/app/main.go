@@ -53,21 +53,19 @@ type GC struct {
 
 // FrontGC collects at 5× the live heap with a 32 MiB soft limit. Since the
 // JSON decoder stopped allocating 32 KiB per message (third_party/
-// segmentio-encoding), a call leaves ~16 KiB of garbage; collecting less
-// often than Go's default still saves 7% of throughput (make bench A/B:
-// GOGC=100 0.93×, 44 MB peak RSS), and the limit holds the peak at ~50 MB
-// (57 MB at 40 MiB, same throughput; 24 MiB cost 7%).
+// segmentio-encoding), a call leaves little garbage; collecting less often
+// than Go's default still gains throughput, and the limit holds the peak
+// RSS down where a higher one bought no throughput and a lower one cost
+// some (decision 0080 has the measurements).
 var FrontGC = GC{Percent: 400, Limit: 32 << 20}
 
 // DispatcherGC collects at 1.25× the live heap, which is mostly the embedded
 // nats-server's block buffers (4 MB each, held for the blocks read or written
-// in the last ~10 s) and its duplicate window. make bench scenario 7 (peak
-// RSS under scenario 1's load, ~3,400 tickets/s), alternated runs: 66.5 MB
-// at GOGC=50 (3 runs), 60.3 MB at 25 (6 runs). The price is CPU: +3 % a
-// ticket in scenario 7, +8 % in scenario 5 (lag p50 still ≤ 7.3 ms), and a
-// backlog relays at 63–73k rows/s instead of 79–87k (scenario 4; still
-// ~11× raw publish). No memory limit: the duplicate window makes the live
-// heap grow with the ticket rate, and a fixed limit starved a backlog's
+// in the last ~10 s) and its duplicate window, so a lower setting is what
+// keeps the peak RSS within the memory target. The price is CPU a ticket and a
+// slower backlog relay, still well ahead of raw publish (decisions 0080 and
+// 0062 have the measurements). No memory limit: the duplicate window makes the
+// live heap grow with the ticket rate, and a fixed limit starved a backlog's
 // relay.
 var DispatcherGC = GC{Percent: 25}
 
@@ -85,9 +83,9 @@ func TuneGC(lookup func(string) (string, bool), gc GC) {
 // set GODEBUG=memprofilerate. Go samples one allocation per 512 KiB for
 // runtime/pprof by default and keeps each sampled stack for the life of the
 // process, in a 1.4 MB hash table that a new stack touches at a random page.
-// Neither process serves pprof, so the samples fed nothing: without them the
-// dispatcher's peak RSS in make bench scenario 7 is ~2 MB lower. Call it
-// first in main: package initialisation has sampled already.
+// Neither process serves pprof, so the samples fed nothing but resident memory
+// (decision 0082 has the measurements). Call it first in main: package
+// initialisation has sampled already.
 func StopMemProfile(lookup func(string) (string, bool)) {
 	if v, _ := lookup("GODEBUG"); strings.Contains(v, "memprofilerate=") {
 		return

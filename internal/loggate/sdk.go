@@ -10,11 +10,11 @@ import (
 // counted at once.
 const maxSDKMessages = 1000
 
-// SDKLogger is the logger given to go-sdk. The SDK logs several INFO lines
-// for every request without a session (protocol 2026-07-28): three per
-// call, 240 bytes, enough at ~110 calls/s to pass journald's default rate
-// limit, which then drops every line, errors included. It gets WARN and
-// above, unless the process logs at DEBUG.
+// SDKLogger is the logger given to go-sdk. The SDK logs several INFO lines for
+// every request without a session (protocol 2026-07-28): three per call,
+// enough under load to pass journald's default rate limit, which then drops
+// every line, errors included (decision 0090 has the measurements). It gets
+// WARN and above, unless the process logs at DEBUG.
 //
 // A client also makes it log at ERROR at will: "method invalid during
 // initialization" for every POST without a session that is not initialize.
