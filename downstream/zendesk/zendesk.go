@@ -184,20 +184,38 @@ func (t *Target) call(req *http.Request, out any) error {
 		return err
 	}
 	if !resp.OK() {
-		e := t.api.Fail(resp, message(resp))
-		if resp.Status == http.StatusConflict {
+		code, msg := apiError(resp)
+		e := t.api.Fail(resp, msg)
+		switch {
+		case resp.Status == http.StatusConflict:
 			// Zendesk: a concurrent request on the same resource; retry.
 			e.Class, e.MayHaveActed = downstream.Transient, true
+		case resp.Status == http.StatusBadRequest && code == "IdempotentRequestError":
+			e.Err = fmt.Errorf("%w: %w", errKeyReused, e.Err)
 		}
 		return e
 	}
 	return resp.Result(out)
 }
 
+// errKeyReused marks Zendesk's 400 IdempotentRequestError: a key reused
+// with another body. The class is read from the answer's error code where
+// the answer is parsed, never from the error's text afterwards.
+var errKeyReused = errors.New("zendesk: idempotency key reused with another body")
+
 // isIdempotentRequestError: Zendesk's 400 for a key reused with another body.
-func isIdempotentRequestError(err error) bool {
-	var e *downstream.Error
-	return errors.As(err, &e) && e.StatusCode == http.StatusBadRequest && strings.Contains(e.Error(), "IdempotentRequestError")
+func isIdempotentRequestError(err error) bool { return errors.Is(err, errKeyReused) }
+
+// apiError reads Zendesk's error body: its code (the "error" member when it
+// is a string, e.g. "RecordInvalid") and the message to show.
+func apiError(r *rest.Response) (code, msg string) {
+	var e struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(r.Body, &e) == nil {
+		_ = json.Unmarshal(e.Error, &code)
+	}
+	return code, message(r)
 }
 
 // message renders Zendesk's error body: {"error": "RecordInvalid",
