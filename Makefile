@@ -60,7 +60,7 @@ test: ## prerequisites checked first, then vet, gofmt and the whole suite with t
 	@echo "make test [2/4]: go vet (ticketrelay, bench/noopserver, bench/riverbaseline) and gofmt"
 	@$(MAKE) --no-print-directory vet
 	@$(GO) build -o bin/ ./cmd/testprogress
-	@echo "make test [3/4]: unit and integration tests with -race, every package of ticketrelay (9-19 min on 2 cores, depending on load; e2e, torture, mcpserver and internal/powercut take longest)"
+	@echo "make test [3/4]: unit and integration tests with -race, every package of ticketrelay (9-19 min on 2 cores, depending on load; e2e, torture, mcphttp and internal/powercut take longest)"
 	set -o pipefail; $(GO) test -race -count=1 -timeout 20m -json ./... | bin/testprogress
 	@echo "make test [4/4]: the patched JSON decoder (third_party/segmentio-encoding) with -race"
 	cd third_party/segmentio-encoding && $(GO) test -race -count=1 ./... # a module of its own; upstream's code is not vetted
