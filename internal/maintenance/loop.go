@@ -1,3 +1,8 @@
+// Package maintenance holds the dispatcher's background services that keep
+// the database in shape beside the delivery path: the Pruner (retention)
+// and the Presence renewal. Each works on the slice of the store it
+// declares, and all have one shape: a Loop run by Run(ctx) until its
+// context ends.
 package maintenance
 
 import (

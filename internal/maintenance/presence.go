@@ -24,7 +24,6 @@ var _ Entry = (*ledger.Presence)(nil)
 // Presence renews a running dispatcher's entry, so that mcp-front and the
 // audit know it runs and what it serves, and withdraws it when stopped.
 type Presence struct {
-	StartStop
 	entry Entry
 	log   *slog.Logger
 	every time.Duration
@@ -43,6 +42,3 @@ func (p *Presence) Run(ctx context.Context) error {
 		// The next renewal tries again; ledger.PresenceFresh allows for two.
 		Failed: "could not renew the dispatcher's entry in the ledger"}.Run(ctx)
 }
-
-// Start runs Run until Stop.
-func (p *Presence) Start(ctx context.Context) error { return p.StartStop.Start(ctx, p.Run) }

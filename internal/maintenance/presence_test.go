@@ -36,29 +36,3 @@ func TestPresenceRunWithdrawsOnStop(t *testing.T) {
 		t.Fatalf("Served = %+v after Run ended", s)
 	}
 }
-
-// Start runs the service until Stop, which withdraws the entry; a second
-// Start while it runs is refused.
-func TestPresenceStartStop(t *testing.T) {
-	e := openEnv(t)
-	entry := e.l.NewPresence("d1", []string{"local"}, "")
-	if err := entry.Announce(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	p := maintenance.NewPresence(entry, discard())
-	if err := p.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(context.Background()); err != maintenance.ErrStarted {
-		t.Fatalf("second Start: %v, want ErrStarted", err)
-	}
-	if err := p.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	if s, err := e.l.Served(context.Background()); err != nil || s.Dispatchers != 0 {
-		t.Fatalf("Served = %+v, %v after Stop", s, err)
-	}
-	if err := p.Stop(); err != nil {
-		t.Fatalf("second Stop: %v", err)
-	}
-}

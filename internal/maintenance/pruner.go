@@ -62,7 +62,6 @@ var _ PruneStore = (*ledger.Ledger)(nil)
 
 // Pruner removes expired requests in the background.
 type Pruner struct {
-	StartStop
 	cfg     RetentionConfig
 	store   PruneStore
 	log     *slog.Logger
@@ -89,9 +88,6 @@ func NewPruner(cfg RetentionConfig, store PruneStore, log *slog.Logger, m *metri
 func (p *Pruner) Run(ctx context.Context) error {
 	return Loop{Interval: p.cfg.Interval, Eager: true, RunOnce: p.RunOnce, Log: p.log, Failed: "pruning expired requests"}.Run(ctx)
 }
-
-// Start runs Run until Stop.
-func (p *Pruner) Start(ctx context.Context) error { return p.StartStop.Start(ctx, p.Run) }
 
 // RunOnce removes every expired request, one batch per transaction, and
 // yields to other writers between batches.
