@@ -65,6 +65,10 @@ type Config struct {
 	// SlowLatency: at the bound (workers ÷ latency) it takes SlowRows ×
 	// latency ÷ workers. Default 4,000 (quick: 1,000).
 	SlowRows int
+	// BacklogAlone runs only scenario 8's ticketrelay rounds (no River, no
+	// ceiling, no slow receiver): the dispatcher's own figures, for
+	// comparing two builds run after run.
+	BacklogAlone bool
 	// SlowLatency is how long that receiver takes to answer. Default 50ms.
 	SlowLatency time.Duration
 	// RiverWorkers is the River baseline's MaxWorkers. Default 100 (see

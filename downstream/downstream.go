@@ -72,10 +72,12 @@ type Target interface {
 	Deliver(ctx context.Context, d Delivery) (Receipt, error)
 }
 
-// Parallel is implemented by targets that take more concurrent deliveries
-// than the forwarder's default (forwarder.DefaultWorkers), such as the
-// built-in local target, which has no rate limit and shares one fsync among
-// concurrent deliveries. The dispatcher's -workers overrides it.
+// Parallel is implemented by targets that say how many concurrent
+// deliveries they take, such as the built-in local target, which has no
+// rate limit and shares one fsync among concurrent deliveries: the
+// forwarder uses that many workers and starts its limit on calls in flight
+// there, not at forwarder.StartConcurrency. The dispatcher's -workers
+// overrides the workers.
 type Parallel interface {
 	Workers() int
 }

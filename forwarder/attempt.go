@@ -262,7 +262,9 @@ func (a *attempt) delivered(ctx context.Context, rec ledger.Delivery, r downstre
 			a.bookkeepingFailed(err)
 		default:
 			a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeDelivered).Inc()
-			a.log.Info("delivered", "external_id", r.ExternalID, "attempt", rec.Attempts)
+			// Debug: a line per ticket is thousands a second in a backlog; the
+			// ledger keeps each delivery (find_request) and the metrics count them.
+			a.log.Debug("delivered", "external_id", r.ExternalID, "attempt", rec.Attempts)
 			a.ack()
 		}
 	})

@@ -8,10 +8,15 @@ import (
 	"ticketrelay/downstream"
 )
 
-// Adaptive concurrency (decision 0061). Each target's calls in flight are
-// held under a limit that follows the downstream's answers, between 1 and
-// the target's workers:
+// Adaptive concurrency (decisions 0061, 0063). Each target's calls in
+// flight are held under a limit that follows the downstream's answers,
+// between 1 and the target's workers. It starts at StartConcurrency (or the
+// workers, if fewer):
 //
+//   - until the first signal below, each answered call adds one: the limit
+//     doubles every round trip while the latency stays flat, so a slow but
+//     unloaded API (where more calls at once are more calls a second) gets
+//     its calls in flight within a few round trips;
 //   - a call the API refused for its rate limit (a 429) halves the limit,
 //     once for the calls that were out together, and, when the answer
 //     carried a Retry-After, no call to the target starts before that time
@@ -23,8 +28,9 @@ import (
 //     recent mean more than latencyRise times the long-run mean) takes a
 //     tenth off, at most once a round trip: calls queue somewhere
 //     downstream, and more of them at once only lengthen the queue;
-//   - every other answered call adds 1/limit: one more call in flight per
-//     round trip of the whole limit, until the workers' count.
+//   - after the first such signal, every other answered call adds 1/limit:
+//     one more call in flight per round trip of the whole limit, until the
+//     workers' count.
 //
 // The configured rate_limit and each request's Retry-After stay hard caps
 // on top of it; the limit only ever holds calls back.
@@ -54,8 +60,11 @@ type adaptive struct {
 	now func() time.Time
 	max int
 
-	mu       sync.Mutex
-	limit    float64
+	mu    sync.Mutex
+	limit float64
+	// probing: no signal has taken the limit down yet, and it grows by a
+	// call per answer rather than per round trip.
+	probing  bool
 	inflight int
 	// pauseUntil: no call starts before it (a 429's Retry-After).
 	pauseUntil time.Time
@@ -73,10 +82,13 @@ type adaptive struct {
 	observe func(limit int)
 }
 
-func newAdaptive(max int, now func() time.Time, observe func(int)) *adaptive {
-	a := &adaptive{now: now, max: max, limit: float64(max), changed: make(chan struct{}), observe: observe}
+// newAdaptive starts a limit at start calls in flight (at most max) that
+// may climb to max.
+func newAdaptive(start, max int, now func() time.Time, observe func(int)) *adaptive {
+	start = min(start, max)
+	a := &adaptive{now: now, max: max, limit: float64(start), probing: start < max, changed: make(chan struct{}), observe: observe}
 	if observe != nil {
-		observe(max)
+		observe(start)
 	}
 	return a
 }
@@ -184,9 +196,11 @@ func (a *adaptive) adjust(start, now time.Time, err error) {
 		a.decrease(start, now, backOff)
 		return
 	}
-	if a.limit < float64(a.max) {
-		a.limit = min(float64(a.max), a.limit+1/a.limit)
+	step := 1 / a.limit
+	if a.probing {
+		step = 1
 	}
+	a.limit = min(float64(a.max), a.limit+step)
 }
 
 // decrease multiplies the limit by factor, unless the call started before
@@ -197,6 +211,7 @@ func (a *adaptive) decrease(start, now time.Time, factor float64) {
 	}
 	a.limit = max(1, a.limit*factor)
 	a.decreased = now
+	a.probing = false
 }
 
 // snapshot is the limit's state, for tests and logs.

@@ -53,7 +53,7 @@ func limitOf(a *adaptive) int { l, _, _ := a.snapshot(); return l }
 func TestAdaptiveHoldsCallsOverTheLimit(t *testing.T) {
 	clk := newFakeClock()
 	var seen []int
-	a := newAdaptive(4, clk.now, func(n int) { seen = append(seen, n) })
+	a := newAdaptive(4, 4, clk.now, func(n int) { seen = append(seen, n) })
 	calls := take(t, a, 4)
 	if !blocked(a) {
 		t.Fatal("a fifth call got a place under a limit of 4")
@@ -71,7 +71,7 @@ func TestAdaptiveHoldsCallsOverTheLimit(t *testing.T) {
 func TestAdaptiveHalvesOnThrottleAndClimbsBack(t *testing.T) {
 	clk := newFakeClock()
 	var gauge int
-	a := newAdaptive(16, clk.now, func(n int) { gauge = n })
+	a := newAdaptive(16, 16, clk.now, func(n int) { gauge = n })
 	out := take(t, a, 16)
 	clk.add(10 * time.Millisecond)
 	for _, c := range out[:8] {
@@ -117,7 +117,7 @@ func TestAdaptiveHalvesOnThrottleAndClimbsBack(t *testing.T) {
 // has passed, however much room the limit has. The pause is capped.
 func TestAdaptiveRetryAfterPausesTheTarget(t *testing.T) {
 	clk := newFakeClock()
-	a := newAdaptive(8, clk.now, nil)
+	a := newAdaptive(8, 8, clk.now, nil)
 	c := take(t, a, 1)[0]
 	c.done(throttled(3 * time.Second))
 	if _, _, until := a.snapshot(); !until.Equal(clk.now().Add(3 * time.Second)) {
@@ -130,7 +130,7 @@ func TestAdaptiveRetryAfterPausesTheTarget(t *testing.T) {
 	clk.add(time.Millisecond)
 	take(t, a, 4) // the limit halved: 4 places
 
-	b := newAdaptive(8, clk.now, nil)
+	b := newAdaptive(8, 8, clk.now, nil)
 	take(t, b, 1)[0].done(throttled(100 * 365 * 24 * time.Hour))
 	if _, _, until := b.snapshot(); !until.Equal(clk.now().Add(maxThrottlePause)) {
 		t.Errorf("paused until %v after a century's Retry-After, want %v", until, clk.now().Add(maxThrottlePause))
@@ -139,7 +139,7 @@ func TestAdaptiveRetryAfterPausesTheTarget(t *testing.T) {
 
 // A caller waiting out a pause goes on by itself once it has passed.
 func TestAdaptivePauseEnds(t *testing.T) {
-	a := newAdaptive(2, time.Now, nil)
+	a := newAdaptive(2, 2, time.Now, nil)
 	take(t, a, 1)[0].done(throttled(time.Second))
 	_, _, until := a.snapshot()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -157,7 +157,7 @@ func TestAdaptivePauseEnds(t *testing.T) {
 // answers that are the request's fault (a 400) change nothing.
 func TestAdaptiveBacksOffOnOverload(t *testing.T) {
 	clk := newFakeClock()
-	a := newAdaptive(10, clk.now, nil)
+	a := newAdaptive(10, 10, clk.now, nil)
 	out := take(t, a, 3)
 	clk.add(time.Millisecond)
 	out[0].done(&downstream.Error{Class: downstream.Transient, StatusCode: 503, MayHaveActed: true, Err: errors.New("unavailable")})
@@ -175,7 +175,7 @@ func TestAdaptiveBacksOffOnOverload(t *testing.T) {
 // that stays where it rose to becomes the usual, and the limit climbs back.
 func TestAdaptiveFollowsLatency(t *testing.T) {
 	clk := newFakeClock()
-	a := newAdaptive(16, clk.now, nil)
+	a := newAdaptive(16, 16, clk.now, nil)
 	answer := func(took time.Duration) {
 		c := take(t, a, 1)[0]
 		clk.add(took)
@@ -200,5 +200,57 @@ func TestAdaptiveFollowsLatency(t *testing.T) {
 	}
 	if got := limitOf(a); got != 16 {
 		t.Errorf("limit %d after the latency settled, want back at 16", got)
+	}
+}
+
+// A limit that starts below the workers doubles every round trip while the
+// latency stays flat; the first signal ends that, and it climbs by one a
+// round trip from there.
+func TestAdaptiveProbesUpToTheWorkers(t *testing.T) {
+	clk := newFakeClock()
+	var gauge int
+	a := newAdaptive(4, 64, clk.now, func(n int) { gauge = n })
+	if got := limitOf(a); got != 4 || gauge != 4 {
+		t.Fatalf("limit %d (gauge %d) at the start, want 4", got, gauge)
+	}
+	first := take(t, a, 4)
+	if !blocked(a) {
+		t.Fatal("a fifth call started under a limit of 4")
+	}
+	clk.add(50 * time.Millisecond)
+	for _, c := range first {
+		c.done(nil)
+	}
+	if got := limitOf(a); got != 8 {
+		t.Fatalf("limit %d after the first round trip, want 8", got)
+	}
+	roundTrip := func() {
+		out := take(t, a, limitOf(a))
+		clk.add(50 * time.Millisecond)
+		for _, c := range out {
+			c.done(nil)
+		}
+	}
+	for _, want := range []int{16, 32, 64, 64} {
+		roundTrip()
+		if got := limitOf(a); got != want || gauge != want {
+			t.Fatalf("limit %d (gauge %d) after a round trip at a flat latency, want %d", got, gauge, want)
+		}
+	}
+
+	b := newAdaptive(4, 64, clk.now, nil)
+	c := take(t, b, 1)[0]
+	clk.add(time.Millisecond)
+	c.done(throttled(0))
+	if got := limitOf(b); got != 2 {
+		t.Fatalf("limit %d after a 429 while probing, want 2", got)
+	}
+	out := take(t, b, 2)
+	clk.add(time.Millisecond)
+	for _, c := range out {
+		c.done(nil)
+	}
+	if got := limitOf(b); got != 2 {
+		t.Errorf("limit %d after a round trip once a 429 ended the probing, want 2 (2.9: under one more a round trip; probing would double it)", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"ticketrelay/forwarder"
 	"ticketrelay/targets"
 )
 
@@ -20,9 +21,13 @@ import (
 type hookReceiver struct {
 	srv   *httptest.Server
 	gauge func() float64 // read as each post arrives (nil: not read)
+	delay time.Duration  // how long each answer takes, as a remote API's would
+
 
 	mu            sync.Mutex
 	newConns      int
+	inFlight      int
+	maxInFlight   int
 	maxGauge      float64
 	posts         int
 	keys          map[string]int
@@ -56,6 +61,12 @@ func newHookReceiver(t *testing.T) *hookReceiver {
 		if h.gauge != nil {
 			h.maxGauge = max(h.maxGauge, h.gauge())
 		}
+		h.inFlight++
+		h.maxInFlight = max(h.maxInFlight, h.inFlight)
+		h.mu.Unlock()
+		time.Sleep(h.delay) // an API's latency, not a wait for a result
+		h.mu.Lock()
+		h.inFlight--
 		h.mu.Unlock()
 		w.WriteHeader(http.StatusOK)
 	}))
@@ -148,5 +159,46 @@ func TestBacklogReusesConnections(t *testing.T) {
 	// together (readAhead), and still each ticket is posted once (above).
 	if ahead := testutil.ToFloat64(e.m.ReadAhead.WithLabelValues("hook")); ahead < 1 {
 		t.Errorf("%v attempts used a record read ahead, want some of %d", ahead, n)
+	}
+}
+
+// Against an API that answers in 40 ms whatever the load, the limit on
+// calls in flight starts at forwarder.StartConcurrency and climbs toward the
+// default workers: more calls at once are more tickets a second there.
+// Still every ticket is posted once, and no more connections are opened
+// than the workers.
+func TestSlowAPIGetsMoreCallsInFlight(t *testing.T) {
+	t.Parallel()
+	const n = 800
+	e := newEnv(t)
+	rcv := newHookReceiver(t)
+	rcv.delay = 40 * time.Millisecond
+	tgs, closeTargets, err := targets.Open([]targets.Def{{Name: "hook", Kind: "webhook", Endpoint: rcv.srv.URL}}, t.TempDir(), time.Now,
+		targets.WithWorkers(forwarder.DefaultWorkers), targets.WithMetrics(e.m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeTargets() })
+	e.createMany(t, "hook", n)
+	cfg := testConfig()
+	cfg.Workers = 0 // the default
+	stop := e.startForwarder(t, cfg, tgs...)
+	waitFor(t, 60*time.Second, "every ticket at the receiver", func() bool { return rcv.distinctKeys() == n })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	limit := testutil.ToFloat64(e.m.ConcurrencyLimit.WithLabelValues("hook"))
+	t.Logf("%d posts, at most %d at once, %d new connections, limit %v at the end", rcv.posts, rcv.maxInFlight, rcv.newConns, limit)
+	if rcv.posts != n {
+		t.Errorf("%d posts for %d tickets", rcv.posts, n)
+	}
+	if rcv.maxInFlight <= 2*forwarder.StartConcurrency || rcv.maxInFlight > forwarder.DefaultWorkers {
+		t.Errorf("at most %d calls at once, want more than %d (twice the start) and at most %d (the workers)",
+			rcv.maxInFlight, 2*forwarder.StartConcurrency, forwarder.DefaultWorkers)
+	}
+	if rcv.newConns > forwarder.DefaultWorkers {
+		t.Errorf("%d new connections, want at most %d", rcv.newConns, forwarder.DefaultWorkers)
 	}
 }

@@ -37,8 +37,10 @@ type Config struct {
 	Stream string
 	// KeyNamespace prefixes dedupe keys sent downstream (see downstream.Key).
 	KeyNamespace string
-	// Workers is the number of concurrent deliveries per target. Default:
-	// the target's own (downstream.Parallel), else DefaultWorkers.
+	// Workers is the most concurrent deliveries per target; the limit on
+	// calls in flight starts lower and climbs toward it while the
+	// downstream keeps up (see adaptive). Default: the target's own
+	// (downstream.Parallel), else DefaultWorkers.
 	Workers int
 	// DeliveryTimeout bounds one downstream call. Default 30s.
 	DeliveryTimeout time.Duration
@@ -131,7 +133,7 @@ func New(arch archetype.Archetype, cfg Config, js jetstream.JetStream, l Deliver
 	f.concurrency = make(map[string]*adaptive, len(targets))
 	for _, t := range targets {
 		gauge := f.metrics.ConcurrencyLimit.WithLabelValues(t.Name())
-		f.concurrency[t.Name()] = newAdaptive(f.workers(t), time.Now, func(n int) { gauge.Set(float64(n)) })
+		f.concurrency[t.Name()] = newAdaptive(startConcurrency(t), f.workers(t), time.Now, func(n int) { gauge.Set(float64(n)) })
 	}
 	f.limiters = map[string]*rate.Limiter{}
 	for name, rl := range f.cfg.RateLimits {
@@ -145,10 +147,26 @@ func New(arch archetype.Archetype, cfg Config, js jetstream.JetStream, l Deliver
 // ConsumerName is the durable consumer of a target.
 func ConsumerName(target string) string { return "deliver-" + target }
 
-// DefaultWorkers is the concurrent deliveries per target of an API that
-// does not say otherwise: enough to hide a commit and a round trip, few
-// enough for an API's rate limits.
-const DefaultWorkers = 16
+// DefaultWorkers is the most concurrent deliveries per target of an API
+// that does not say otherwise. A target starts at StartConcurrency calls in
+// flight, and the limit climbs toward the workers only while the API's
+// latency stays flat and it refuses nothing (see adaptive).
+const DefaultWorkers = 64
+
+// StartConcurrency is the calls in flight an API target starts at: enough
+// to hide a commit and a round trip, few enough for the API's rate limits
+// before its answers have said anything.
+const StartConcurrency = 16
+
+// startConcurrency is where t's limit starts (at most its workers): a
+// target that says how many calls it takes (downstream.Parallel, the local
+// file) starts there.
+func startConcurrency(t downstream.Target) int {
+	if p, ok := t.(downstream.Parallel); ok {
+		return p.Workers()
+	}
+	return StartConcurrency
+}
 
 // workers is the concurrency of deliveries to t.
 func (f *Forwarder) workers(t downstream.Target) int {

@@ -15,7 +15,7 @@ import (
 // defaultConns is the connections per host of an HTTP target when Open is
 // not told the worker count: the forwarder's default workers per API
 // (forwarder.DefaultWorkers).
-const defaultConns = 16
+const defaultConns = 64
 
 // idleConnTimeout closes a connection that has carried nothing for this
 // long. It is shorter than the keep-alive timeouts of the common load
@@ -37,7 +37,7 @@ type openConfig struct {
 // calls (the forwarder's workers per target): n connections per host are
 // kept open between calls, and no more than n are ever open to one host,
 // so a backlog opens at most n connections however long it is. n <= 0
-// keeps the default (16, the forwarder's default for an API).
+// keeps the default (64, the forwarder's default for an API).
 func WithWorkers(n int) Option {
 	return func(c *openConfig) {
 		if n > 0 {

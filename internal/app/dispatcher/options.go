@@ -66,7 +66,7 @@ func (o *Options) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LeaseTTL, "lease-ttl", 15*time.Second, "relay lease `duration`: how long a crashed relay's successor may wait")
 	fs.DurationVar(&o.DupWindow, "dup-window", 30*time.Minute, "JetStream duplicate window (`duration`, >= 30m)")
 	fs.DurationVar(&o.StreamMaxAge, "stream-max-age", 7*24*time.Hour, "how long (`duration`) JetStream keeps a message (>= -dup-window)")
-	fs.IntVar(&o.Workers, "workers", 0, "concurrent deliveries per target (`n`; 0: 64 for the local target, 16 for an API)")
+	fs.IntVar(&o.Workers, "workers", 0, "most concurrent deliveries per target (`n`; 0: 64; an API starts at 16 and climbs while its latency stays flat)")
 	fs.IntVar(&o.MaxAttempts, "max-attempts", 10, "downstream calls per request (`n`) before it fails (calls refused by a rate limit do not count)")
 	fs.DurationVar(&o.RetryBase, "retry-base", time.Second, "first retry delay (`duration`; doubles, with jitter)")
 	fs.DurationVar(&o.RetryMax, "retry-max", 5*time.Minute, "longest retry delay (`duration`)")
