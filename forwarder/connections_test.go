@@ -23,7 +23,6 @@ type hookReceiver struct {
 	gauge func() float64 // read as each post arrives (nil: not read)
 	delay time.Duration  // how long each answer takes, as a remote API's would
 
-
 	mu            sync.Mutex
 	newConns      int
 	inFlight      int
