@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"ticketrelay/forwarder"
+	"ticketrelay/outbox"
 	"ticketrelay/targets"
 )
 
@@ -199,5 +200,52 @@ func TestSlowAPIGetsMoreCallsInFlight(t *testing.T) {
 	}
 	if rcv.newConns > forwarder.DefaultWorkers {
 		t.Errorf("%d new connections, want at most %d", rcv.newConns, forwarder.DefaultWorkers)
+	}
+}
+
+// A backlog of more than BacklogPending tickets is reported to
+// Config.Backlog when the forwarder starts draining it and once it is
+// delivered, and the draining gauge follows.
+func TestBacklogIsReported(t *testing.T) {
+	t.Parallel()
+	const n = 3 * forwarder.BacklogPending / 2
+	e := newEnv(t)
+	rcv := newHookReceiver(t)
+	tgs, closeTargets, err := targets.Open([]targets.Def{{Name: "hook", Kind: "webhook", Endpoint: rcv.srv.URL}}, t.TempDir(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeTargets() })
+	e.createMany(t, "hook", n)
+	waitFor(t, 30*time.Second, "the backlog published", func() bool {
+		left, _, err := outbox.Backlog(t.Context(), e.db.Reader())
+		return err == nil && left == 0
+	})
+	reports := make(chan bool, 4)
+	cfg := testConfig()
+	cfg.Workers = 0
+	cfg.Backlog = func(on bool) { reports <- on }
+	e.startForwarder(t, cfg, tgs...)
+	next := func(want bool) {
+		t.Helper()
+		select {
+		case on := <-reports:
+			if on != want {
+				t.Fatalf("Backlog(%v), want Backlog(%v)", on, want)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("no Backlog(%v) within 60s (%d keys at the receiver)", want, rcv.distinctKeys())
+		}
+		if got := testutil.ToFloat64(e.m.Draining); got != map[bool]float64{true: 1, false: 0}[want] {
+			t.Errorf("draining gauge %v after Backlog(%v)", got, want)
+		}
+	}
+	next(true)
+	waitFor(t, 60*time.Second, "every ticket at the receiver", func() bool { return rcv.distinctKeys() == n })
+	next(false)
+	select {
+	case on := <-reports:
+		t.Errorf("Backlog(%v) after the backlog ended", on)
+	default:
 	}
 }

@@ -64,6 +64,12 @@ type Config struct {
 	// dispatcher's -retention): a message older than it that the store
 	// does not hold was settled and pruned. Zero: not known.
 	Retention time.Duration
+	// Backlog, if set, is told when the forwarder starts draining a
+	// backlog (a pull left BacklogPending or more messages behind it in a
+	// target's consumer) and when it stops (a second without such a pull,
+	// or Run returning). The dispatcher collects garbage less often
+	// meanwhile (decision 0064).
+	Backlog func(draining bool)
 }
 
 // WithDefaults fills zero fields.
@@ -102,6 +108,7 @@ type Forwarder struct {
 	// concurrency holds each target's calls in flight under a limit that
 	// follows the downstream's answers (see adaptive).
 	concurrency map[string]*adaptive
+	backlog     *backlogWatch
 	// paced, in tests, is told when each call's turn under its target's
 	// rate limit comes (see PacedForTest).
 	paced   func(requestID string, turn time.Time)
@@ -135,6 +142,7 @@ func New(arch archetype.Archetype, cfg Config, js jetstream.JetStream, l Deliver
 		gauge := f.metrics.ConcurrencyLimit.WithLabelValues(t.Name())
 		f.concurrency[t.Name()] = newAdaptive(startConcurrency(t), f.workers(t), time.Now, func(n int) { gauge.Set(float64(n)) })
 	}
+	f.backlog = &backlogWatch{report: f.draining}
 	f.limiters = map[string]*rate.Limiter{}
 	for name, rl := range f.cfg.RateLimits {
 		if !rl.IsZero() {
@@ -223,9 +231,31 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			}
 		})
 	}
+	stopWatch := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		f.backlog.run(stopWatch, time.Now)
+	}()
 	wg.Wait()
 	f.settling.Wait()
+	close(stopWatch)
+	<-watched
 	return errors.Join(errs...)
+}
+
+// draining reports a backlog's start or end (backlogWatch).
+func (f *Forwarder) draining(on bool, pending uint64) {
+	if on {
+		f.metrics.Draining.Set(1)
+		f.log.Info("forwarder: draining a backlog", "pending", pending)
+	} else {
+		f.metrics.Draining.Set(0)
+		f.log.Info("forwarder: backlog drained")
+	}
+	if f.cfg.Backlog != nil {
+		f.cfg.Backlog(on)
+	}
 }
 
 // consume runs t's workers on cons until ctx ends or the consumer is gone.

@@ -196,13 +196,20 @@ func (f *Forwarder) fill(ctx context.Context, t downstream.Target, cons jetstrea
 			return
 		}
 		got := 0
+		var last jetstream.Msg
 		batch, err := cons.Fetch(n, jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(fetchHeartbeat))
 		if err == nil {
 			for msg := range batch.Messages() {
 				got++
+				last = msg
 				in.push(f.newItem(msg), time.Now())
 			}
 			err = batch.Error()
+		}
+		if last != nil {
+			if md, err := last.Metadata(); err == nil {
+				f.backlog.pulled(md.NumPending, time.Now())
+			}
 		}
 		in.release(n - got)
 		switch {

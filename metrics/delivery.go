@@ -21,6 +21,7 @@ type Delivery struct {
 	ConcurrencyLimit   *prometheus.GaugeVec     // target
 	ConcurrencyWaited  *prometheus.CounterVec   // target
 	ReadAhead          *prometheus.CounterVec   // target
+	Draining           prometheus.Gauge
 }
 
 // Delivery outcomes used as the "outcome" label of Deliveries.
@@ -57,16 +58,18 @@ func newDelivery() Delivery {
 		RateLimitWaited: newCounterVec("downstream_rate_limit_wait_seconds_total",
 			"Time downstream calls spent waiting for the target's configured rate limit, by target.", "target"),
 		ConcurrencyLimit: newGaugeVec("downstream_concurrency_limit",
-			"Calls a target may have in flight now, by target: its workers, less after 429s, overload errors or a latency rise, climbing back as calls succeed.", "target"),
+			"Calls a target may have in flight now, by target: from 16 (the local target 64) up to its workers, doubling each round trip until the first 429, overload error or latency rise, then less after those and climbing back by one a round trip as calls succeed.", "target"),
 		ConcurrencyWaited: newCounterVec("downstream_concurrency_wait_seconds_total",
 			"Time downstream calls spent waiting for a place under the target's concurrency limit or for the end of a pause a 429's Retry-After asked for, by target.", "target"),
 		ReadAhead: newCounterVec("forwarder_read_ahead_total",
 			"Delivery attempts that used the ledger record read in one query with other pulled messages', instead of a read of their own, by target.", "target"),
+		Draining: newGauge("forwarder_draining",
+			"1 while the forwarder drains a backlog (a pull within the last second left 1,000 or more messages behind it in a target's consumer), when the dispatcher collects garbage less often; else 0."),
 	}
 }
 
 func (d *Delivery) register(reg prometheus.Registerer) {
 	reg.MustRegister(d.Deliveries, d.DeliveryAttempts, d.DeliveryDuration, d.DeadLetters, d.AuthFailures, d.Uncertain,
 		d.RedeliveredSkipped, d.ConnectionsOpen, d.ConnectionsOpened, d.RateLimitWaits, d.RateLimitWaited,
-		d.ConcurrencyLimit, d.ConcurrencyWaited, d.ReadAhead)
+		d.ConcurrencyLimit, d.ConcurrencyWaited, d.ReadAhead, d.Draining)
 }

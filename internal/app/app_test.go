@@ -165,6 +165,41 @@ func TestTuneGC(t *testing.T) {
 	}
 }
 
+// TestDrainingGC: while a backlog drains the dispatcher's setting switches
+// to its Backlog and back after, unless the operator set GOGC.
+func TestDrainingGC(t *testing.T) {
+	percent := debug.SetGCPercent(100)
+	t.Cleanup(func() {
+		app.TuneGC(newEnv("GOGC", "100").Lookup, app.GC{}) // no switch left for later tests
+		debug.SetGCPercent(percent)
+	})
+	current := func() int {
+		p := debug.SetGCPercent(-1)
+		debug.SetGCPercent(p)
+		return p
+	}
+	app.TuneGC(newEnv().Lookup, app.DispatcherGC)
+	for _, step := range []struct {
+		draining bool
+		want     int
+	}{{true, app.DispatcherGC.Backlog}, {true, app.DispatcherGC.Backlog}, {false, app.DispatcherGC.Percent}} {
+		app.DrainingGC(step.draining)
+		if got := current(); got != step.want {
+			t.Errorf("DrainingGC(%v): GOGC %d, want %d", step.draining, got, step.want)
+		}
+	}
+	if app.DispatcherGC.Backlog <= app.DispatcherGC.Percent {
+		t.Errorf("the dispatcher collects at GOGC=%d while draining, not less often than its %d", app.DispatcherGC.Backlog, app.DispatcherGC.Percent)
+	}
+
+	debug.SetGCPercent(100)
+	app.TuneGC(newEnv("GOGC", "100").Lookup, app.DispatcherGC)
+	app.DrainingGC(true)
+	if got := current(); got != 100 {
+		t.Errorf("DrainingGC(true) with the operator's GOGC=100: GOGC %d, want 100 kept", got)
+	}
+}
+
 // TestStopMemProfile: sampling stops unless the operator asked for a rate.
 func TestStopMemProfile(t *testing.T) {
 	rate := runtime.MemProfileRate

@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -49,6 +50,9 @@ func exitStatus(w io.Writer, prog string, err error, stopped bool) int {
 type GC struct {
 	Percent int   // GOGC
 	Limit   int64 // GOMEMLIMIT in bytes; 0: none
+	// Backlog is GOGC while the dispatcher drains a backlog (DrainingGC);
+	// 0: Percent throughout.
+	Backlog int
 }
 
 // FrontGC collects at 5× the live heap with a 32 MiB soft limit. Since the
@@ -67,15 +71,50 @@ var FrontGC = GC{Percent: 400, Limit: 32 << 20}
 // 0062 have the measurements). No memory limit: the duplicate window makes the
 // live heap grow with the ticket rate, and a fixed limit starved a backlog's
 // relay.
-var DispatcherGC = GC{Percent: 25}
+//
+// While it drains a backlog it collects at 1.5× instead: a backlog is when
+// delivery speed matters most, and the memory is spent only for as long as
+// the backlog lasts (decision 0064 has the measurements).
+var DispatcherGC = GC{Percent: 25, Backlog: 50}
+
+// drainGC is the setting DrainingGC switches between: the zero GC, with
+// no Backlog, until TuneGC applies one.
+var drainGC struct {
+	sync.Mutex
+	gc GC
+}
 
 // TuneGC applies gc unless the operator set GOGC or GOMEMLIMIT.
 func TuneGC(lookup func(string) (string, bool), gc GC) {
-	if _, set := lookup("GOGC"); !set {
+	_, set := lookup("GOGC")
+	if !set {
 		debug.SetGCPercent(gc.Percent)
 	}
+	drainGC.Lock()
+	drainGC.gc = GC{}
+	if !set {
+		drainGC.gc = gc
+	}
+	drainGC.Unlock()
 	if _, set := lookup("GOMEMLIMIT"); !set && gc.Limit > 0 {
 		debug.SetMemoryLimit(gc.Limit)
+	}
+}
+
+// DrainingGC switches the collector to the setting's Backlog while a
+// backlog drains (draining) and back to its Percent after. It does nothing
+// unless TuneGC applied a setting with a Backlog: an operator's GOGC holds
+// throughout.
+func DrainingGC(draining bool) {
+	drainGC.Lock()
+	defer drainGC.Unlock()
+	if drainGC.gc.Backlog == 0 {
+		return
+	}
+	if draining {
+		debug.SetGCPercent(drainGC.gc.Backlog)
+	} else {
+		debug.SetGCPercent(drainGC.gc.Percent)
 	}
 }
 

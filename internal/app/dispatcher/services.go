@@ -53,6 +53,7 @@ func (d *dispatcher) buildServices(ctx context.Context) error {
 		RateLimits:      targets.RateLimits(d.cfg.Defs()),
 		ConsumerCheck:   time.Second, // a deleted or changed consumer is put back within seconds
 		Retention:       d.o.retention().Keep,
+		Backlog:         app.DrainingGC,
 	}, d.js, deliveries, d.tgts).Run
 	pruner, err := maintenance.NewPruner(d.o.retention(), d.l, d.log.With("component", "retention"), d.arch.Metrics, d.arch.Now)
 	if err != nil {
