@@ -231,16 +231,13 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			}
 		})
 	}
+	var watch sync.WaitGroup
 	stopWatch := make(chan struct{})
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		f.backlog.run(stopWatch, time.Now)
-	}()
+	watch.Go(func() { f.backlog.run(stopWatch, time.Now) })
 	wg.Wait()
 	f.settling.Wait()
 	close(stopWatch)
-	<-watched
+	watch.Wait()
 	return errors.Join(errs...)
 }
 
