@@ -116,6 +116,17 @@ func (t *Target) Name() string { return t.cfg.Name }
 // Capabilities implements downstream.Target.
 func (t *Target) Capabilities() downstream.Capabilities { return Capabilities }
 
+// Workers implements downstream.Parallel. GitHub asks integrators to avoid
+// concurrent requests (its secondary rate limits count them), so its calls
+// in flight stay at 16, where every API started before the limit could
+// climb (decision 0063), and do not probe toward the forwarder's 64. Fewer
+// would let one slow call hold up every other issue; the pace GitHub
+// allows for creating content is the target's rate_limit, and its 403/429
+// answers pause the target.
+func (t *Target) Workers() int { return 16 }
+
+var _ downstream.Parallel = (*Target)(nil)
+
 // KeyLabel is the label that marks the issue of a dedupe key (GitHub labels
 // hold at most 50 characters; the key may hold 255). Its prefix is
 // reserved: ticket.Normalize refuses a caller's label that starts with it.
