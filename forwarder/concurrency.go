@@ -10,8 +10,8 @@ import (
 
 // Adaptive concurrency (decisions 0061, 0063). Each target's calls in
 // flight are held under a limit that follows the downstream's answers,
-// between 1 and the target's workers. It starts at StartConcurrency (or the
-// workers, if fewer):
+// between 1 and the target's workers. It starts at StartConcurrency, or at
+// the target's own count (downstream.Parallel), never above the workers:
 //
 //   - until the first signal below, each answered call adds one: the limit
 //     doubles every round trip while the latency stays flat, so a slow but

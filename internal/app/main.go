@@ -86,13 +86,10 @@ var drainGC struct {
 
 // TuneGC applies gc unless the operator set GOGC or GOMEMLIMIT.
 func TuneGC(lookup func(string) (string, bool), gc GC) {
-	_, set := lookup("GOGC")
-	if !set {
-		debug.SetGCPercent(gc.Percent)
-	}
 	drainGC.Lock()
 	drainGC.gc = GC{}
-	if !set {
+	if _, set := lookup("GOGC"); !set {
+		debug.SetGCPercent(gc.Percent)
 		drainGC.gc = gc
 	}
 	drainGC.Unlock()
