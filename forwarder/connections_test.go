@@ -64,7 +64,12 @@ func newHookReceiver(t *testing.T) *hookReceiver {
 		h.inFlight++
 		h.maxInFlight = max(h.maxInFlight, h.inFlight)
 		h.mu.Unlock()
-		time.Sleep(h.delay) // an API's latency, not a wait for a result
+		if h.delay > 0 { // an API's latency
+			select {
+			case <-time.After(h.delay):
+			case <-r.Context().Done():
+			}
+		}
 		h.mu.Lock()
 		h.inFlight--
 		h.mu.Unlock()
