@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"ticketrelay/ledger"
+	"ticketrelay/ticket"
 )
 
 func userVersion(t *testing.T, path string) int {
@@ -224,15 +225,7 @@ func TestMigrationKeepsDeliveriesOfSchema4(t *testing.T) {
 	} {
 		req := request(c.id)
 		rowID := int64(10 + i)
-		if _, err := old.Exec(`INSERT INTO requests (id, request_id, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels)
-			VALUES (?, ?, ?, ?, ?, ?, '{}', 1, ?, ?, ?, '[]')`,
-			rowID, req.RequestID, req.Tool, req.Target, req.Hash(), "tkt_"+c.id, req.Title, req.Body, req.Priority); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := old.Exec(`INSERT INTO outbox (id, request_id, subject, payload, created_at, published_at) VALUES (?, ?, 'tickets.local', '{}', 1, 2)`,
-			rowID, req.RequestID); err != nil {
-			t.Fatal(err)
-		}
+		insertPublished(t, old, rowID, req, "tkt_"+c.id)
 		if c.state == "" {
 			continue
 		}
@@ -329,15 +322,7 @@ func TestMigrationClassifiesFailuresOfSchema10(t *testing.T) {
 	for i, c := range cases {
 		req := request(c.id)
 		rowID := int64(10 + i)
-		if _, err := old.Exec(`INSERT INTO requests (id, request_id, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels)
-			VALUES (?, ?, ?, ?, ?, ?, '{}', 1, ?, ?, ?, '[]')`,
-			rowID, req.RequestID, req.Tool, req.Target, req.Hash(), "tkt_"+c.id, req.Title, req.Body, req.Priority); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := old.Exec(`INSERT INTO outbox (id, request_id, subject, payload, created_at, published_at) VALUES (?, ?, 'tickets.local', '{}', 1, 2)`,
-			rowID, req.RequestID); err != nil {
-			t.Fatal(err)
-		}
+		insertPublished(t, old, rowID, req, "tkt_"+c.id)
 		if _, err := old.Exec(`INSERT INTO deliveries (id, target, state, attempts, last_error, updated_at) VALUES (?, 'local', ?, 1, ?, 3)`,
 			rowID, c.state, c.lastError); err != nil {
 			t.Fatal(err)
@@ -369,5 +354,21 @@ func TestMigrationClassifiesFailuresOfSchema10(t *testing.T) {
 		if st, _ := e.find(ctx, "", id); !strings.Contains(st.Detail, words) {
 			t.Errorf("%s after migration: detail %q lacks %q", id, st.Detail, words)
 		}
+	}
+}
+
+// insertPublished writes, through a handle on a file of an older schema,
+// the request row of req at rowID with its ticket id and its outbox row,
+// already published: what any schema since the outbox's had for them.
+func insertPublished(t *testing.T, old *sql.DB, rowID int64, req ticket.Request, ticketID string) {
+	t.Helper()
+	if _, err := old.Exec(`INSERT INTO requests (id, request_id, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels)
+		VALUES (?, ?, ?, ?, ?, ?, '{}', 1, ?, ?, ?, '[]')`,
+		rowID, req.RequestID, req.Tool, req.Target, req.Hash(), ticketID, req.Title, req.Body, req.Priority); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Exec(`INSERT INTO outbox (id, request_id, subject, payload, created_at, published_at) VALUES (?, ?, 'tickets.local', '{}', 1, 2)`,
+		rowID, req.RequestID); err != nil {
+		t.Fatal(err)
 	}
 }
