@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"time"
 
 	"ticketrelay/internal/failpoint"
@@ -57,6 +58,7 @@ type mhScheduler struct {
 	budget           int // failpoint arms left
 
 	dispatcherArms int
+	claimKilled    bool // a front armed with front.after-claim has died of it
 	lost           *mhHost
 	lostSnap       Snapshot
 }
@@ -184,6 +186,9 @@ func (s *mhScheduler) runHosts(ctx, faults context.Context, d time.Duration) err
 		case <-tick.C:
 		}
 		for _, hc := range s.cl.reap() {
+			if hc.comp == CompFront && strings.Contains(s.cl.armedOf(hc.h, hc.comp), failpoint.FrontAfterClaim) {
+				s.claimKilled = true
+			}
 			if err := s.restart(ctx, hc.h, hc.comp, s.hostRNG.IntN(3) == 0); err != nil {
 				return err
 			}
@@ -210,6 +215,12 @@ func (s *mhScheduler) runHosts(ctx, faults context.Context, d time.Duration) err
 			if step == 1 {
 				live = live[:len(live)-1] // the host being lost stays as it is
 			}
+			if next == 1 && len(live) > 1 && live[len(live)-1] == lost {
+				// The first kill is a front's, restarted with front.after-claim
+				// armed: on a host that stays, so that the failpoint fires
+				// before its host is lost.
+				live = live[:len(live)-1]
+			}
 			h := live[s.hostRNG.IntN(len(live))]
 			s.cl.kill(h, comp, CauseScheduler)
 			select {
@@ -226,8 +237,9 @@ func (s *mhScheduler) runHosts(ctx, faults context.Context, d time.Duration) err
 
 // restart starts comp of h again, maybe with a failpoint armed: a front
 // gets front.after-claim (claimed in the cluster record, not committed)
-// two times in three, else front.after-commit; a dispatcher alternates
-// between the relay's and the forwarder's.
+// until one has died of it, then two times in three, else
+// front.after-commit; a dispatcher alternates between the relay's and the
+// forwarder's.
 func (s *mhScheduler) restart(ctx context.Context, h *mhHost, comp string, arm bool) error {
 	if p := s.cl.proc(h, comp); p != nil && !p.Exited() {
 		return nil
@@ -235,7 +247,7 @@ func (s *mhScheduler) restart(ctx context.Context, h *mhHost, comp string, arm b
 	fp := ""
 	if arm && s.budget > 0 {
 		switch {
-		case comp == CompFront && s.hostRNG.IntN(3) < 2:
+		case comp == CompFront && (!s.claimKilled || s.hostRNG.IntN(3) < 2):
 			fp = fmt.Sprintf("%s=kill@%d", failpoint.FrontAfterClaim, 1+s.hostRNG.IntN(3))
 		case comp == CompFront:
 			fp = fmt.Sprintf("%s=kill@%d", failpoint.FrontAfterCommit, 1+s.hostRNG.IntN(6))
