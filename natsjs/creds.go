@@ -8,6 +8,8 @@ import (
 	"syscall"
 
 	"github.com/nats-io/nkeys"
+
+	"ticketrelay/internal/dirsync"
 )
 
 // SeedFile is the name, in the dispatcher's data directory, of the nkey seed
@@ -73,6 +75,9 @@ func createSeed(path string) (string, error) {
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		err = dirsync.Parent(path)
 	}
 	if err != nil {
 		os.Remove(path)

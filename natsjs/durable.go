@@ -3,8 +3,9 @@ package natsjs
 import (
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
+
+	"ticketrelay/internal/dirsync"
 )
 
 // SyncStoreDirs fsyncs every directory of the embedded server's JetStream
@@ -35,21 +36,9 @@ func SyncStoreDirs(storeDir string) error {
 	}
 	dirs = append(dirs, filepath.Dir(storeDir))
 	for _, d := range dirs {
-		if err := syncDir(d); err != nil {
-			return err
+		if err := dirsync.Sync(d); err != nil {
+			return fmt.Errorf("natsjs: store directories: %w", err)
 		}
-	}
-	return nil
-}
-
-func syncDir(path string) error {
-	d, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("natsjs: sync directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("natsjs: sync directory %s: %w", path, err)
 	}
 	return nil
 }

@@ -443,12 +443,14 @@ func (c *cutter) finish(ctx context.Context, s Snapshot) error {
 	return nil
 }
 
-// mountPowerCut mounts a power-cut filesystem at dir/mnt over dir/disk. The
-// data directory and the store exist before the mount, so that they count
-// as durable, as directories an operator made would be.
+// mountPowerCut mounts a power-cut filesystem at dir/mnt over dir/disk.
+// nats-server's store exists before the mount, so that it counts as
+// durable, as a directory an operator made would be (nats-server does not
+// sync the directories it makes). The data directory does not: the
+// dispatcher and mcp-front make it, and must make it durable themselves.
 func mountPowerCut(ctx context.Context, dir string) (*powercut.FS, error) {
 	backing, mnt := filepath.Join(dir, "disk"), filepath.Join(dir, "mnt")
-	for _, d := range []string{filepath.Join(backing, "data"), filepath.Join(backing, "nats"), mnt} {
+	for _, d := range []string{filepath.Join(backing, "nats"), mnt} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("torture: %w", err)
 		}

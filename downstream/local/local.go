@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"ticketrelay/downstream"
+	"ticketrelay/internal/dirsync"
 	"ticketrelay/ticket"
 )
 
@@ -69,8 +70,14 @@ func Open(name, path string, now func() time.Time) (*Target, error) {
 		f.Close()
 		return nil, fmt.Errorf("local target %s: %w", path, err)
 	}
-	// Lines a crashed process wrote but never synced become durable now.
+	// Lines a crashed process wrote but never synced become durable now,
+	// and so does the file's name if Open created it: its lines' fsyncs
+	// keep their data, not the directory entry that finds them.
 	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("local target %s: %w", path, err)
+	}
+	if err := dirsync.Sync(filepath.Dir(abs)); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("local target %s: %w", path, err)
 	}

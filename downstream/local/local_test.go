@@ -15,6 +15,7 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/downstream/local"
+	"ticketrelay/internal/powercut"
 	"ticketrelay/ticket"
 )
 
@@ -298,5 +299,39 @@ func TestFileIsPrivate(t *testing.T) {
 	}
 	if m := fi.Mode().Perm(); m != 0o600 {
 		t.Fatalf("mode %v, want 0600", m)
+	}
+}
+
+// TestDeliveredTicketSurvivesPowerCut: a ticket Deliver answered for is in
+// the file after a power cut, the file's name included when Open created
+// it (internal/powercut keeps a new file's entry only once its directory
+// is synced).
+func TestDeliveredTicketSurvivesPowerCut(t *testing.T) {
+	pc := powercut.MountT(t, powercut.Options{})
+	path := filepath.Join(pc.Mountpoint(), "tickets.jsonl")
+	tg, err := local.Open("local", path, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := delivery("req-powercut")
+	want, err := tg.Deliver(context.Background(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.Close(); err != nil { // the cut needs every file of the mount closed
+		t.Fatal(err)
+	}
+	if err := pc.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	tg = open(t, path)
+	got, ok, err := tg.Find(context.Background(), d)
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case !ok:
+		t.Fatalf("after the cut the file has no line for %s", d.Key)
+	case got != want:
+		t.Fatalf("after the cut Find = %+v, want %+v", got, want)
 	}
 }

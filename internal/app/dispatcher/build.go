@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"ticketrelay/forwarder"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/archetype"
+	"ticketrelay/internal/dirsync"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
@@ -76,7 +76,7 @@ func (d *dispatcher) prepare(context.Context) error {
 		return err
 	}
 	d.cfg = cfg
-	if err := os.MkdirAll(d.o.Data, 0o700); err != nil {
+	if err := dirsync.MkdirAll(d.o.Data, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
 	// One dispatcher per data directory: a second one would share the
@@ -89,7 +89,7 @@ func (d *dispatcher) prepare(context.Context) error {
 	}
 	d.OnClose(unlock)
 	d.predecessor = predecessor
-	if err := os.MkdirAll(filepath.Dir(d.o.DB), 0o700); err != nil {
+	if err := dirsync.MkdirAll(filepath.Dir(d.o.DB), 0o700); err != nil {
 		return fmt.Errorf("database directory: %w", err)
 	}
 	return nil

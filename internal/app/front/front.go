@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"ticketrelay/config"
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/dirsync"
 	"ticketrelay/ledger"
 	"ticketrelay/mcphttp"
 	"ticketrelay/mcpstdio"
@@ -114,7 +114,7 @@ func (f *front) build(ctx context.Context) error {
 // returns what the tools accept requests through: the ledger, or with
 // -multi-host the cluster record in front of it.
 func (f *front) openLedger(ctx context.Context) (mcptools.Requests, error) {
-	if err := os.MkdirAll(filepath.Dir(f.o.DB), 0o700); err != nil {
+	if err := dirsync.MkdirAll(filepath.Dir(f.o.DB), 0o700); err != nil {
 		return nil, fmt.Errorf("database directory: %w", err)
 	}
 	db, err := ledger.Open(ctx, f.o.DB)
