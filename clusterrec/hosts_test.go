@@ -104,3 +104,71 @@ func TestInterruptedClaimIsUnknownUntilRetried(t *testing.T) {
 		t.Fatalf("find after the retry = %+v, %v; want queued %s", st, err, tk.ID)
 	}
 }
+
+// A host removed for good is forgotten (its heartbeat deleted) only once
+// the other hosts have finished adopting it: not while it is live, not
+// right after its first adoption. Forgotten, it is no longer listed; run
+// again, it beats and rejoins.
+func TestForgetHostOnlyOnceAdoptedForGood(t *testing.T) {
+	ctx := ctxT(t)
+	js := embeddedJS(t)
+	a, b := newHost(t, js, "host-a", clusterrec.Config{}), newHost(t, js, "host-b", clusterrec.Config{})
+	none := func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil }
+	cfg := clusterrec.HostsConfig{Every: 100 * time.Millisecond, DeadAfter: time.Second, Slack: time.Second}
+	ha := clusterrec.NewHosts(archetype.Archetype{Logger: discard()}, cfg, a.store, a.l, none)
+	hb := clusterrec.NewHosts(archetype.Archetype{Logger: discard()}, cfg, b.store, b.l, none)
+	if err := hb.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.store.ForgetHost(ctx, "host-b"); !errors.Is(err, clusterrec.ErrHostNotFinished) {
+		t.Fatalf("forgetting a live host: %v, want ErrHostNotFinished", err)
+	}
+	seen := func() map[string]clusterrec.HostSeen {
+		hosts, err := a.store.HostsSeen(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]clusterrec.HostSeen{}
+		for _, h := range hosts {
+			m[h.Host] = h
+		}
+		return m
+	}
+	if !testwait.Until(20*time.Second, func() bool {
+		if err := ha.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return seen()["host-b"].Heartbeat.State == clusterrec.HostAdopted
+	}) {
+		t.Fatal("a never adopted b")
+	}
+	if err := a.store.ForgetHost(ctx, "host-b"); !errors.Is(err, clusterrec.ErrHostNotFinished) {
+		t.Fatalf("forgetting a host after its first adoption: %v, want ErrHostNotFinished", err)
+	}
+	if !testwait.Until(30*time.Second, func() bool {
+		if err := ha.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return seen()["host-b"].AdoptedForGood()
+	}) {
+		t.Fatalf("b never adopted for good: %+v", seen()["host-b"])
+	}
+	if err := a.store.ForgetHost(ctx, "host-b"); err != nil {
+		t.Fatalf("forgetting a host adopted for good: %v", err)
+	}
+	if h, ok := seen()["host-b"]; ok {
+		t.Fatalf("b still listed after it was forgotten: %+v", h)
+	}
+	if _, ok := seen()["host-a"]; !ok {
+		t.Fatal("forgetting b took a's heartbeat too")
+	}
+	if err := a.store.ForgetHost(ctx, "host-b"); !errors.Is(err, clusterrec.ErrHostUnknown) {
+		t.Fatalf("forgetting b twice: %v, want ErrHostUnknown", err)
+	}
+	if err := hb.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := seen()["host-b"].Heartbeat.State; st != clusterrec.HostLive {
+		t.Fatalf("b after it beat again: %q, want live", st)
+	}
+}

@@ -129,6 +129,58 @@ func (s *Store) HostsSeen(ctx context.Context) ([]HostSeen, error) {
 	return hosts, nil
 }
 
-// HostKey is the bucket key of host's heartbeat (for an operator who
-// deletes the entry of a host removed for good).
-func HostKey(host string) string { return hostPrefix + host }
+// ErrHostNotFinished: ForgetHost refused a host that is live, or whose
+// requests the other hosts have not finished adopting.
+var ErrHostNotFinished = errors.New("clusterrec: the host is not adopted for good")
+
+// ErrHostUnknown: ForgetHost found no heartbeat of that host.
+var ErrHostUnknown = errors.New("clusterrec: no heartbeat of that host")
+
+// ForgetHost deletes the heartbeat of a host removed for good, once the
+// other hosts have finished adopting what it left: it then leaves
+// `dispatcher status` and ticketrelay_cluster_host_lost (the
+// TicketrelayClusterHostLost alert ends). It refuses a host that is live
+// or silent (not adopted yet), and one adopted less than quietRounds
+// adoptions ago in a row without finding anything: its mcp-front may have
+// accepted requests after its dispatcher was lost, which only a later
+// adoption looks at. The delete is conditional on the entry read, so a
+// host that beats or is adopted again meanwhile is kept. A host forgotten
+// that runs again beats and rejoins.
+func (s *Store) ForgetHost(ctx context.Context, host string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	key := hostPrefix + host
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("%w %q in installation %s", ErrHostUnknown, host, s.cfg.Installation)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: host %s: %w", ErrUnavailable, host, err)
+	}
+	var hb Heartbeat
+	if err := json.Unmarshal(e.Value(), &hb); err != nil {
+		return fmt.Errorf("clusterrec: heartbeat %s: %w", key, err)
+	}
+	switch {
+	case (HostSeen{Heartbeat: hb}).AdoptedForGood():
+	case hb.State == HostAdopted, hb.State == HostAdopting:
+		return fmt.Errorf("%w: host %s is being adopted by %s (%d of %d adoptions in a row found nothing); try again once status shows it adopted for good",
+			ErrHostNotFinished, host, hb.By, hb.Quiet, quietRounds)
+	default:
+		return fmt.Errorf("%w: host %s is %s, last beat at %s; a lost host is adopted after -host-dead-after, then can be forgotten",
+			ErrHostNotFinished, host, hb.State, e.Created().UTC().Format(time.RFC3339))
+	}
+	if err := s.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return fmt.Errorf("%w: host %s changed meanwhile (it beat, or was adopted again); look at status and try again", ErrHostNotFinished, host)
+		}
+		return fmt.Errorf("%w: forget host %s: %w", ErrUnavailable, host, err)
+	}
+	return nil
+}
+
+// AdoptedForGood reports whether ForgetHost would take h: adopted, and no
+// adoption is left to look at what it wrote.
+func (h HostSeen) AdoptedForGood() bool {
+	return h.Heartbeat.State == HostAdopted && h.Quiet >= quietRounds
+}

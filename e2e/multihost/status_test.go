@@ -40,6 +40,7 @@ type statusJSON struct {
 			Hostname  string `json:"hostname"`
 			State     string `json:"state"`
 			AdoptedBy string `json:"adopted_by"`
+			Finished  bool   `json:"finished"`
 		} `json:"hosts"`
 		Errors []string `json:"errors"`
 	} `json:"cluster"`
@@ -60,6 +61,17 @@ func (in *installation) status(t *testing.T, h *host, extra ...string) (string, 
 		t.Logf("status stderr: %s", errOut.String())
 	}
 	return out.String(), err
+}
+
+// forgetHost runs `dispatcher forget-host` for host id, as an operator
+// would from anywhere (no database), and returns its output and exit
+// error.
+func (in *installation) forgetHost(t *testing.T, id string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(dispatcherBin, "forget-host", "-nats", in.cluster.ClientURLs(), "-installation", installationName, id)
+	cmd.Env = e2eproc.Environ()
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 func (in *installation) statusJSON(t *testing.T, h *host) statusJSON {
@@ -201,6 +213,35 @@ func TestOperatorsView(t *testing.T) {
 	for _, h := range s.Cluster.Hosts {
 		if h.State == "adopted" && h.AdoptedBy != live {
 			t.Errorf("status: %s adopted by %s, want %s (the only live host)", h.Host, h.AdoptedBy, live)
+		}
+	}
+
+	// b was removed for good: once its adoption is finished, the operator
+	// forgets it, and the host-lost alert's series goes. A live host is
+	// refused.
+	if out, err := in.forgetHost(t, live); err == nil || !strings.Contains(out, "is live") {
+		t.Errorf("forget-host of the live host %s: %v\n%s", live, err, out)
+	}
+	if !testwait.Until(60*time.Second, func() bool {
+		for _, h := range in.statusJSON(t, a).Cluster.Hosts {
+			if h.Host == adopted {
+				return h.Finished
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("status never showed %s's adoption finished", adopted)
+	}
+	if out, err := in.forgetHost(t, adopted); err != nil {
+		t.Fatalf("forget-host %s: %v\n%s", adopted, err, out)
+	}
+	a.waitMetrics(t, "b forgotten", func(m e2eproc.Metrics) bool {
+		return m.Get("ticketrelay_cluster_hosts", "state", "adopted") == 0 && m.Get("ticketrelay_cluster_hosts", "state", "live") == 1 &&
+			m.Get("ticketrelay_cluster_host_lost") == 0
+	})
+	for _, h := range in.statusJSON(t, a).Cluster.Hosts {
+		if h.Host == adopted {
+			t.Errorf("status still lists %s after forget-host: %+v", adopted, h)
 		}
 	}
 

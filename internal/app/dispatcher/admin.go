@@ -6,22 +6,22 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/nats-io/nats.go"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
-	"ticketrelay/internal/app"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"ticketrelay/downstream"
+	"ticketrelay/internal/app"
 	"ticketrelay/internal/flagenv"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // adminStore is the part of the ledger the operator commands use.
@@ -38,13 +38,18 @@ var _ adminStore = (*ledger.Ledger)(nil)
 // database themselves and write through their own group-commit writer, so
 // they work whether or not the dispatcher is running.
 var adminCommands = map[string]func(ctx context.Context, l adminStore, fs *flag.FlagSet, natsOpts []nats.Option, args []string, out io.Writer) error{
-	"status":  adminStatus,
-	"redrive": adminRedrive,
-	"resolve": adminResolve,
+	"status":      adminStatus,
+	"redrive":     adminRedrive,
+	"resolve":     adminResolve,
+	"forget-host": adminForgetHost,
 }
 
+// clusterOnly are the subcommands that need no ledger: they run against
+// the cluster from wherever the operator is (l is nil).
+var clusterOnly = map[string]bool{"forget-host": true}
+
 // adminCommandNames lists adminCommands in the order of adminUsage.
-var adminCommandNames = []string{"status", "redrive", "resolve"}
+var adminCommandNames = []string{"status", "redrive", "resolve", "forget-host"}
 
 // adminOnlyFlags are the subcommands' own flags. They have no environment
 // twin: TICKETRELAY_FAILED=true must not turn a bare `redrive` into "redrive
@@ -57,6 +62,7 @@ const adminUsage = `Usage:
   dispatcher redrive [-db PATH | -data DIR] REQUEST_ID...
   dispatcher redrive [-db PATH | -data DIR] -failed [-target T]
   dispatcher resolve [-db PATH | -data DIR] REQUEST_ID (-delivered EXTERNAL_ID | -failed)
+  dispatcher forget-host -nats URL -installation NAME HOST
 `
 
 func runAdmin(ctx context.Context, name string, env app.Env) error {
@@ -79,6 +85,16 @@ func runAdmin(ctx context.Context, name string, env app.Env) error {
 		}
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
+	if err := natsFlags.Check(env.Lookup); err != nil {
+		return err
+	}
+	natsOpts, err := natsFlags.Options(env.Lookup)
+	if err != nil {
+		return err
+	}
+	if clusterOnly[name] {
+		return cmd(ctx, nil, fs, natsOpts, args, env.Stdout)
+	}
 	if *dbPath == "" {
 		*dbPath = filepath.Join(*dataDir, "tickets.db")
 	}
@@ -97,13 +113,6 @@ func runAdmin(ctx context.Context, name string, env app.Env) error {
 	log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	w := ledger.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer)
 	defer w.Close()
-	if err := natsFlags.Check(env.Lookup); err != nil {
-		return err
-	}
-	natsOpts, err := natsFlags.Options(env.Lookup)
-	if err != nil {
-		return err
-	}
 	return cmd(ctx, ledger.New(db, w, time.Now), fs, natsOpts, args, env.Stdout)
 }
 

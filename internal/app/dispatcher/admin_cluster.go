@@ -25,8 +25,8 @@ import (
 // the environment of the dispatcher's unit and gets its installation.
 func addClusterFlags(fs *flag.FlagSet) app.NATSFlags {
 	fs.Bool("multi-host", false, "status: also show the installation's hosts, stream and request bucket (needs -nats and -installation)")
-	url := fs.String("nats", "", "status -multi-host: `URL` of the installation's NATS cluster")
-	fs.String("installation", "", "status -multi-host: the installation's `name`")
+	url := fs.String("nats", "", "status -multi-host, forget-host: `URL` of the installation's NATS cluster")
+	fs.String("installation", "", "status -multi-host, forget-host: the installation's `name`")
 	fs.Duration("host-dead-after", 30*time.Second, "status -multi-host: the dispatchers' -host-dead-after (a host silent this long is shown as silent)")
 	return app.AddNATSFlags(fs, url)
 }
@@ -37,30 +37,17 @@ func clusterStatusOf(ctx context.Context, fs *flag.FlagSet, natsOpts []nats.Opti
 	if flagValue(fs, "multi-host") != "true" {
 		return nil, nil
 	}
-	url := flagValue(fs, "nats")
-	inst, err := installation.Parse(flagValue(fs, "installation"))
-	if err != nil {
-		return nil, fmt.Errorf("%w: -installation: %v", app.ErrUsage, err)
-	}
-	if url == "" || inst == installation.Embedded {
-		return nil, fmt.Errorf("%w: status -multi-host needs -nats URL and -installation NAME (the dispatchers' own)", app.ErrUsage)
-	}
 	deadAfter, err := time.ParseDuration(flagValue(fs, "host-dead-after"))
 	if err != nil || deadAfter < time.Second {
 		return nil, fmt.Errorf("%w: -host-dead-after must be at least 1s", app.ErrUsage)
 	}
-	// One attempt, not the services' patient reconnects: status answers now.
-	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("ticketrelay-status"), nats.Timeout(5 * time.Second), nats.NoReconnect()}, natsOpts...)...)
+	c, err := connectCluster(fs, natsOpts, "status -multi-host")
 	if err != nil {
-		return nil, fmt.Errorf("cluster: nats %s: %w", url, err)
+		return nil, err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: jetstream: %w", err)
-	}
+	defer c.nc.Close()
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	store, err := clusterrec.Inspect(ictx, js, inst)
+	store, err := clusterrec.Inspect(ictx, c.js, c.inst)
 	cancel()
 	var errs []string
 	if err != nil {
@@ -70,11 +57,68 @@ func clusterStatusOf(ctx context.Context, fs *flag.FlagSet, natsOpts []nats.Opti
 		errs = append(errs, err.Error())
 		store = nil
 	}
-	v := lookAtCluster(ctx, js, store, inst, deadAfter, time.Now())
+	v := lookAtCluster(ctx, c.js, store, c.inst, deadAfter, time.Now())
 	if len(errs) > 0 {
 		v.Errors = append(errs, v.Errors...)
 	}
 	return &v, nil
+}
+
+// clusterConn is one operator command's connection to the installation's
+// cluster.
+type clusterConn struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	inst installation.Name
+}
+
+// connectCluster connects to -nats for the installation of -installation,
+// once: an operator command answers now, without the services' patient
+// reconnects. what names the command in usage errors.
+func connectCluster(fs *flag.FlagSet, natsOpts []nats.Option, what string) (clusterConn, error) {
+	url := flagValue(fs, "nats")
+	inst, err := installation.Parse(flagValue(fs, "installation"))
+	if err != nil {
+		return clusterConn{}, fmt.Errorf("%w: -installation: %v", app.ErrUsage, err)
+	}
+	if url == "" || inst == installation.Embedded {
+		return clusterConn{}, fmt.Errorf("%w: %s needs -nats URL and -installation NAME (the dispatchers' own)", app.ErrUsage, what)
+	}
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("ticketrelay-admin"), nats.Timeout(5 * time.Second), nats.NoReconnect()}, natsOpts...)...)
+	if err != nil {
+		return clusterConn{}, fmt.Errorf("cluster: nats %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return clusterConn{}, fmt.Errorf("cluster: jetstream: %w", err)
+	}
+	return clusterConn{nc: nc, js: js, inst: inst}, nil
+}
+
+// adminForgetHost deletes the heartbeat of a host removed for good, once
+// the other hosts have finished adopting it (clusterrec.ForgetHost): it
+// leaves status and the host-lost alert.
+func adminForgetHost(ctx context.Context, _ adminStore, fs *flag.FlagSet, natsOpts []nats.Option, args []string, out io.Writer) error {
+	if len(args) != 1 || args[0] == "" {
+		return fmt.Errorf("%w: forget-host takes one host id (the HOST column of status -multi-host)", app.ErrUsage)
+	}
+	c, err := connectCluster(fs, natsOpts, "forget-host")
+	if err != nil {
+		return err
+	}
+	defer c.nc.Close()
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	store, err := clusterrec.Inspect(ictx, c.js, c.inst)
+	if err != nil {
+		return err
+	}
+	if err := store.ForgetHost(ictx, args[0]); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "forgot host %s of installation %s: it is no longer listed or alerted on; if it runs again, it rejoins\n", args[0], c.inst)
+	return nil
 }
 
 // printCluster writes the view under the ledger's status.
@@ -121,6 +165,9 @@ func printCluster(out io.Writer, v *clusterView) {
 			state := h.State
 			if h.AdoptedBy != "" {
 				state += " by " + h.AdoptedBy
+			}
+			if h.Finished {
+				state += ", finished (if removed for good: dispatcher forget-host " + h.Host + ")"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t\n", h.Host, h.Hostname, state, secondsText(h.LastEntryAgeSeconds))
 		}

@@ -58,6 +58,9 @@ type hostView struct {
 	LastEntry           time.Time `json:"last_entry"`
 	LastEntryAgeSeconds float64   `json:"last_entry_age_seconds"`
 	AdoptedBy           string    `json:"adopted_by,omitempty"`
+	// Finished: adopted, and nothing it wrote is left to adopt; a host
+	// removed for good can now be forgotten (`dispatcher forget-host`).
+	Finished bool `json:"finished,omitempty"`
 }
 
 // lookAtCluster asks for the stream, the bucket and the heartbeats; what
@@ -90,7 +93,8 @@ func lookAtCluster(ctx context.Context, js jetstream.JetStream, store *clusterre
 	v.Hosts = []hostView{}
 	for _, h := range hosts {
 		v.Hosts = append(v.Hosts, hostView{Host: h.Host, Hostname: h.Hostname, State: h.State(now, deadAfter),
-			LastEntry: h.LastBeat, LastEntryAgeSeconds: max(0, now.Sub(h.LastBeat).Seconds()), AdoptedBy: h.By})
+			LastEntry: h.LastBeat, LastEntryAgeSeconds: max(0, now.Sub(h.LastBeat).Seconds()), AdoptedBy: h.By,
+			Finished: h.AdoptedForGood()})
 	}
 	return v
 }
