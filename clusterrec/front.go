@@ -187,6 +187,3 @@ func (d *Delivery) Ledger(scoped string) *ledger.Delivery {
 		NextAttemptAt: d.NextAttemptAt, LastError: d.LastError, Failure: d.Failure, ExternalID: d.ExternalID, ExternalURL: d.ExternalURL,
 		UpdatedAt: d.UpdatedAt}
 }
-
-// IsUnavailable reports whether err says the cluster could not decide.
-func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }

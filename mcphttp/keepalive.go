@@ -72,13 +72,6 @@ func (k *keepalive) forget(sessionID string) {
 	k.mu.Unlock()
 }
 
-// tracked is the number of sessions whose pings are being tracked.
-func (k *keepalive) tracked() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return len(k.sessions)
-}
-
 func (k *keepalive) close() {
 	close(k.stop)
 	<-k.done

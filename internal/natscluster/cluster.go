@@ -411,17 +411,6 @@ func (c *Cluster) Heal(i int) error {
 	return nil
 }
 
-// Log is what node i's current incarnation has written so far.
-func (c *Cluster) Log(i int) string {
-	n := c.nodes[i]
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.proc == nil {
-		return ""
-	}
-	return n.proc.Log()
-}
-
 // LogDir is where every incarnation's log is (n1.log, n1.2.log, ...).
 func (c *Cluster) LogDir() string { return c.logDir }
 

@@ -57,22 +57,6 @@ func render(a NodeAddrs, extra string) string {
 	return b.String()
 }
 
-// PasswordAuth is Config.Extra for one account with JetStream and one
-// user whose password the nodes read from the environment variable env
-// (set it with Config.Env), plus a system account: what
-// deploy/nats/cluster/ runs.
-func PasswordAuth(account, user, env string) string {
-	return fmt.Sprintf(`accounts {
-  %s {
-    jetstream: enabled
-    users: [ { user: %q, password: $%s } ]
-  }
-  SYS { }
-}
-system_account: SYS
-`, account, user, env)
-}
-
 // NKeyAuth is Config.Extra for one account with JetStream and one user
 // who authenticates with the nkey whose public key is pub ("U...").
 func NKeyAuth(account, pub string) string {

@@ -236,17 +236,6 @@ func (c *Cluster) Peers(ctx context.Context, i int) ([]string, error) {
 	return names, nil
 }
 
-// Healthz is node i's /healthz answer: nil when it serves JetStream and
-// its streams and consumers are current.
-func (c *Cluster) Healthz(ctx context.Context, i int) error {
-	n, err := c.node(i)
-	if err != nil {
-		return err
-	}
-	var h struct{}
-	return getJSON(ctx, c.hc, n.addrs.HTTP, "/healthz", &h)
-}
-
 // Sync is how a node fsyncs its JetStream store.
 type Sync struct {
 	Always   bool          // sync_interval: always: fsync before every acknowledgement
