@@ -52,7 +52,7 @@ type Config struct {
 	// Name is the cluster name; default "ticketrelay".
 	Name string
 	// Extra is configuration text appended to every node's file, verbatim:
-	// accounts and users (PasswordAuth, NKeyAuth), limits. Default: none,
+	// accounts and users (NKeyAuth), limits. Default: none,
 	// so clients connect without credentials to the global account.
 	Extra string
 	// Env is added to the nodes' environment (a password Extra reads as
@@ -114,11 +114,39 @@ type node struct {
 // Start writes every node's configuration to cfg.Dir, starts the route
 // proxies and the nodes, and waits until the cluster is ready (WaitReady).
 // On error nothing it started is left running.
-func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
+//
+// A node's ports are picked free and released before the node binds them,
+// so another process (a parallel test) may take one in between: a start
+// that fails so is made again on other ports, with new stores, up to
+// startAttempts times.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	for attempt := 1; ; attempt++ {
+		c, err := start(ctx, cfg)
+		if err == nil || attempt == startAttempts || ctx.Err() != nil || !strings.Contains(err.Error(), "address already in use") {
+			return c, err
+		}
+		cfg.Log.Warn("nats cluster: a port was taken before its node bound it; starting again on other ports", "attempt", attempt, "err", err)
+		for i := range cfg.Nodes {
+			if err := os.RemoveAll(filepath.Join(cfg.Dir, nodeName(i))); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// startAttempts bounds Start's tries when a port was taken.
+const startAttempts = 3
+
+// freeAddr picks a loopback address for one of a node's listeners.
+var freeAddr = e2eproc.FreeAddr
+
+func nodeName(i int) string { return fmt.Sprintf("n%d", i+1) }
+
+func start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	c := &Cluster{
 		cfg: cfg, logDir: filepath.Join(cfg.Dir, "logs"), fab: newFabric(),
 		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: 10 * time.Second}},
@@ -169,7 +197,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 func (c *Cluster) newNode(i int) (*node, error) {
 	var addrs [3]string // client, HTTP, route
 	for k := range addrs {
-		a, err := e2eproc.FreeAddr()
+		a, err := freeAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -179,7 +207,7 @@ func (c *Cluster) newNode(i int) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := fmt.Sprintf("n%d", i+1)
+	name := nodeName(i)
 	n := &node{
 		addrs: NodeAddrs{
 			Index: i, Name: name, Cluster: c.cfg.Name,
@@ -240,7 +268,7 @@ func (c *Cluster) launch(ctx context.Context, i int) error {
 	var v varz
 	err = poll(ctx, n.addrs.Name+"'s monitoring port", func() error {
 		if p.Exited() {
-			return fmt.Errorf("natscluster: %s exited: %s", n.addrs.Name, p.Tail(5))
+			return fmt.Errorf("natscluster: %s exited: %s", n.addrs.Name, p.Tail(400))
 		}
 		if err := getJSON(ctx, c.hc, n.addrs.HTTP, "/varz", &v); err != nil {
 			return notYet("%v", err)

@@ -2,14 +2,17 @@ package natscluster_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/natscluster"
 )
 
@@ -90,5 +93,36 @@ func TestNKeyAccount(t *testing.T) {
 	}
 	if st.Account != "TR" || st.Msgs != 1 {
 		t.Fatalf("KV_claims on its leader: %+v, want one message in account TR", st)
+	}
+}
+
+// TestStartRetriesATakenPort: a port picked free and taken by another
+// process before its node binds it fails that start; Start makes the
+// cluster again on other ports.
+func TestStartRetriesATakenPort(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	picks := 0
+	restore := natscluster.SetFreeAddr(func() (string, error) {
+		if picks++; picks == 1 {
+			return taken.Addr().String(), nil // the first node's client port
+		}
+		return e2eproc.FreeAddr()
+	})
+	defer restore()
+	c := natscluster.StartTest(t, natscluster.Config{})
+	if picks <= 3*3 {
+		t.Fatalf("%d addresses picked: the cluster did not start again after the taken port", picks)
+	}
+	if strings.Contains(c.ClientURLs(), taken.Addr().String()) {
+		t.Fatalf("ClientURLs() = %s still has the taken %s", c.ClientURLs(), taken.Addr())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.MetaLeader(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
