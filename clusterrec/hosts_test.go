@@ -13,18 +13,26 @@ import (
 	"ticketrelay/ticket"
 )
 
+// twoHosts are hosts a and b of one installation on an embedded JetStream,
+// with their heartbeat services: a beat every 100 ms, lost after 1 s
+// without one. Nothing runs until a test calls RunOnce.
+func twoHosts(t *testing.T) (a, b *host, ha, hb *clusterrec.Hosts) {
+	js := embeddedJS(t)
+	a, b = newHost(t, js, "host-a", clusterrec.Config{}), newHost(t, js, "host-b", clusterrec.Config{})
+	none := func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil }
+	cfg := clusterrec.HostsConfig{Every: 100 * time.Millisecond, DeadAfter: time.Second, Slack: time.Second}
+	ha = clusterrec.NewHosts(archetype.Archetype{Logger: discard()}, cfg, a.store, a.l, none)
+	hb = clusterrec.NewHosts(archetype.Archetype{Logger: discard()}, cfg, b.store, b.l, none)
+	return a, b, ha, hb
+}
+
 // A host whose dispatcher is lost: its unpublished requests are adopted
 // by another host (its ledger commits them); its front then refuses new
 // requests; and a request its front accepted after the adoption, before
 // it noticed, is adopted by the next round.
 func TestLostHostIsAdoptedAgainUntilQuiet(t *testing.T) {
 	ctx := ctxT(t)
-	js := embeddedJS(t)
-	a, b := newHost(t, js, "host-a", clusterrec.Config{}), newHost(t, js, "host-b", clusterrec.Config{})
-	none := func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil }
-	cfg := clusterrec.HostsConfig{Every: 100 * time.Millisecond, DeadAfter: time.Second, Slack: time.Second}
-	ha := clusterrec.NewHosts(archetype.Archetype{Logger: discard()}, cfg, a.store, a.l, none)
-	hb := clusterrec.NewHosts(archetype.Archetype{Logger: discard()}, cfg, b.store, b.l, none)
+	a, b, ha, hb := twoHosts(t)
 	if err := hb.RunOnce(ctx); err != nil { // b beats once, then its dispatcher is gone
 		t.Fatal(err)
 	}
@@ -111,12 +119,7 @@ func TestInterruptedClaimIsUnknownUntilRetried(t *testing.T) {
 // again, it beats and rejoins.
 func TestForgetHostOnlyOnceAdoptedForGood(t *testing.T) {
 	ctx := ctxT(t)
-	js := embeddedJS(t)
-	a, b := newHost(t, js, "host-a", clusterrec.Config{}), newHost(t, js, "host-b", clusterrec.Config{})
-	none := func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil }
-	cfg := clusterrec.HostsConfig{Every: 100 * time.Millisecond, DeadAfter: time.Second, Slack: time.Second}
-	ha := clusterrec.NewHosts(archetype.Archetype{Logger: discard()}, cfg, a.store, a.l, none)
-	hb := clusterrec.NewHosts(archetype.Archetype{Logger: discard()}, cfg, b.store, b.l, none)
+	a, _, ha, hb := twoHosts(t)
 	if err := hb.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
