@@ -117,7 +117,7 @@ func TestInterruptedClaimIsUnknownUntilRetried(t *testing.T) {
 // the other hosts have finished adopting it: not while it is live, not
 // right after its first adoption. Forgotten, it is no longer listed; run
 // again, it beats and rejoins.
-func TestForgetHostOnlyOnceAdoptedForGood(t *testing.T) {
+func TestForgetHostOnlyOnceFinished(t *testing.T) {
 	ctx := ctxT(t)
 	a, _, ha, hb := twoHosts(t)
 	if err := hb.RunOnce(ctx); err != nil {
@@ -152,12 +152,12 @@ func TestForgetHostOnlyOnceAdoptedForGood(t *testing.T) {
 		if err := ha.RunOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
-		return seen()["host-b"].AdoptedForGood()
+		return seen()["host-b"].Finished()
 	}) {
-		t.Fatalf("b never adopted for good: %+v", seen()["host-b"])
+		t.Fatalf("b's adoption never finished: %+v", seen()["host-b"])
 	}
 	if err := a.store.ForgetHost(ctx, "host-b"); err != nil {
-		t.Fatalf("forgetting a host adopted for good: %v", err)
+		t.Fatalf("forgetting a host whose adoption finished: %v", err)
 	}
 	if h, ok := seen()["host-b"]; ok {
 		t.Fatalf("b still listed after it was forgotten: %+v", h)

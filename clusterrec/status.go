@@ -131,7 +131,7 @@ func (s *Store) HostsSeen(ctx context.Context) ([]HostSeen, error) {
 
 // ErrHostNotFinished: ForgetHost refused a host that is live, or whose
 // requests the other hosts have not finished adopting.
-var ErrHostNotFinished = errors.New("clusterrec: the host is not adopted for good")
+var ErrHostNotFinished = errors.New("clusterrec: the host's adoption is not finished")
 
 // ErrHostUnknown: ForgetHost found no heartbeat of that host.
 var ErrHostUnknown = errors.New("clusterrec: no heartbeat of that host")
@@ -162,9 +162,9 @@ func (s *Store) ForgetHost(ctx context.Context, host string) error {
 		return fmt.Errorf("clusterrec: heartbeat %s: %w", key, err)
 	}
 	switch {
-	case (HostSeen{Heartbeat: hb}).AdoptedForGood():
+	case (HostSeen{Heartbeat: hb}).Finished():
 	case hb.State == HostAdopted, hb.State == HostAdopting:
-		return fmt.Errorf("%w: host %s is being adopted by %s (%d of %d adoptions in a row found nothing); try again once status shows it adopted for good",
+		return fmt.Errorf("%w: host %s is being adopted by %s (%d of %d adoptions in a row found nothing); try again once status shows it finished",
 			ErrHostNotFinished, host, hb.By, hb.Quiet, quietRounds)
 	default:
 		return fmt.Errorf("%w: host %s is %s, last beat at %s; a lost host is adopted after -host-dead-after, then can be forgotten",
@@ -179,8 +179,8 @@ func (s *Store) ForgetHost(ctx context.Context, host string) error {
 	return nil
 }
 
-// AdoptedForGood reports whether ForgetHost would take h: adopted, and no
-// adoption is left to look at what it wrote.
-func (h HostSeen) AdoptedForGood() bool {
+// Finished reports whether h's adoption is over (and ForgetHost would take
+// it): adopted, and quietRounds adoptions in a row found nothing more.
+func (h HostSeen) Finished() bool {
 	return h.Heartbeat.State == HostAdopted && h.Quiet >= quietRounds
 }

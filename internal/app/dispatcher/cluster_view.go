@@ -94,7 +94,7 @@ func lookAtCluster(ctx context.Context, js jetstream.JetStream, store *clusterre
 	for _, h := range hosts {
 		v.Hosts = append(v.Hosts, hostView{Host: h.Host, Hostname: h.Hostname, State: h.State(now, deadAfter),
 			LastEntry: h.LastBeat, LastEntryAgeSeconds: max(0, now.Sub(h.LastBeat).Seconds()), AdoptedBy: h.By,
-			Finished: h.AdoptedForGood()})
+			Finished: h.Finished()})
 	}
 	return v
 }
