@@ -119,10 +119,18 @@ func (c *mhCluster) live() []*mhHost {
 	return out
 }
 
+// mhServeTimeout bounds the wait for a host's process to serve.
+const mhServeTimeout = 90 * time.Second
+
 func (c *mhCluster) spec(h *mhHost, comp, failpoints string) e2eproc.Spec {
 	key := h.name + "-" + comp
 	c.instances[key]++
-	s := e2eproc.Spec{Name: fmt.Sprintf("%s-%d", key, c.instances[key])}
+	// A process starts when the cluster answers: its stream, its bucket.
+	// Under a fault every few seconds that can take longer than a start
+	// on one host (a request on a connection to a stopped node waits out
+	// its timeout, and the next fault may come before an election ends);
+	// the run checks what the processes do, not how fast they start.
+	s := e2eproc.Spec{Name: fmt.Sprintf("%s-%d", key, c.instances[key]), ServeTimeout: mhServeTimeout}
 	if failpoints != "" {
 		s.Env = append(s.Env, failpoint.EnvVar+"="+failpoints)
 	}
