@@ -57,19 +57,17 @@ func newCluster(cfg Config, pc *powercut.FS, configYAML string, secrets []string
 		natsStore: filepath.Join(root, "nats"), pc: pc, secrets: secrets, h: h, log: cfg.Log,
 		procs: map[string]*e2eproc.Proc{}, armed: map[string]string{}, instances: map[string]int{},
 	}
+	dirs := []string{c.logDir, c.dataDir}
 	if pc != nil {
 		// Two levels the processes make, below a root the harness syncs
-		// (natsjs.SyncStoreDirs syncs the store's parent): the cut checks
+		// (natsjs.SyncStoreDirs syncs the store's parent): the cuts check
 		// that they make the data directory durable themselves.
 		c.dataDir = filepath.Join(root, "host", "data")
+		dirs = []string{c.logDir}
 	}
 	c.dbPath = filepath.Join(c.dataDir, "tickets.db")
 	c.configPath = filepath.Join(cfg.Dir, "ticketrelay.yaml")
 	c.natsConf = filepath.Join(cfg.Dir, "nats-server.conf")
-	dirs := []string{c.logDir, c.dataDir}
-	if pc != nil {
-		dirs = dirs[:1] // the processes make the data directory (mountPowerCut)
-	}
 	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
