@@ -77,7 +77,7 @@ func Open(name, path string, now func() time.Time) (*Target, error) {
 		f.Close()
 		return nil, fmt.Errorf("local target %s: %w", path, err)
 	}
-	if err := dirsync.Sync(filepath.Dir(abs)); err != nil {
+	if err := dirsync.Parent(abs); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("local target %s: %w", path, err)
 	}
