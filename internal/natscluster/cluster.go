@@ -278,6 +278,28 @@ func (c *Cluster) launch(ctx context.Context, i int) error {
 	if err != nil {
 		return fmt.Errorf("natscluster: %s: %w", n.addrs.Name, err)
 	}
+	// The node opens its monitoring port before its client port, and dies
+	// if another process holds that one: the client port answering is
+	// not enough, it must be this node's.
+	err = poll(ctx, n.addrs.Name+"'s client port", func() error {
+		if p.Exited() {
+			return fmt.Errorf("natscluster: %s exited: %s", n.addrs.Name, p.Tail(400))
+		}
+		if v.Name != n.addrs.Name {
+			return fmt.Errorf("natscluster: %s's monitoring port %s is another server's (%s): address already in use", n.addrs.Name, n.addrs.HTTP, v.Name)
+		}
+		id, err := clientServerID(ctx, n.addrs.Client)
+		switch {
+		case err != nil:
+			return notYet("%v", err)
+		case id != v.ID:
+			return notYet("%s answers for server %s, not %s", n.addrs.Client, id, v.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("natscluster: %s: %w", n.addrs.Name, err)
+	}
 	c.fab.learn(i, v.ID)
 	c.cfg.Log.Info("nats node started", "node", n.addrs.Name, "pid", p.Pid(), "client", n.addrs.Client,
 		"route", n.addrs.Route, "proxy", n.addrs.Advertise, "server_id", v.ID, "log", filepath.Join(c.logDir, name+".log"))

@@ -1,11 +1,14 @@
 package natscluster
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -91,4 +94,35 @@ func getJSON(ctx context.Context, hc *http.Client, addr, path string, v any) err
 		return fmt.Errorf("GET %s%s: %w", addr, path, err)
 	}
 	return nil
+}
+
+// clientServerID is the server_id of the INFO a NATS client port at addr
+// sends first.
+func clientServerID(ctx context.Context, addr string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetReadDeadline(dl)
+	}
+	line, err := bufio.NewReaderSize(conn, 4096).ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("INFO from %s: %w", addr, err)
+	}
+	rest, ok := strings.CutPrefix(line, "INFO ")
+	if !ok {
+		return "", fmt.Errorf("%s does not speak NATS: %q", addr, line)
+	}
+	var info struct {
+		ID string `json:"server_id"`
+	}
+	if err := json.Unmarshal([]byte(rest), &info); err != nil {
+		return "", fmt.Errorf("INFO from %s: %w", addr, err)
+	}
+	return info.ID, nil
 }
