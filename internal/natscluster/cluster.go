@@ -263,27 +263,19 @@ func (c *Cluster) launch(ctx context.Context, i int) error {
 		return fmt.Errorf("natscluster: starting %s: %w", n.addrs.Name, err)
 	}
 	n.proc, n.stopped = p, false
-	// The client port answers before the monitoring port does, on a busy
-	// machine by a good while.
+	// Started means this node answers on both its ports. Launch saw the
+	// client port accept, but the node opens its monitoring port first and
+	// dies if another process took the client port meanwhile, which then
+	// still accepts: the INFO sent there must carry this node's server id.
 	var v varz
-	err = poll(ctx, n.addrs.Name+"'s monitoring port", func() error {
+	err = poll(ctx, n.addrs.Name+"'s ports", func() error {
 		if p.Exited() {
 			return fmt.Errorf("natscluster: %s exited: %s", n.addrs.Name, p.Tail(400))
 		}
-		if err := getJSON(ctx, c.hc, n.addrs.HTTP, "/varz", &v); err != nil {
-			return notYet("%v", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("natscluster: %s: %w", n.addrs.Name, err)
-	}
-	// The node opens its monitoring port before its client port, and dies
-	// if another process holds that one: the client port answering is
-	// not enough, it must be this node's.
-	err = poll(ctx, n.addrs.Name+"'s client port", func() error {
-		if p.Exited() {
-			return fmt.Errorf("natscluster: %s exited: %s", n.addrs.Name, p.Tail(400))
+		if v.ID == "" {
+			if err := getJSON(ctx, c.hc, n.addrs.HTTP, "/varz", &v); err != nil {
+				return notYet("%v", err)
+			}
 		}
 		if v.Name != n.addrs.Name {
 			return fmt.Errorf("natscluster: %s's monitoring port %s is another server's (%s): address already in use", n.addrs.Name, n.addrs.HTTP, v.Name)
