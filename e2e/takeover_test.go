@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
@@ -61,4 +62,12 @@ func TestRelayTakesOverAtOnceAfterKill9(t *testing.T) {
 	if got := scrape(t, d2).Get("ticketrelay_relay_lease_held"); got != 1 {
 		t.Errorf("the successor does not hold the relay lease (%v)", got)
 	}
+	// The killed dispatcher left its wake-up socket behind; the successor
+	// replaced it, and mcp-front's commits wake the successor now.
+	woken := 0
+	waitFor(t, 10*time.Second, "a commit of mcp-front's to wake the successor's relay", func() bool {
+		woken++
+		mustCreate(t, cs, ticketArgs(fmt.Sprintf("takeover-woken-%d", woken), "wakes the successor"))
+		return scrape(t, d2).Get("ticketrelay_relay_wakeups_total") > 0
+	})
 }

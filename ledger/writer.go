@@ -51,11 +51,26 @@ type Writer struct {
 	done    chan struct{}
 	stmts   stmtCache // used on the writer goroutine only
 	ckpt    *checkpointer
+	// committed runs after each batch whose transaction did not fail,
+	// before its callers are answered (AfterCommit). nil: nothing.
+	committed func()
+}
+
+// WriterOption configures a Writer.
+type WriterOption func(*Writer)
+
+// AfterCommit has fn run on the writer goroutine after every batch whose
+// transaction did not fail, before its callers are answered; fn must not
+// block. The
+// front wakes the relay with it (outbox.Waker): what the transaction wrote
+// is visible to readers by then.
+func AfterCommit(fn func()) WriterOption {
+	return func(w *Writer) { w.committed = fn }
 }
 
 // NewWriter starts the writer goroutine on db's write pool, and its
 // checkpoints on their own connection (checkpoint.go).
-func NewWriter(db *DB, log *slog.Logger, m *metrics.Writer) *Writer {
+func NewWriter(db *DB, log *slog.Logger, m *metrics.Writer, opts ...WriterOption) *Writer {
 	w := &Writer{
 		db:      db.write,
 		log:     log,
@@ -63,6 +78,9 @@ func NewWriter(db *DB, log *slog.Logger, m *metrics.Writer) *Writer {
 		jobs:    make(chan job, MaxBatch),
 		done:    make(chan struct{}),
 		ckpt:    startCheckpointer(db.ckpt, log, m),
+	}
+	for _, o := range opts {
+		o(w)
 	}
 	go w.loop()
 	return w
@@ -158,6 +176,8 @@ func (w *Writer) commit(batch []job) {
 	if err != nil {
 		w.metrics.CommitErrors.Inc()
 		w.log.Error("group commit failed", "ops", len(batch), "err", err)
+	} else if w.committed != nil {
+		w.committed()
 	}
 	for i, j := range batch {
 		if err != nil {

@@ -15,6 +15,7 @@ type Relay struct {
 	PublishErrors   prometheus.Counter
 	CommitToAck     prometheus.Histogram
 	LeaseHeld       prometheus.Gauge
+	RelayWakeups    prometheus.Counter
 }
 
 func newRelay() Relay {
@@ -36,12 +37,14 @@ func newRelay() Relay {
 			[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}),
 		LeaseHeld: newGauge("relay_lease_held",
 			"1 while this dispatcher holds the relay lease of its database, else 0."),
+		RelayWakeups: newCounter("relay_wakeups_total",
+			"Wake-ups the relay received on its socket from the processes that commit outbox rows (one per commit of mcp-front's); flat while tickets flow means the relay is polling."),
 	}
 }
 
 func (r *Relay) register(reg prometheus.Registerer) {
 	reg.MustRegister(r.OutboxBacklog, r.OutboxOldestAge, r.Dispatched, r.DuplicateAcks, r.BatchFallbacks, r.PublishErrors,
-		r.CommitToAck, r.LeaseHeld)
+		r.CommitToAck, r.LeaseHeld, r.RelayWakeups)
 }
 
 // Audit holds the collectors of the stream audit and the stream watcher:

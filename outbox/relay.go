@@ -51,7 +51,8 @@ type Relay struct {
 	now     func() time.Time
 	// pendingStmt is the round's read, prepared once: a round that finds
 	// nothing is little more than this query, and parsing it was half its
-	// cost (at 100 tickets/s the relay polls 500 times a second).
+	// cost (a relay without wake-ups polls every BusyPollInterval while
+	// rows flow).
 	pendingStmt *sql.Stmt // used by Run's goroutine only
 }
 
@@ -79,13 +80,15 @@ type relayState struct {
 	after      int64     // rows up to this id are in flight: read past them
 	lastRows   time.Time // when a round last found rows
 	rescanned  time.Time // when the pipeline was last drained to read from the start
+	wake       *wakeups  // listening while the lease is held; nil: polling
+	wakeFailed bool      // binding the socket failed once (logged once)
 }
 
 // Run relays until ctx is cancelled, then releases the lease. It returns nil
 // on cancellation.
 func (r *Relay) Run(ctx context.Context) error {
 	s := &relayState{fl: newInflight(r.cfg.Pipeline)}
-	defer r.stop(ctx, s.fl)
+	defer r.stop(ctx, s)
 	for {
 		now := r.now()
 		if !s.held || now.After(s.leaseUntil) {
@@ -103,17 +106,35 @@ func (r *Relay) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if wait > 0 && !sleep(ctx, wait) {
+		if wait > 0 && !s.sleep(ctx, wait) {
 			return nil
 		}
 	}
 }
 
+// sleep waits d, or until a wake-up comes; it reports whether ctx is still
+// live.
+func (s *relayState) sleep(ctx context.Context, d time.Duration) bool {
+	if s.wake == nil {
+		return sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-s.wake.c:
+	}
+	return true
+}
+
 // stop ends Run: a batch in flight finishes (or fails) before the lease
 // goes, and the lease is given back so that a successor need not wait for
 // it to expire.
-func (r *Relay) stop(ctx context.Context, fl *inflight) {
-	fl.drain()
+func (r *Relay) stop(ctx context.Context, s *relayState) {
+	s.fl.drain()
+	r.unlisten(s)
 	if r.pendingStmt != nil {
 		r.pendingStmt.Close()
 		r.pendingStmt = nil
@@ -144,8 +165,37 @@ func (r *Relay) renewLease(ctx context.Context, s *relayState, now time.Time) {
 	r.metrics.LeaseHeld.Set(b2f(s.held))
 	s.leaseUntil = now.Add(r.cfg.LeaseTTL / 3)
 	if !s.held {
+		r.unlisten(s)
 		s.fl.drain()
 		s.after = 0
+		return
+	}
+	r.listen(s)
+}
+
+// listen binds the wake-up socket, if the relay has one and is not
+// listening yet. Only the lease holder listens: the processes that commit
+// rows wake whoever is bound at the path.
+func (r *Relay) listen(s *relayState) {
+	if s.wake != nil || r.cfg.WakeupPath == "" {
+		return
+	}
+	w, err := listenWakeups(r.cfg.WakeupPath, r.metrics.RelayWakeups.Inc)
+	if err != nil {
+		if !s.wakeFailed {
+			s.wakeFailed = true
+			r.log.Warn("relay wake-ups off: polling for committed rows instead", "err", err)
+		}
+		return
+	}
+	s.wake = w
+	r.log.Info("relay listening for wake-ups", "socket", r.cfg.WakeupPath)
+}
+
+func (r *Relay) unlisten(s *relayState) {
+	if s.wake != nil {
+		s.wake.close()
+		s.wake = nil
 	}
 }
 
@@ -212,6 +262,11 @@ func (r *Relay) next(s *relayState, now time.Time, msgs []Message, full, rescan 
 	switch {
 	case full:
 		return 0 // there is more: go on at once
+	case s.wake != nil:
+		// The next commit wakes the relay; the poll is for what no wake-up
+		// announces (an operator's redrive from an older build, a lost
+		// datagram).
+		return r.cfg.PollInterval
 	case len(msgs) == 0 && now.Sub(s.lastRows) >= r.cfg.BusyFor:
 		return r.cfg.PollInterval
 	}

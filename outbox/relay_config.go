@@ -24,18 +24,26 @@ type RelayConfig struct {
 	// publisher's async window; fewer left the relay further behind raw
 	// publish (decision 0073 has the measurements).
 	Pipeline int
-	// PollInterval is the wait after a round that found nothing. Default 20ms.
+	// WakeupPath is the socket (WakeupPath of the database) the relay
+	// listens on for word of committed rows while it holds the lease: a
+	// wake-up starts a round at once, and it does not poll at
+	// BusyPollInterval. Empty, or a socket that cannot be bound: it polls.
+	// Optional.
+	WakeupPath string
+	// PollInterval is the wait after a round that found nothing, and with
+	// wake-ups the longest wait after any round that did not fill a batch.
+	// Default 20ms.
 	PollInterval time.Duration
-	// BusyPollInterval is the wait after a round that published a partial
-	// batch, or found none less than BusyFor after one that published:
-	// rows are arriving, so the next are likely there soon. Default 2ms:
-	// the idle interval would otherwise go into every ticket's lag
-	// (decision 0074 has the measurements).
+	// BusyPollInterval is, without wake-ups, the wait after a round that
+	// published a partial batch, or found none less than BusyFor after one
+	// that published: rows are arriving, so the next are likely there soon.
+	// Default 2ms: the idle interval would otherwise go into every
+	// ticket's lag (decision 0074 has the measurements).
 	BusyPollInterval time.Duration
-	// BusyFor is how long after the last row it published the relay keeps
-	// polling at BusyPollInterval. At 100 tickets/s most rounds find
-	// nothing, and the idle interval alone would add half of it to the lag.
-	// Default 1s.
+	// BusyFor is how long after the last row it published a relay without
+	// wake-ups keeps polling at BusyPollInterval. At 100 tickets/s most
+	// rounds find nothing, and the idle interval alone would add half of it
+	// to the lag. Default 1s.
 	BusyFor time.Duration
 	// LeaseTTL is how long the lease lasts without renewal; it is renewed
 	// every third of it. A crashed relay's successor waits at most this long.

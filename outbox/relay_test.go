@@ -6,14 +6,18 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"ticketrelay/internal/archetype"
+	"ticketrelay/ledger"
+	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
 	"ticketrelay/ticket"
@@ -320,4 +324,64 @@ func TestRelayPipelinesABacklogWithoutRepeats(t *testing.T) {
 	if p := pub.peak.Load(); p < 2 || p > 3 {
 		t.Errorf("at most %d batches were in flight at once, want 2 or 3 (Pipeline 3)", p)
 	}
+}
+
+// A relay with a wake-up socket reads a row committed by another process's
+// writer (mcp-front's, which wakes it after each commit) at once: its poll
+// is an hour here, so only the wake-up explains the publish. It polls at
+// no busy interval meanwhile, and a relay that gives its lease up removes
+// its socket.
+func TestRelayIsWokenByAnotherWritersCommit(t *testing.T) {
+	b := startBroker(t)
+	dir, err := os.MkdirTemp("", "relay-wake") // short: a socket path must fit sun_path
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "tickets.db")
+	wake := outbox.WakeupPath(path)
+	n := newNode(t, "relay-woken", path, b.connect(t),
+		outbox.RelayConfig{PollInterval: time.Hour, BusyFor: time.Nanosecond, WakeupPath: wake}, time.Now)
+	front := frontLedger(t, path, outbox.NewWaker(wake))
+	db := raw(t, path)
+
+	if _, err := front.Create(testCtx(t), request("first", "local")); err != nil {
+		t.Fatal(err)
+	}
+	n.run(t)
+	waitFor(t, 10*time.Second, "the first row to be published", func() bool { return marked(t, db, "first") })
+	if fi, err := os.Lstat(wake); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("no wake-up socket at %s while the relay holds the lease: %v", wake, err)
+	}
+	for _, id := range []string{"second", "third"} {
+		if _, err := front.Create(testCtx(t), request(id, "local")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, id+" to be published after the wake-up", func() bool { return marked(t, db, id) })
+	}
+	if got := value(t, n.m.RelayWakeups); got < 2 {
+		t.Errorf("relay_wakeups_total = %v, want at least the two commits after the first", got)
+	}
+	n.stop(t)
+	if _, err := os.Lstat(wake); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the socket after the relay stopped: %v, want it removed", err)
+	}
+}
+
+// frontLedger is mcp-front's side of the database at path: a ledger with a
+// writer of its own that wakes the relay after each commit.
+func frontLedger(t *testing.T, path string, w *outbox.Waker) *ledger.Ledger {
+	t.Helper()
+	db, err := ledger.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.NewFront(prometheus.NewRegistry())
+	wr := ledger.NewWriter(db, discard(), m.Writer, ledger.AfterCommit(w.Wake))
+	t.Cleanup(func() {
+		wr.Close()
+		w.Close()
+		db.Close()
+	})
+	return ledger.New(db, wr, time.Now)
 }

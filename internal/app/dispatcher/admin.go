@@ -22,6 +22,7 @@ import (
 	"ticketrelay/internal/flagenv"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
+	"ticketrelay/outbox"
 )
 
 // adminStore is the part of the ledger the operator commands use.
@@ -111,7 +112,10 @@ func runAdmin(ctx context.Context, name string, env app.Env) error {
 	}
 	defer db.Close()
 	log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	w := ledger.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer)
+	// A redrive puts rows back in the outbox: the relay hears of it at once.
+	waker := outbox.NewWaker(outbox.WakeupPath(db.Path))
+	defer waker.Close()
+	w := ledger.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer, ledger.AfterCommit(waker.Wake))
 	defer w.Close()
 	return cmd(ctx, ledger.New(db, w, time.Now), fs, natsOpts, args, env.Stdout)
 }

@@ -72,7 +72,7 @@ func (o *Options) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RetryMax, "retry-max", 5*time.Minute, "longest retry delay (`duration`)")
 	fs.DurationVar(&o.DeliveryTimeout, "delivery-timeout", 30*time.Second, "time limit (`duration`) of one downstream call")
 	fs.DurationVar(&o.Retention, "retention", 24*time.Hour, "how long (`duration`, >= 30m) a settled request is remembered; a request_id reused after it is a new request")
-	fs.DurationVar(&o.PollInterval, "poll-interval", 20*time.Millisecond, "how often (`duration`) an idle relay looks for new outbox rows")
+	fs.DurationVar(&o.PollInterval, "poll-interval", 20*time.Millisecond, "how often (`duration`) the relay looks for new outbox rows when no commit has woken it")
 	fs.DurationVar(&o.AuditAfter, "audit-after", 5*time.Minute, "how long (`duration`) after its publish (or its last attempt) a message not yet delivered is looked up in the stream, and published again if the stream lost it (longer than the broker's sync interval and -delivery-timeout)")
 	fs.StringVar(&o.AddrFile, "addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
 	fs.BoolVar(&o.Insecure, "insecure", false, "allow -metrics-listen beyond loopback (/metrics has no authentication)")

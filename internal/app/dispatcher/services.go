@@ -30,6 +30,7 @@ func (d *dispatcher) buildServices(ctx context.Context) error {
 		Predecessor:  d.predecessor, // crashed on this data directory: its lease is not waited out
 		LeaseTTL:     d.o.LeaseTTL,
 		PollInterval: d.o.PollInterval,
+		WakeupPath:   outbox.WakeupPath(d.db.Path),
 	}, d.db.Reader(), d.w, pub)
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)

@@ -22,6 +22,7 @@ import (
 	"ticketrelay/mcpstdio"
 	"ticketrelay/mcptools"
 	"ticketrelay/metrics"
+	"ticketrelay/outbox"
 )
 
 var usage = app.Usage{
@@ -124,8 +125,14 @@ func (f *front) openLedger(ctx context.Context) (mcptools.Requests, error) {
 	f.OnClose(func() { db.Close() })
 	f.reg = app.NewRegistry()
 	f.m = metrics.NewFront(f.reg)
-	w := ledger.NewWriter(db, f.log, f.m.Writer)
-	f.OnClose(func() { w.Close() })
+	// Every commit wakes the relay of this database, which reads the new
+	// outbox rows at once instead of at its next poll.
+	waker := outbox.NewWaker(outbox.WakeupPath(db.Path))
+	w := ledger.NewWriter(db, f.log, f.m.Writer, ledger.AfterCommit(waker.Wake))
+	f.OnClose(func() {
+		w.Close()
+		waker.Close()
+	})
 	l := ledger.New(db, w, time.Now)
 	if !f.o.MultiHost {
 		return l, nil
