@@ -40,6 +40,7 @@ func (r *runner) scenario7(ctx context.Context, n int) error {
 		}
 		o.merge(o1)
 	}
+	r.s7 = o.throughput()
 	rssF, err := front.peakRSS()
 	if err != nil {
 		return err
@@ -93,6 +94,17 @@ func (r *runner) scenario5(ctx context.Context, n int) error {
 	}
 	if err := r.lagRun(ctx, n, rate, pace, true); err != nil {
 		return err
+	}
+	if r.s7 > 0 {
+		// Scenario 1 measures mcp-front alone; with the dispatcher and the
+		// load generator on the same cores, half of its rate can be near
+		// or past what the whole pipeline sustains. Say how near, and
+		// measure the lag at half of the pipeline's own rate too.
+		r.rep.add(row{"5", "that pace against the whole pipeline's throughput", "scenario 5's pace ÷ scenario 7's closed-loop create_ticket throughput with the dispatcher running (" + perSec(r.s7) + ")",
+			fmt.Sprintf("%.2f×", rate/r.s7), "—", "—", "—", "info"})
+		if err := r.lagRun(ctx, n, r.s7/2, "½ of scenario 7's "+perSec(r.s7)+", the whole pipeline's", false); err != nil {
+			return err
+		}
 	}
 	return r.lagRun(ctx, n, ModerateLagRate, "a fixed moderate pace", false)
 }

@@ -94,6 +94,10 @@ type runner struct {
 	rep  *report
 	work string
 	s1   map[int]*s1Result
+	// s7 is scenario 7's throughput: create_ticket with the dispatcher
+	// beside mcp-front, closed loop, what the whole pipeline sustains on
+	// this machine. 0 until scenario 7 has run.
+	s7 float64
 }
 
 func (r *runner) runAll(ctx context.Context) {
