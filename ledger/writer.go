@@ -61,9 +61,8 @@ type WriterOption func(*Writer)
 
 // AfterCommit has fn run on the writer goroutine after every batch whose
 // transaction did not fail, before its callers are answered; fn must not
-// block. The
-// front wakes the relay with it (outbox.Waker): what the transaction wrote
-// is visible to readers by then.
+// block. The front wakes the relay with it (outbox.Waker): what the
+// transaction wrote is visible to readers by then.
 func AfterCommit(fn func()) WriterOption {
 	return func(w *Writer) { w.committed = fn }
 }

@@ -96,7 +96,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			if !s.held {
 				// A standby polls more often than a holder renews, so that it
 				// takes over soon after a clean release.
-				if !sleep(ctx, min(r.cfg.LeaseTTL/3, 10*r.cfg.PollInterval)) {
+				if !sleep(ctx, min(r.cfg.LeaseTTL/3, 10*r.cfg.PollInterval), nil) {
 					return nil
 				}
 				continue
@@ -106,27 +106,19 @@ func (r *Relay) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if wait > 0 && !s.sleep(ctx, wait) {
+		if wait > 0 && !sleep(ctx, wait, s.woken()) {
 			return nil
 		}
 	}
 }
 
-// sleep waits d, or until a wake-up comes; it reports whether ctx is still
-// live.
-func (s *relayState) sleep(ctx context.Context, d time.Duration) bool {
+// woken is the channel wake-ups arrive on; nil (never ready) while the
+// relay polls.
+func (s *relayState) woken() <-chan struct{} {
 	if s.wake == nil {
-		return sleep(ctx, d)
+		return nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-	case <-s.wake.c:
-	}
-	return true
+	return s.wake.c
 }
 
 // stop ends Run: a batch in flight finishes (or fails) before the lease
@@ -399,14 +391,16 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// sleep waits d or until ctx is done; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
+// sleep waits d, or until wake delivers, or until ctx is done; it reports
+// whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
 	case <-t.C:
-		return true
+	case <-wake:
 	}
+	return true
 }
