@@ -47,6 +47,24 @@ func wokenBy(t *testing.T, w *wakeups, wake func()) {
 	})
 }
 
+// wakeRepeatedly calls w.Wake n times and fails t if that takes 10 s: a
+// Wake that waits (for a relay, for room) would stall a commit.
+func wakeRepeatedly(t *testing.T, w *Waker, n int, where string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range n {
+			w.Wake()
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%d wake-ups %s did not return within 10s", n, where)
+	}
+}
+
 // took takes w's token, if it holds one.
 func took(w *wakeups) bool {
 	select {
@@ -83,18 +101,7 @@ func TestWakeWithoutAListenerNeitherBlocksNorFails(t *testing.T) {
 	path := socketPath(t)
 	w := NewWaker(path)
 	defer w.Close()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for range 1000 {
-			w.Wake()
-		}
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Wake blocked with no relay listening")
-	}
+	wakeRepeatedly(t, w, 1000, "with no relay listening")
 	// A relay that starts listening hears the next commit.
 	l := listen(t, path, nil)
 	w.Wake()
@@ -129,18 +136,7 @@ func TestWakeNeverWaitsForAFullQueue(t *testing.T) {
 	defer conn.Close()
 	w := NewWaker(path)
 	defer w.Close()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for range 5000 {
-			w.Wake()
-		}
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Wake waited for room in a full queue")
-	}
+	wakeRepeatedly(t, w, 5000, "into a full queue")
 	// What did fit is there to read.
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, _, err := conn.ReadFromUnix(make([]byte, 4)); err != nil {
