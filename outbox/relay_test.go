@@ -328,9 +328,9 @@ func TestRelayPipelinesABacklogWithoutRepeats(t *testing.T) {
 
 // A relay with a wake-up socket reads a row committed by another process's
 // writer (mcp-front's, which wakes it after each commit) at once: its poll
-// is an hour here, so only the wake-up explains the publish. It polls at
-// no busy interval meanwhile, and a relay that gives its lease up removes
-// its socket.
+// is an hour here and its busy polling ends a nanosecond after a row, so
+// only the wake-up explains the publish. A relay that stops removes its
+// socket.
 func TestRelayIsWokenByAnotherWritersCommit(t *testing.T) {
 	b := startBroker(t)
 	dir, err := os.MkdirTemp("", "relay-wake") // short: a socket path must fit sun_path
