@@ -234,11 +234,22 @@ func (c *Client) Do(req *http.Request) (*Response, error) {
 			}
 		},
 	}
-	req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
 	// A shallow copy, so that the redirect policy holds whatever client the
 	// adapter was given (the copy shares its Transport and Jar).
 	hc := *c.HTTP
 	hc.CheckRedirect = followOnlySafe(c.HTTP.CheckRedirect)
+	ctx := req.Context()
+	if hc.Timeout > 0 {
+		// The client's timeout becomes the request's deadline: it bounds
+		// the call and the read of the answer as Client.Timeout does,
+		// without the goroutine and timer net/http starts for every
+		// request made under a Client.Timeout.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, hc.Timeout, errClientTimeout)
+		defer cancel()
+		hc.Timeout = 0
+	}
+	req = req.WithContext(httptrace.WithClientTrace(ctx, trace))
 	resp, err := hc.Do(req)
 	acting := !safeMethod(req.Method)
 	if err != nil {
@@ -257,6 +268,10 @@ func (c *Client) Do(req *http.Request) (*Response, error) {
 	}
 	return &Response{Method: req.Method, Status: resp.StatusCode, Header: resp.Header, Body: body, secrets: c.secretsOf(req)}, nil
 }
+
+// errClientTimeout is the cause of a call that ran out of the client's
+// timeout: net/http's errors name it.
+var errClientTimeout = errors.New("the target's timeout ran out")
 
 func safeMethod(m string) bool { return m == http.MethodGet || m == http.MethodHead }
 

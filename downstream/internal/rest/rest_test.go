@@ -289,3 +289,47 @@ func TestReadsNeverActed(t *testing.T) {
 		}
 	}
 }
+
+// The client's timeout bounds a call whose answer never comes and one whose
+// body stalls half-way, as Client.Timeout does, and the error says which
+// limit ran out. A POST that was written may have acted.
+func TestClientTimeoutBoundsTheCall(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stall-body" {
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(http.StatusOK)
+			w.Write([]byte(`{"id":`))
+			w.(http.Flusher).Flush()
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	hc := srv.Client()
+	hc.Timeout = 200 * time.Millisecond
+	c := NewClient(hc, nil)
+	for _, path := range []string{"/no-answer", "/stall-body"} {
+		req, err := c.NewJSONRequest(context.Background(), http.MethodPost, srv.URL+path, map[string]string{"a": "b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Do(req)
+			done <- err
+		}()
+		select {
+		case err = <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the call outlived the client's 200ms timeout by 10s", path)
+		}
+		e := downstream.Classify(err)
+		if err == nil || e.Class != downstream.Transient || !e.MayHaveActed || !strings.Contains(err.Error(), "timeout ran out") {
+			t.Errorf("%s: %v (class %v, may have acted %v); want a transient error that may have acted and names the timeout", path, err, e.Class, e.MayHaveActed)
+		}
+	}
+}
