@@ -2,6 +2,7 @@ package forwarder
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -75,9 +76,11 @@ type adaptive struct {
 	// of answered calls; samples counts them.
 	short, long float64
 	samples     int
-	// changed is closed and replaced whenever a caller waiting may now
-	// go on (a slot freed, the limit raised, a pause set or ended).
-	changed chan struct{}
+	// waiting holds the callers waiting for a place, first come first. A
+	// call that ends wakes as many of them as there are places free, not
+	// all: below the workers' count every worker but the limit's waits,
+	// and waking them all at each answer is work for none of them.
+	waiting []chan struct{}
 	// observe, if set, hears the limit after each change (the gauge).
 	observe func(limit int)
 }
@@ -86,7 +89,7 @@ type adaptive struct {
 // may climb to max.
 func newAdaptive(start, max int, now func() time.Time, observe func(int)) *adaptive {
 	start = min(start, max)
-	a := &adaptive{now: now, max: max, limit: float64(start), probing: start < max, changed: make(chan struct{}), observe: observe}
+	a := &adaptive{now: now, max: max, limit: float64(start), probing: start < max, observe: observe}
 	if observe != nil {
 		observe(start)
 	}
@@ -102,39 +105,91 @@ type call struct {
 // acquire waits until the target is not paused and a call fits under the
 // limit, and takes its place. It reports false if ctx ends first.
 func (a *adaptive) acquire(ctx context.Context) (*call, bool) {
-	for {
+	var turn chan struct{} // made at the first wait
+	for first := true; ; first = false {
 		a.mu.Lock()
 		now := a.now()
 		pause := a.pauseUntil.Sub(now)
 		if pause <= 0 && a.inflight < a.current() {
 			a.inflight++
+			a.leave(turn)
 			a.mu.Unlock()
 			return &call{lim: a, start: now}, true
 		}
-		changed := a.changed
+		if turn == nil {
+			turn = make(chan struct{}, 1)
+		}
+		a.join(turn, first)
 		a.mu.Unlock()
 		var timeout <-chan time.Time
+		var t *time.Timer
 		if pause > 0 {
-			t := time.NewTimer(pause)
-			defer t.Stop()
+			// Callers waiting out a pause wake by themselves when it ends.
+			t = time.NewTimer(pause)
 			timeout = t.C
 		}
 		select {
 		case <-ctx.Done():
+			a.mu.Lock()
+			if !a.leave(turn) {
+				// Woken for a place as it gave up: the place goes to the
+				// next in line.
+				a.wakeFree()
+			}
+			a.mu.Unlock()
+			if t != nil {
+				t.Stop()
+			}
 			return nil, false
-		case <-changed:
+		case <-turn:
 		case <-timeout:
 		}
+		if t != nil {
+			t.Stop()
+		}
 	}
+}
+
+// join queues turn unless it is queued already: at the back on a caller's
+// first wait, at the front after a wake-up whose place another caller took
+// first. a.mu must be held.
+func (a *adaptive) join(turn chan struct{}, first bool) {
+	if slices.Contains(a.waiting, turn) {
+		return
+	}
+	if first {
+		a.waiting = append(a.waiting, turn)
+	} else {
+		a.waiting = slices.Insert(a.waiting, 0, turn)
+	}
+}
+
+// leave takes turn out of the queue and reports whether it was still
+// there (false: a call's end woke it). a.mu must be held.
+func (a *adaptive) leave(turn chan struct{}) bool {
+	i := slices.Index(a.waiting, turn)
+	if i < 0 {
+		return false
+	}
+	a.waiting = slices.Delete(a.waiting, i, i+1)
+	return true
 }
 
 // current is the limit as a number of calls. a.mu must be held.
 func (a *adaptive) current() int { return max(1, int(a.limit)) }
 
-// wake lets the waiting callers look again. a.mu must be held.
-func (a *adaptive) wake() {
-	close(a.changed)
-	a.changed = make(chan struct{})
+// wakeFree wakes the first waiting callers, one for each place free now.
+// While the target is paused, those woken wait for the pause's end on a
+// timer of their own, first in line. a.mu must be held.
+func (a *adaptive) wakeFree() {
+	for n := a.current() - a.inflight; n > 0 && len(a.waiting) > 0; n-- {
+		turn := a.waiting[0]
+		a.waiting = a.waiting[1:]
+		select {
+		case turn <- struct{}{}:
+		default: // woken already
+		}
+	}
 }
 
 // release frees c's place without a verdict on the downstream: the call
@@ -161,7 +216,7 @@ func (c *call) end(err error, made bool) {
 	if a.observe != nil && a.current() != before {
 		a.observe(a.current())
 	}
-	a.wake()
+	a.wakeFree()
 }
 
 // adjust applies one call's outcome. a.mu must be held.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"ticketrelay/downstream"
+	"ticketrelay/internal/testwait"
 )
 
 // fakeClock is a clock the test moves.
@@ -252,5 +253,99 @@ func TestAdaptiveProbesUpToTheWorkers(t *testing.T) {
 	}
 	if got := limitOf(b); got != 2 {
 		t.Errorf("limit %d after a round trip once a 429 ended the probing, want 2 (2.9: under one more a round trip; probing would double it)", got)
+	}
+}
+
+// queuedOf is how many callers wait for a place.
+func queuedOf(a *adaptive) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.waiting)
+}
+
+// waitFor starts a caller that waits for a place and sends i once it has
+// one; it returns once the caller is queued.
+func waitFor(t *testing.T, ctx context.Context, a *adaptive, i int, got chan<- int) {
+	t.Helper()
+	before := queuedOf(a)
+	go func() {
+		if _, ok := a.acquire(ctx); ok {
+			got <- i
+		}
+	}()
+	testwait.For(t, 5*time.Second, "the caller to queue", func() bool { return queuedOf(a) == before+1 })
+}
+
+// A call that ends wakes one waiting caller, the first to have come, and
+// leaves the others queued.
+func TestAdaptiveWakesOneWaiterPerFreePlace(t *testing.T) {
+	a := newAdaptive(2, 2, time.Now, nil)
+	calls := take(t, a, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan int, 5)
+	for i := range 5 {
+		waitFor(t, ctx, a, i, got)
+	}
+	calls[0].done(nil)
+	if n := queuedOf(a); n != 4 {
+		t.Fatalf("%d callers still queued after one call ended; want 4: one place freed, one caller woken", n)
+	}
+	select {
+	case i := <-got:
+		if i != 0 {
+			t.Errorf("caller %d got the freed place; want 0, the first to wait", i)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no waiting caller got the freed place")
+	}
+	testwait.Holds(t, 50*time.Millisecond, "the other four callers to stay queued", func() bool { return queuedOf(a) == 4 && len(got) == 0 })
+}
+
+// A caller that gives up just as it is woken hands the place to the next
+// in line: no place stays free while a caller waits.
+func TestAdaptiveWakeUpOfACallerThatGaveUpIsPassedOn(t *testing.T) {
+	a := newAdaptive(1, 1, time.Now, nil)
+	take(t, a, 1)
+	first, stop := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan int, 2)
+	waitFor(t, first, a, 0, got)
+	waitFor(t, ctx, a, 1, got)
+	// The place frees and the first caller is taken off the queue to be
+	// woken, as a call's end does, but it gives up before it takes it.
+	a.mu.Lock()
+	a.inflight--
+	a.waiting = a.waiting[1:]
+	a.mu.Unlock()
+	stop()
+	select {
+	case i := <-got:
+		if i != 1 {
+			t.Errorf("caller %d got the place; want 1, the next in line", i)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the place the first caller gave up went to no one")
+	}
+}
+
+// A caller that was waiting for a place when a 429 paused the target goes
+// on once the pause has passed, though no call ends meanwhile.
+func TestAdaptiveWaiterOutlivesAPause(t *testing.T) {
+	a := newAdaptive(1, 1, time.Now, nil)
+	c := take(t, a, 1)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got := make(chan int, 1)
+	waitFor(t, ctx, a, 0, got)
+	c.done(throttled(200 * time.Millisecond))
+	select {
+	case <-got:
+		if _, _, until := a.snapshot(); time.Now().Before(until) {
+			t.Errorf("the waiting caller went on at %v, before the pause's end %v", time.Now(), until)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiting caller never went on after the pause")
 	}
 }
