@@ -276,6 +276,20 @@ func waitFor(t *testing.T, ctx context.Context, a *adaptive, i int, got chan<- i
 	testwait.For(t, 5*time.Second, "the caller to queue", func() bool { return queuedOf(a) == before+1 })
 }
 
+// gotPlace checks that caller want, started by waitFor, is the one that
+// gets the place freed.
+func gotPlace(t *testing.T, got <-chan int, want int) {
+	t.Helper()
+	select {
+	case i := <-got:
+		if i != want {
+			t.Errorf("caller %d got the freed place; want %d, the first in line", i, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no waiting caller got the freed place")
+	}
+}
+
 // A call that ends wakes one waiting caller, the first to have come, and
 // leaves the others queued.
 func TestAdaptiveWakesOneWaiterPerFreePlace(t *testing.T) {
@@ -291,14 +305,7 @@ func TestAdaptiveWakesOneWaiterPerFreePlace(t *testing.T) {
 	if n := queuedOf(a); n != 4 {
 		t.Fatalf("%d callers still queued after one call ended; want 4: one place freed, one caller woken", n)
 	}
-	select {
-	case i := <-got:
-		if i != 0 {
-			t.Errorf("caller %d got the freed place; want 0, the first to wait", i)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no waiting caller got the freed place")
-	}
+	gotPlace(t, got, 0)
 	testwait.Holds(t, 50*time.Millisecond, "the other four callers to stay queued", func() bool { return queuedOf(a) == 4 && len(got) == 0 })
 }
 
@@ -320,14 +327,7 @@ func TestAdaptiveWakeUpOfACallerThatGaveUpIsPassedOn(t *testing.T) {
 	a.waiting = a.waiting[1:]
 	a.mu.Unlock()
 	stop()
-	select {
-	case i := <-got:
-		if i != 1 {
-			t.Errorf("caller %d got the place; want 1, the next in line", i)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the place the first caller gave up went to no one")
-	}
+	gotPlace(t, got, 1)
 }
 
 // A caller that was waiting for a place when a 429 paused the target goes
