@@ -128,8 +128,17 @@ func (a *adaptive) acquire(ctx context.Context) (*call, bool) {
 			t = time.NewTimer(pause)
 			timeout = t.C
 		}
+		gaveUp := false
 		select {
 		case <-ctx.Done():
+			gaveUp = true
+		case <-turn:
+		case <-timeout:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if gaveUp {
 			a.mu.Lock()
 			if !a.leave(turn) {
 				// Woken for a place as it gave up: the place goes to the
@@ -137,15 +146,7 @@ func (a *adaptive) acquire(ctx context.Context) (*call, bool) {
 				a.wakeFree()
 			}
 			a.mu.Unlock()
-			if t != nil {
-				t.Stop()
-			}
 			return nil, false
-		case <-turn:
-		case <-timeout:
-		}
-		if t != nil {
-			t.Stop()
 		}
 	}
 }
