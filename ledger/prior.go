@@ -145,16 +145,20 @@ func readPriors(ctx context.Context, db *DB, batch []*priorCall) error {
 		return fmt.Errorf("ledger: read deliveries: %w", err)
 	}
 	defer rows.Close()
+	// The scan's destinations are declared once for all rows: Scan takes
+	// their addresses, so each one is a heap allocation.
+	var (
+		i                                                    int
+		accepted                                             bool
+		tool, target, ticketID, title, body, priority        sql.NullString
+		labels                                               sql.RawBytes // reused from row to row
+		dTarget, state, lastErr, failure, extID, extURL      sql.NullString
+		created, attempts, throttled, next, updated, version sql.NullInt64
+	)
+	dest := []any{&i, &accepted, &tool, &target, &ticketID, &title, &body, &priority, &labels, &created,
+		&dTarget, &state, &attempts, &throttled, &next, &lastErr, &failure, &extID, &extURL, &updated, &version}
 	for rows.Next() {
-		var (
-			i                                                     int
-			accepted                                              bool
-			tool, target, ticketID, title, body, priority, labels sql.NullString
-			dTarget, state, lastErr, failure, extID, extURL       sql.NullString
-			created, attempts, throttled, next, updated, version  sql.NullInt64
-		)
-		if err := rows.Scan(&i, &accepted, &tool, &target, &ticketID, &title, &body, &priority, &labels, &created,
-			&dTarget, &state, &attempts, &throttled, &next, &lastErr, &failure, &extID, &extURL, &updated, &version); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return fmt.Errorf("ledger: read deliveries: %w", err)
 		}
 		if i < 0 || i >= len(batch) {
@@ -172,8 +176,8 @@ func readPriors(ctx context.Context, db *DB, batch []*priorCall) error {
 			ID:        ticketID.String,
 			CreatedAt: time.Unix(0, created.Int64).UTC(),
 		}
-		if err := json.Unmarshal([]byte(labels.String), &p.Ticket.Labels); err != nil {
-			c.err = fmt.Errorf("ledger: read ticket %s: labels %q: %w", c.requestID, labels.String, err)
+		if err := json.Unmarshal(labels, &p.Ticket.Labels); err != nil {
+			c.err = fmt.Errorf("ledger: read ticket %s: labels %q: %w", c.requestID, labels, err)
 			continue
 		}
 		if !state.Valid {
