@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,8 +21,7 @@ type attempt struct {
 	f         *Forwarder
 	t         downstream.Target
 	msg       jetstream.Msg
-	requestID string // the message names the request; its ledger row holds the ticket
-	log       *slog.Logger
+	requestID string          // the message names the request; its ledger row holds the ticket
 	release   func()          // ends this process's handling of the request (Forwarder.busy)
 	stop      context.Context // ends when the forwarder stops taking messages: a rate-limit wait ends with it
 	settling  bool            // the outcome is committing: its callback releases
@@ -31,6 +31,19 @@ type attempt struct {
 	// ahead is the request's record read ahead with other messages' (see
 	// readAhead); nil: run reads it.
 	ahead *ledger.Prior
+	alive struct { // keepAlive's timer
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	}
+}
+
+// log is the forwarder's logger with the attempt's target and request id.
+// Made when something is logged, not for every attempt: an attempt that
+// goes well logs nothing at the default level, and slog's With formats its
+// attributes at once.
+func (a *attempt) log() *slog.Logger {
+	return a.f.log.With("target", a.t.Name(), "request_id", a.requestID)
 }
 
 // maxRetryDelay caps the wait an API may ask for (Retry-After): a date
@@ -56,10 +69,10 @@ func exhausted(d ledger.Delivery) string {
 func (a *attempt) skipUnknown() {
 	md, err := a.msg.Metadata()
 	if err == nil && a.f.cfg.Retention > 0 && a.f.now().Sub(md.Timestamp) >= a.f.cfg.Retention {
-		a.log.Info("forwarder: message for a request settled and pruned after -retention; skipped", "published_at", md.Timestamp)
+		a.log().Info("forwarder: message for a request settled and pruned after -retention; skipped", "published_at", md.Timestamp)
 		return
 	}
-	a.log.Error("forwarder: message for a request this installation never accepted (published by someone else "+
+	a.log().Error("forwarder: message for a request this installation never accepted (published by someone else "+
 		"on its subject); not delivered", "subject", a.msg.Subject())
 }
 
@@ -69,8 +82,8 @@ const callEndSlack = time.Second
 
 func (a *attempt) run(ctx context.Context) error {
 	// From the first step on: the claim's commit can wait on the write lock.
-	stop := a.keepAlive()
-	defer stop()
+	a.keepAlive()
+	defer a.stopKeepAlive()
 	defer a.freeCall()
 	p, err := a.prior(ctx)
 	if err != nil {
@@ -113,7 +126,7 @@ func (a *attempt) turnedAway(p ledger.Prior) (bool, error) {
 		// this message was published by someone else (the stream is open
 		// to whoever reaches the NATS port). The ledger says where the
 		// ticket goes; never deliver it anywhere else.
-		a.log.Error("forwarder: message on another target's subject; not delivered here", "ticket_target", p.Ticket.Target)
+		a.log().Error("forwarder: message on another target's subject; not delivered here", "ticket_target", p.Ticket.Target)
 		a.f.metrics.RedeliveredSkipped.WithLabelValues(a.t.Name()).Inc()
 		return true, a.msg.TermWithReason("wrong target")
 	}
@@ -135,7 +148,7 @@ func (a *attempt) deliver(ctx context.Context, p ledger.Prior) error {
 
 	if !caps.DedupeKey && found && prev.State == ledger.DeliveryAttempting {
 		if wait := a.untilCallEnded(prev); wait > 0 {
-			a.log.Info("forwarder: an attempt's call may still be running; looking again once it has ended", "wait", wait)
+			a.log().Info("forwarder: an attempt's call may still be running; looking again once it has ended", "wait", wait)
 			return a.msg.NakWithDelay(wait)
 		}
 		// An earlier call may have created the item.
@@ -207,7 +220,7 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 	a.answered(err)
 	if err != nil {
 		e := downstream.Classify(err)
-		a.log.Warn("forwarder: lookup before resend failed", "err", e)
+		a.log().Warn("forwarder: lookup before resend failed", "err", e)
 		if e.Class != downstream.Transient {
 			// A lookup refused for good (credentials, a project that is
 			// gone) would be refused on every retry, and without it the
@@ -256,7 +269,7 @@ func (a *attempt) delivered(ctx context.Context, rec ledger.Delivery, r downstre
 		case errors.Is(err, ledger.ErrStale):
 			// Only a record that says delivered refuses a delivery: another
 			// copy recorded it first (with a dedupe key, the same item).
-			a.log.Info("delivered; another copy of the message had recorded it first", "external_id", r.ExternalID)
+			a.log().Info("delivered; another copy of the message had recorded it first", "external_id", r.ExternalID)
 			a.ack()
 		case err != nil:
 			a.bookkeepingFailed(err)
@@ -264,7 +277,9 @@ func (a *attempt) delivered(ctx context.Context, rec ledger.Delivery, r downstre
 			a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeDelivered).Inc()
 			// Debug: a line per ticket is thousands a second in a backlog; the
 			// ledger keeps each delivery (find_request) and the metrics count them.
-			a.log.Debug("delivered", "external_id", r.ExternalID, "attempt", rec.Attempts)
+			if a.f.log.Enabled(ctx, slog.LevelDebug) {
+				a.log().Debug("delivered", "external_id", r.ExternalID, "attempt", rec.Attempts)
+			}
 			a.ack()
 		}
 	})
@@ -337,7 +352,7 @@ func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec 
 		return err
 	}
 	a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeRetrying).Inc()
-	a.log.Warn("delivery failed; will retry", "attempt", rec.Attempts, "retry_in", delay, "err", e)
+	a.log().Warn("delivery failed; will retry", "attempt", rec.Attempts, "retry_in", delay, "err", e)
 	return a.msg.NakWithDelay(delay)
 }
 
@@ -349,7 +364,7 @@ func (a *attempt) dead(ctx context.Context, rec ledger.Delivery, why string) err
 	}
 	a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeFailed).Inc()
 	a.f.metrics.DeadLetters.WithLabelValues(a.t.Name()).Inc()
-	a.log.Error("delivery failed permanently", "why", why, "attempt", rec.Attempts, "err", rec.LastError)
+	a.log().Error("delivery failed permanently", "why", why, "attempt", rec.Attempts, "err", rec.LastError)
 	// The message stays in the stream (Limits retention) for a redrive.
 	return a.msg.TermWithReason(why)
 }
@@ -363,6 +378,6 @@ func (a *attempt) uncertain(ctx context.Context, rec ledger.Delivery, why string
 	}
 	a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeUncertain).Inc()
 	a.f.metrics.Uncertain.WithLabelValues(a.t.Name()).Inc()
-	a.log.Warn("delivery uncertain", "why", why)
+	a.log().Warn("delivery uncertain", "why", why)
 	return a.ack()
 }

@@ -313,19 +313,18 @@ func (f *Forwarder) handle(ctx context.Context, t downstream.Target, it *item) {
 		_ = msg.TermWithReason("undecodable ticket")
 		return
 	}
-	log := f.log.With("target", t.Name(), "request_id", ref.RequestID)
 	if _, dup := f.busy.LoadOrStore(ref.RequestID, struct{}{}); dup {
 		// A second copy of a message this process is still handling. Look
 		// again later: by then the first copy's outcome is recorded, and this
 		// one is skipped as settled (or goes on from what was recorded). The
 		// ledger's versioned writes keep copies on different dispatchers
 		// apart; this keeps them from costing a refused write here.
-		log.Info("forwarder: another copy of this message is being handled; looking again later")
+		f.log.Info("forwarder: another copy of this message is being handled; looking again later", "target", t.Name(), "request_id", ref.RequestID)
 		_ = msg.NakWithDelay(f.cfg.Retry.Delay(1))
 		f.done(it)
 		return
 	}
-	a := attempt{f: f, t: t, msg: msg, requestID: ref.RequestID, log: log, stop: stop, ahead: f.readAheadFor(it),
+	a := attempt{f: f, t: t, msg: msg, requestID: ref.RequestID, stop: stop, ahead: f.readAheadFor(it),
 		release: func() {
 			f.busy.Delete(ref.RequestID)
 			f.done(it)

@@ -2,7 +2,6 @@ package forwarder
 
 import (
 	"errors"
-	"sync"
 	"time"
 
 	"ticketrelay/ledger"
@@ -76,35 +75,33 @@ func (a *attempt) freeCall() {
 
 // keepAlive tells JetStream every Config.AckWait/3 that the message is still being
 // worked on, so a slow downstream call is not redelivered to another worker
-// meanwhile. The returned func stops it; no extension is sent after it
-// returns. A timer rather than a goroutine of its own: every attempt
-// starts one, and almost all end long before the first tick.
-func (a *attempt) keepAlive() (stop func()) {
-	period := a.f.cfg.AckWait / 3
-	var (
-		mu      sync.Mutex
-		stopped bool
-		t       *time.Timer
-	)
-	mu.Lock()
-	defer mu.Unlock()
-	t = time.AfterFunc(period, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		if err := a.msg.InProgress(); err != nil {
-			a.log.Warn("forwarder: extending the ack deadline", "err", err)
-		}
-		t.Reset(period)
-	})
-	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		t.Stop()
+// meanwhile, until stopKeepAlive. A timer rather than a goroutine of its
+// own: every attempt starts one, and almost all end long before the first
+// tick.
+func (a *attempt) keepAlive() {
+	a.alive.mu.Lock()
+	defer a.alive.mu.Unlock()
+	a.alive.t = time.AfterFunc(a.f.cfg.AckWait/3, a.extendAck)
+}
+
+func (a *attempt) extendAck() {
+	a.alive.mu.Lock()
+	defer a.alive.mu.Unlock()
+	if a.alive.stopped {
+		return
 	}
+	if err := a.msg.InProgress(); err != nil {
+		a.log().Warn("forwarder: extending the ack deadline", "err", err)
+	}
+	a.alive.t.Reset(a.f.cfg.AckWait / 3)
+}
+
+// stopKeepAlive ends keepAlive: no extension is sent after it returns.
+func (a *attempt) stopKeepAlive() {
+	a.alive.mu.Lock()
+	defer a.alive.mu.Unlock()
+	a.alive.stopped = true
+	a.alive.t.Stop()
 }
 
 // ack settles the message once its outcome is durable in the ledger. It does
@@ -116,7 +113,7 @@ func (a *attempt) keepAlive() (stop func()) {
 // (RedeliveredSkipped).
 func (a *attempt) ack() error {
 	if err := a.msg.Ack(); err != nil {
-		a.log.Warn("forwarder: ack not sent; a redelivery will be skipped", "err", err)
+		a.log().Warn("forwarder: ack not sent; a redelivery will be skipped", "err", err)
 	}
 	return nil
 }
@@ -125,9 +122,9 @@ func (a *attempt) ack() error {
 // written, or its record changed under this copy, so look again soon.
 func (a *attempt) bookkeepingFailed(err error) {
 	if errors.Is(err, ledger.ErrStale) {
-		a.log.Info("forwarder: another copy of the message changed the delivery record first; looking again")
+		a.log().Info("forwarder: another copy of the message changed the delivery record first; looking again")
 	} else {
-		a.log.Error("forwarder: delivery bookkeeping failed; message will be redelivered", "err", err)
+		a.log().Error("forwarder: delivery bookkeeping failed; message will be redelivered", "err", err)
 	}
 	_ = a.msg.NakWithDelay(a.f.cfg.Retry.Delay(1))
 }
