@@ -160,10 +160,15 @@ func TestBacklogReusesConnections(t *testing.T) {
 	if opened := testutil.ToFloat64(e.m.ConnectionsOpened.WithLabelValues("hook")); int(opened) != rcv.newConns {
 		t.Errorf("connections-opened counter %v, the receiver saw %d", opened, rcv.newConns)
 	}
-	// A backlog is pulled many messages at a time: their records are read
-	// together (readAhead), and still each ticket is posted once (above).
-	if ahead := testutil.ToFloat64(e.m.ReadAhead.WithLabelValues("hook")); ahead < 1 {
-		t.Errorf("%v attempts used a record read ahead, want some of %d", ahead, n)
+	// A backlog is pulled many messages at a time: the messages of a pull
+	// go to the workers in the groups they arrived in, and a group's
+	// records are read together (readAhead), and still each ticket is
+	// posted once (above). Handed over one by one, a message was taken by
+	// an idle worker alone and read alone: a third of a backlog's.
+	ahead := testutil.ToFloat64(e.m.ReadAhead.WithLabelValues("hook"))
+	t.Logf("%v of %d attempts used a record read ahead", ahead, n)
+	if ahead < 0.9*n {
+		t.Errorf("%v attempts used a record read ahead, want at least 90%% of %d", ahead, n)
 	}
 }
 

@@ -32,7 +32,9 @@ const fetchHeartbeat = 2 * time.Second
 // its first copy is still queued here (see keepAlive). A worker's attempt
 // keeps its message alive from the moment the worker takes it.
 type inbox struct {
-	msgs chan *item // pulled; capacity: a push never blocks
+	// msgs holds the pulled messages, in the groups they arrived in
+	// (fill). Capacity: a push never blocks.
+	msgs chan []*item
 	// ready holds messages whose records a worker read ahead with its own
 	// (see readAhead); workers take them first. Capacity: never blocks.
 	ready chan *item
@@ -49,7 +51,7 @@ type inbox struct {
 func newInbox(workers int) *inbox {
 	capacity := workers * (1 + aheadPerWorker)
 	return &inbox{
-		msgs:   make(chan *item, capacity),
+		msgs:   make(chan []*item, capacity),
 		ready:  make(chan *item, capacity),
 		refill: workers,
 		free:   capacity,
@@ -91,20 +93,22 @@ func (in *inbox) release(n int) {
 	}
 }
 
-// push queues a message pulled into a reserved slot.
-func (in *inbox) push(it *item, now time.Time) {
+// push queues messages pulled into reserved slots.
+func (in *inbox) push(group []*item, now time.Time) {
 	in.mu.Lock()
-	in.queued[it.msg] = now
+	for _, it := range group {
+		in.queued[it.msg] = now
+	}
 	in.mu.Unlock()
-	in.msgs <- it
+	in.msgs <- group
 }
 
 // take hands a worker the next message; false once the inbox is closed and
 // empty. A message whose record was read ahead goes first. Otherwise the
-// worker takes the next pulled message and every one waiting behind it,
-// has read (one query for all of them), keeps the first and leaves the
-// others ready. From then on the worker keeps its message alive, and frees
-// its slot (release(1)) when done with it.
+// worker takes the next group of pulled messages and every one waiting
+// behind it, has their records read (a query per MaxPriorBatch), keeps the
+// first and leaves the others ready. From then on the worker keeps its
+// message alive, and frees its slot (release(1)) when done with it.
 func (in *inbox) take(read func([]*item)) (*item, bool) {
 	select {
 	case it := <-in.ready:
@@ -114,7 +118,7 @@ func (in *inbox) take(read func([]*item)) (*item, bool) {
 	select {
 	case it := <-in.ready:
 		return in.taken(it), true
-	case it, ok := <-in.msgs:
+	case group, ok := <-in.msgs:
 		if !ok {
 			// Closed: what is left was read ahead. The worker that left it
 			// takes it, if no one else does, before it stops itself.
@@ -125,7 +129,6 @@ func (in *inbox) take(read func([]*item)) (*item, bool) {
 				return nil, false
 			}
 		}
-		group := []*item{it}
 	more:
 		for len(group) < ledger.MaxPriorBatch {
 			select {
@@ -133,16 +136,24 @@ func (in *inbox) take(read func([]*item)) (*item, bool) {
 				if !ok {
 					break more
 				}
-				group = append(group, next)
+				group = append(group, next...)
 			default:
 				break more
 			}
 		}
-		read(group)
-		for _, next := range group[1:] {
-			in.ready <- next
+		// Read in queries of MaxPriorBatch, each one's messages ready for
+		// the other workers as soon as it is answered.
+		for from := 0; from < len(group); from += ledger.MaxPriorBatch {
+			chunk := group[from:min(from+ledger.MaxPriorBatch, len(group))]
+			read(chunk)
+			if from == 0 {
+				chunk = chunk[1:] // the worker's own
+			}
+			for _, next := range chunk {
+				in.ready <- next
+			}
 		}
-		return in.taken(it), true
+		return in.taken(group[0]), true
 	}
 }
 
@@ -199,10 +210,29 @@ func (f *Forwarder) fill(ctx context.Context, t downstream.Target, cons jetstrea
 		var last jetstream.Msg
 		batch, err := cons.Fetch(n, jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(fetchHeartbeat))
 		if err == nil {
-			for msg := range batch.Messages() {
-				got++
+			msgs := batch.Messages()
+			for msg := range msgs {
+				// The messages of the pull that have arrived by now go
+				// together: the worker that takes them reads their records
+				// in one query. Handed over one by one, each would go to a
+				// waiting worker, to be read alone.
+				group := []*item{f.newItem(msg)}
 				last = msg
-				in.push(f.newItem(msg), time.Now())
+			more:
+				for len(group) < ledger.MaxPriorBatch {
+					select {
+					case next, ok := <-msgs:
+						if !ok {
+							break more
+						}
+						group = append(group, f.newItem(next))
+						last = next
+					default:
+						break more
+					}
+				}
+				got += len(group)
+				in.push(group, time.Now())
 			}
 			err = batch.Error()
 		}
