@@ -175,12 +175,14 @@ func (r *runner) backlogRelay(ctx context.Context, name string, n int, latency t
 	}
 	d.took = end.Sub(start)
 	// What the dispatcher saw: its connections and calls, its SQLite
-	// commits.
+	// commits, and the garbage it made (the collector's work), a count that
+	// the machine's speed does not move.
 	if m, err := scrape(disp.Addr("metrics")); err == nil {
 		d.note = fmt.Sprintf("; dispatcher: %.0f connections dialed, %.0f delivery attempts (%.0f with the record read ahead), "+
-			"concurrency limit %.0f at the end, mean call %s, mean SQLite transaction %s at %.1f ops/commit",
+			"concurrency limit %.0f at the end, mean call %s, mean SQLite transaction %s at %.1f ops/commit, %.0f heap allocations per ticket",
 			m.Get(connsOpened, "target", backlogTarget), m.Get(deliveryAttempts, "target", backlogTarget), m.Get(readAhead, "target", backlogTarget),
-			m.Get(concurrencyLimit, "target", backlogTarget), meanOf(m, deliverSeconds), meanOf(m, commitSeconds), opsPerCommit(m))
+			m.Get(concurrencyLimit, "target", backlogTarget), meanOf(m, deliverSeconds), meanOf(m, commitSeconds), opsPerCommit(m),
+			m.Get(mallocs)/float64(n))
 	}
 	cpu, err := cpuTime(disp.Pid())
 	// The last window ends by itself; the dispatcher is idle meanwhile.

@@ -17,6 +17,7 @@ const (
 	deliveryAttempts = "ticketrelay_delivery_attempts_total"
 	readAhead        = "ticketrelay_forwarder_read_ahead_total"
 	concurrencyLimit = "ticketrelay_downstream_concurrency_limit"
+	mallocs          = "go_memstats_mallocs_total" // Go's heap allocations since the process started
 )
 
 // scrape reads the Prometheus page at http://addr/metrics.
