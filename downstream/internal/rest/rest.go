@@ -38,8 +38,7 @@ const UserAgent = "ticketrelay"
 // answer to its create. Do turns such an answer into a Permanent error
 // instead (see Do).
 type Client struct {
-	HTTP *http.Client     // nil: a client with DefaultTimeout
-	Now  func() time.Time // nil: time.Now; used for Retry-After dates
+	Now func() time.Time // used for Retry-After dates
 	// HideURL keeps the request URL out of errors (it is a credential, as
 	// a Slack hook URL is): errors go to logs and the ledger. Without it,
 	// errors still never show a URL's userinfo, query or fragment (see
@@ -47,9 +46,16 @@ type Client struct {
 	HideURL bool
 
 	secrets []downstream.Secret // what no error shows (see Redact); kept as Secrets, so that printing a target shows none
+
+	// send is the adapter's client as Do calls it: a shallow copy (sharing
+	// its Transport and Jar) whose redirect policy is followOnlySafe and
+	// whose timeout is timeout, which Do makes each request's deadline.
+	send    *http.Client
+	timeout time.Duration
 }
 
-// NewClient fills the defaults.
+// NewClient is a Client sending with hc (nil: a client with
+// DefaultTimeout) and dating with now (nil: time.Now).
 func NewClient(hc *http.Client, now func() time.Time) *Client {
 	if hc == nil {
 		hc = &http.Client{Timeout: DefaultTimeout}
@@ -57,7 +63,10 @@ func NewClient(hc *http.Client, now func() time.Time) *Client {
 	if now == nil {
 		now = time.Now
 	}
-	return &Client{HTTP: hc, Now: now}
+	send := *hc
+	send.CheckRedirect = followOnlySafe(hc.CheckRedirect)
+	send.Timeout = 0
+	return &Client{Now: now, send: &send, timeout: hc.Timeout}
 }
 
 // Redact registers the credentials the adapter sends (in a header, a body
@@ -226,34 +235,23 @@ func newJSONRequest(ctx context.Context, method, url string, body any, hide bool
 // nothing. No error shows the URL's userinfo, query or fragment, nor, with
 // HideURL, anything of it but its scheme and host.
 func (c *Client) Do(req *http.Request) (*Response, error) {
-	var wrote atomic.Bool
-	trace := &httptrace.ClientTrace{
-		WroteRequest: func(i httptrace.WroteRequestInfo) {
-			if i.Err == nil {
-				wrote.Store(true)
-			}
-		},
-	}
-	// A shallow copy, so that the redirect policy holds whatever client the
-	// adapter was given (the copy shares its Transport and Jar).
-	hc := *c.HTTP
-	hc.CheckRedirect = followOnlySafe(c.HTTP.CheckRedirect)
 	ctx := req.Context()
-	if hc.Timeout > 0 {
+	if c.timeout > 0 {
 		// The client's timeout becomes the request's deadline: it bounds
 		// the call and the read of the answer as Client.Timeout does,
 		// without the goroutine and timer net/http starts for every
 		// request made under a Client.Timeout.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, hc.Timeout, errClientTimeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, c.timeout, errClientTimeout)
 		defer cancel()
-		hc.Timeout = 0
 	}
-	req = req.WithContext(httptrace.WithClientTrace(ctx, trace))
-	resp, err := hc.Do(req)
+	var w wroteTrace
+	w.trace.WroteRequest = w.wroteRequest
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &w.trace))
+	resp, err := c.send.Do(req)
 	acting := !safeMethod(req.Method)
 	if err != nil {
-		return nil, &downstream.Error{Class: downstream.Transient, MayHaveActed: acting && wrote.Load(), Err: RedactURLError(err, c.HideURL)}
+		return nil, &downstream.Error{Class: downstream.Transient, MayHaveActed: acting && w.wrote.Load(), Err: RedactURLError(err, c.HideURL)}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
@@ -267,6 +265,19 @@ func (c *Client) Do(req *http.Request) (*Response, error) {
 		return nil, c.redirected(req, resp)
 	}
 	return &Response{Method: req.Method, Status: resp.StatusCode, Header: resp.Header, Body: body, secrets: c.secretsOf(req)}, nil
+}
+
+// wroteTrace notes whether the request was written in full: a failure
+// after that may have acted.
+type wroteTrace struct {
+	wrote atomic.Bool
+	trace httptrace.ClientTrace
+}
+
+func (w *wroteTrace) wroteRequest(i httptrace.WroteRequestInfo) {
+	if i.Err == nil {
+		w.wrote.Store(true)
+	}
 }
 
 // errClientTimeout is the cause of a call that ran out of the client's
