@@ -50,18 +50,19 @@ func (l *Ledger) PriorDeliveries(ctx context.Context, ids []string) (ps []Prior,
 	if len(ids) > MaxPriorBatch {
 		return nil, nil, fmt.Errorf("ledger: read deliveries: %d ids, at most %d", len(ids), MaxPriorBatch)
 	}
+	ps = make([]Prior, len(ids))
 	calls := make([]priorCall, len(ids))
 	batch := make([]*priorCall, len(ids))
 	for i, id := range ids {
-		calls[i].requestID = id
+		calls[i].requestID, calls[i].p = id, &ps[i]
 		batch[i] = &calls[i]
 	}
 	if err := readPriors(context.WithoutCancel(ctx), l.db, batch); err != nil {
 		return nil, nil, err
 	}
-	ps, errs = make([]Prior, len(ids)), make([]error, len(ids))
+	errs = make([]error, len(ids))
 	for i := range calls {
-		ps[i], errs[i] = calls[i].p, calls[i].err
+		errs[i] = calls[i].err
 	}
 	return ps, errs, nil
 }
@@ -69,7 +70,7 @@ func (l *Ledger) PriorDeliveries(ctx context.Context, ids []string) (ps []Prior,
 // priorCall is one PriorDelivery call waiting for its answer.
 type priorCall struct {
 	requestID string
-	p         Prior
+	p         *Prior // where the answer goes
 	err       error
 	lead      bool          // woken to run the next query rather than with an answer
 	wake      chan struct{} // closed once p/err are set, or lead is
@@ -85,7 +86,8 @@ type priorReads struct {
 }
 
 func (r *priorReads) read(ctx context.Context, db *DB, requestID string) (Prior, error) {
-	c := &priorCall{requestID: requestID, wake: make(chan struct{})}
+	var p Prior
+	c := &priorCall{requestID: requestID, p: &p, wake: make(chan struct{})}
 	r.mu.Lock()
 	r.pending = append(r.pending, c)
 	lead := !r.running
@@ -94,7 +96,7 @@ func (r *priorReads) read(ctx context.Context, db *DB, requestID string) (Prior,
 	if !lead {
 		<-c.wake
 		if !c.lead {
-			return c.p, c.err
+			return p, c.err
 		}
 	}
 	r.mu.Lock()
@@ -123,7 +125,7 @@ func (r *priorReads) read(ctx context.Context, db *DB, requestID string) (Prior,
 			close(b.wake)
 		}
 	}
-	return c.p, c.err
+	return p, c.err
 }
 
 // readPriors answers batch in one query.
@@ -131,7 +133,7 @@ func readPriors(ctx context.Context, db *DB, batch []*priorCall) error {
 	ids := make([]string, len(batch))
 	for i, c := range batch {
 		ids[i] = c.requestID
-		c.p = Prior{Delivery: Delivery{RequestID: c.requestID}}
+		*c.p = Prior{Delivery: Delivery{RequestID: c.requestID}}
 	}
 	list, err := json.Marshal(ids)
 	if err != nil {
@@ -168,7 +170,7 @@ func readPriors(ctx context.Context, db *DB, batch []*priorCall) error {
 		if !accepted {
 			continue
 		}
-		p := &c.p
+		p := c.p
 		p.Accepted = true
 		p.Ticket = ticket.Ticket{
 			Request: ticket.Request{RequestID: c.requestID, Tool: tool.String, Target: target.String,
