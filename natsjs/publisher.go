@@ -81,10 +81,12 @@ const MaxAtomicBatch = 1000
 // the server stages batches on disk.
 const DefaultMinAtomicBatch = 8
 
-// MemoryMinAtomicBatch is the same crossover when the server stages batches
-// in memory (StageBatchesIn), from BenchmarkPublishBatch (decision 0074 has
-// the measurements).
-const MemoryMinAtomicBatch = 3
+// MemoryMinAtomicBatch is where an atomic batch staged in memory
+// (StageBatchesIn) starts to cost less time than its messages one by one;
+// below it one by one also costs about half the CPU, which is what a busy
+// machine's lag waits on (BenchmarkPublishBatch; decision 0074 has the
+// measurements).
+const MemoryMinAtomicBatch = 5
 
 // NewPublisher wraps js. js must be created with
 // jetstream.WithPublishAsyncMaxPending ≥ the relay's batch size × pipeline
