@@ -87,8 +87,8 @@ type Config struct {
 	FrontArgs      []string
 	DispatcherEnv  []string
 	DispatcherArgs []string
-	// LagRate, if set, replaces scenario 5's pace (half of scenario 1's
-	// throughput), in calls per second.
+	// LagRate, if set, replaces scenario 5's pace (half of scenario 7's
+	// throughput, the whole pipeline's), in calls per second.
 	LagRate float64
 	// AB, if set, replaces the scenarios with an A/B comparison of two
 	// mcp-front variants (see ABConfig).

@@ -16,8 +16,11 @@
 //  3. replay of scenario 1's calls with the same request_ids.
 //  4. the relay draining an outbox backlog vs a raw JetStream async publish
 //     loop against the same embedded server settings.
-//  5. commit → delivered lag through the local target at half of scenario
-//     1's throughput, then (for information) at a moderate 100 tickets/s.
+//  5. commit → delivered lag through the local target at half load: half of
+//     what the whole pipeline sustains (scenario 7's closed-loop
+//     throughput), then (for information) at half of scenario 1's
+//     throughput, the pace before decision 0097, and at a moderate 100
+//     tickets/s.
 //  6. scenario 1 at 32 sessions on a ledger that already holds many rows.
 //  7. peak RSS of mcp-front and dispatcher during scenario 1 at 32 sessions.
 //  8. a backlog of accepted tickets (issue 22) delivered by a dispatcher to a

@@ -46,7 +46,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	fs.StringVar(&frontArgs, "front-args", "", "space-separated extra mcp-front `flags`")
 	fs.StringVar(&dispArgs, "dispatcher-args", "", "space-separated extra dispatcher `flags`")
 	fs.StringVar(&dispEnv, "dispatcher-env", "", "space-separated `VAR=value` added to the dispatcher's environment")
-	fs.Float64Var(&cfg.LagRate, "lag-rate", 0, "scenario 5's pace in `calls/s` (default half of scenario 1's throughput)")
+	fs.Float64Var(&cfg.LagRate, "lag-rate", 0, "scenario 5's pace in `calls/s` (default half of scenario 7's throughput, the whole pipeline's)")
 	var ab ABConfig
 	var abEnvA, abEnvB, abArgsA, abArgsB string
 	abOn := fs.Bool("ab", false, "instead of the scenarios, compare two mcp-front variants A and B (create_ticket at the largest session count, alternated rounds)")
