@@ -59,13 +59,9 @@ func (r *runner) scenario9(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	bin := r.bin("nats-server")
-	if _, err := os.Stat(bin); err != nil {
-		// Not built by make bench's first step: build it from the pinned
-		// module, as the tests do.
-		if bin, err = natscluster.Build(ctx, filepath.Join(dir, "bin")); err != nil {
-			return err
-		}
+	bin, err := r.natsServerBin(ctx, dir)
+	if err != nil {
+		return err
 	}
 	c, err := natscluster.Start(ctx, natscluster.Config{Dir: dir, Bin: bin, Log: r.log.With("component", "natscluster")})
 	if err != nil {

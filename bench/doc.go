@@ -29,7 +29,9 @@
 //     SQLite doing the same job (bench/riverbaseline, a module of its own)
 //     and plain concurrent POSTs (the ceiling); dispatcher CPU per ticket,
 //     duplicates and new connections at the receiver; then the same
-//     against a receiver that answers in 50 ms.
+//     against a receiver that answers in 50 ms; then the peak RSS of a
+//     draining dispatcher, with its embedded nats-server and with the
+//     broker as a process of its own (-nats).
 //  9. multi-host mode (issue 19) on a 3-node nats-server cluster: cluster
 //     record Claim+Accept latency on R3 vs R1 at 1, 16 and 64 callers;
 //     create_ticket on two hosts vs one; the longest time with no call

@@ -27,7 +27,9 @@ import (
 //     generator, nothing stored.
 //
 // Then the dispatcher alone against a receiver that answers in SlowLatency,
-// held to a share of what its workers can do at that latency.
+// held to a share of what its workers can do at that latency; last, the
+// memory a drain holds: the dispatcher's peak with its embedded nats-server,
+// and both processes' peaks with the broker as a process of its own.
 
 // ceilingSenders is the concurrency of the plain-POST ceiling.
 const ceilingSenders = 100
@@ -83,7 +85,7 @@ func (r *runner) scenario8(ctx context.Context) error {
 		if len(relay) == 0 && r.cfg.PprofDir != "" {
 			profile = "dispatcher-backlog"
 		}
-		d, err := r.backlogRelay(ctx, fmt.Sprintf("s8-relay-%d", len(relay)+1), n, 0, profile)
+		d, err := r.backlogRelay(ctx, fmt.Sprintf("s8-relay-%d", len(relay)+1), n, 0, profile, "")
 		relay = append(relay, d)
 		return err
 	}
@@ -154,7 +156,7 @@ func (r *runner) scenario8(ctx context.Context) error {
 	// The same against a receiver with an API's latency: the workers are
 	// what bounds it.
 	lat, sn := r.cfg.SlowLatency, r.cfg.SlowRows
-	d, err := r.backlogRelay(ctx, "s8-slow", sn, lat, "")
+	d, err := r.backlogRelay(ctx, "s8-slow", sn, lat, "", "")
 	if err != nil {
 		return err
 	}
@@ -163,6 +165,53 @@ func (r *runner) scenario8(ctx context.Context) error {
 		fmt.Sprintf("%s-ticket backlog, one run, dispatcher defaults (at most %d calls in flight, from %d); bound = workers ÷ latency", count3(sn), workers, forwarder.StartConcurrency),
 		perSec(d.rate()), perSec(bound) + " bound", times(ratio(d.rate(), bound)), "≥ 0.8×", verdict(ratio(d.rate(), bound) >= 0.8 && d.recv.Duplicates == 0)})
 	r.rep.detail("8 ticketrelay, receiver answering in %s: %s", lat, d)
+	return r.backlogMemory(ctx, n, relay, rt)
+}
+
+// backlogMemory reports the dispatcher's peak RSS in the rounds of relay
+// (with its embedded nats-server, at rate rt), then drains the same backlog
+// once more with the broker as a process of its own and reports both
+// processes' peaks: the embedded server's blocks and duplicate window are
+// most of what a draining dispatcher holds beyond its binary (decisions
+// 0064, 0080, 0081).
+func (r *runner) backlogMemory(ctx context.Context, n int, relay []drain, rt float64) error {
+	rss := int64(median(relay, func(d drain) float64 { return float64(d.rss) }))
+	r.rep.add(row{"8", "peak RSS of the dispatcher while draining",
+		fmt.Sprintf("the %d ticketrelay runs above (median); embedded nats-server, its stream blocks and duplicate window included", len(relay)),
+		mib(rss), "—", "—", "≤ 60 MB", verdict(rss <= 60<<20)})
+	dir, err := r.mkdir("s8-broker")
+	if err != nil {
+		return err
+	}
+	broker, url, err := r.startBroker(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer broker.stop()
+	d, err := r.backlogRelay(ctx, "s8-relay-broker", n, 0, "", url)
+	if err != nil {
+		return err
+	}
+	bRSS, err := broker.peakRSS()
+	if err != nil {
+		return err
+	}
+	bCPU, err := cpuTime(broker.Pid())
+	if err != nil {
+		return err
+	}
+	if err := broker.stop(); err != nil {
+		return err
+	}
+	r.rep.add(row{"8", "the same with the broker as its own process (-nats)",
+		fmt.Sprintf("%s-ticket backlog, one run, dispatcher defaults with -nats: a nats-server process of its own (the pinned module's, JetStream sync_interval: always, Go's default GC), "+
+			"as a production deployment runs it; peak RSS of each process", count3(n)),
+		fmt.Sprintf("dispatcher %s, nats-server %s", mib(d.rss), mib(bRSS)), "—", "—", "≤ 60 MB each",
+		verdict(d.rss <= 60<<20 && bRSS <= 60<<20 && d.recv.Duplicates == 0)})
+	r.rep.add(row{"8", "that drain's throughput against the embedded broker's", "same run; the embedded broker's: the ticketrelay runs above (median)",
+		perSec(d.rate()), perSec(rt) + " embedded", times(ratio(d.rate(), rt)), "—", "info"})
+	r.rep.detail("8 ticketrelay, broker as its own process: %s; nats-server CPU %d µs/ticket (from its start), peak RSS %s",
+		d, (bCPU / time.Duration(n)).Microseconds(), mib(bRSS))
 	return nil
 }
 

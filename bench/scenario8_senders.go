@@ -19,6 +19,7 @@ import (
 
 	"ticketrelay/downstream/webhook"
 	"ticketrelay/internal/e2eproc"
+	"ticketrelay/internal/natscluster"
 	"ticketrelay/ticket"
 )
 
@@ -104,10 +105,11 @@ func finish(ctx context.Context, d *drain, recv, sender *proc) error {
 
 // backlogRelay prefills n unpublished tickets for a webhook target, starts
 // a receiver answering after latency and a dispatcher with its defaults,
-// and times the delivery.
+// and times the delivery. The dispatcher runs its embedded nats-server,
+// or with broker set uses that server (see startBroker).
 // With profile set, the dispatcher runs under bench/profwrap and a CPU
 // profile of its start is saved as PprofDir/<profile>.pprof.
-func (r *runner) backlogRelay(ctx context.Context, name string, n int, latency time.Duration, profile string) (drain, error) {
+func (r *runner) backlogRelay(ctx context.Context, name string, n int, latency time.Duration, profile, broker string) (drain, error) {
 	d := drain{tickets: n}
 	dir, err := r.mkdir(name)
 	if err != nil {
@@ -136,11 +138,14 @@ func (r *runner) backlogRelay(ctx context.Context, name string, n int, latency t
 		bin = r.bin("profwrap")
 		env = append(append([]string(nil), env...), "BENCH_PROFWRAP_APP=dispatcher", "BENCH_PPROF_ADDR="+pprofAddr)
 	}
+	args := []string{"-data", dir, "-db", filepath.Join(dir, "tickets.db"), "-config", confPath, "-metrics-listen", "127.0.0.1:0"}
+	if broker != "" {
+		args = append(args, "-nats", broker, "-installation", "bench")
+	} else {
+		args = append(args, "-nats-listen", "127.0.0.1:0")
+	}
 	start := time.Now()
-	disp, err := startProc(ctx, "dispatcher", bin, dir,
-		append([]string{"-data", dir, "-db", filepath.Join(dir, "tickets.db"), "-config", confPath,
-			"-nats-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0"}, r.cfg.DispatcherArgs...),
-		env, "metrics")
+	disp, err := startProc(ctx, "dispatcher", bin, dir, append(args, r.cfg.DispatcherArgs...), env, "metrics")
 	if err != nil {
 		return d, err
 	}
@@ -193,6 +198,45 @@ func (r *runner) backlogRelay(ctx context.Context, name string, n int, latency t
 	err = finish(ctx, &d, recv, disp)
 	d.cpu = cpu
 	return d, err
+}
+
+// startBroker starts a nats-server process of its own on dir, as a
+// production deployment runs one beside its dispatchers (-nats): the pinned
+// module's server, as scenario 9's nodes are, with JetStream fsyncing every
+// write as the embedded server does. It returns the server and its URL.
+func (r *runner) startBroker(ctx context.Context, dir string) (*proc, string, error) {
+	bin, err := r.natsServerBin(ctx, dir)
+	if err != nil {
+		return nil, "", err
+	}
+	addr, err := e2eproc.FreeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	conf := filepath.Join(dir, "nats-server.conf")
+	text := fmt.Sprintf("listen: %q\njetstream { store_dir: %q, sync_interval: always }\n", addr, filepath.Join(dir, "broker"))
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		return nil, "", err
+	}
+	p, err := e2eproc.Launch(ctx, dir, e2eproc.Spec{
+		Name: "nats-server", Bin: bin, Args: []string{"-c", conf}, TCPAddr: addr,
+		Dir: dir, SysProcAttr: childAttr(), ServeTimeout: serveTimeout,
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("bench: %w", err)
+	}
+	return &proc{Proc: p}, "nats://" + addr, nil
+}
+
+// natsServerBin is the nats-server binary make bench built into the bin
+// directory or, if it is not there, one built from the pinned module into
+// dir, as the tests build it.
+func (r *runner) natsServerBin(ctx context.Context, dir string) (string, error) {
+	bin := r.bin("nats-server")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	return natscluster.Build(ctx, filepath.Join(dir, "bin"))
 }
 
 // profileWindow is the length of each CPU profile of scenario 8's first
