@@ -42,7 +42,11 @@ type world struct {
 	cfg    natsjs.StreamConfig
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t *testing.T) *world { return newWorldWith(t, nil) }
+
+// newWorldWith builds a world whose relay publishes through wrap(the
+// publisher), if wrap is not nil.
+func newWorldWith(t *testing.T, wrap func(outbox.Publisher) outbox.Publisher) *world {
 	t.Helper()
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
@@ -72,8 +76,12 @@ func newWorld(t *testing.T) *world {
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
 	w := ledger.NewWriter(db, log, m.Writer)
 	t.Cleanup(func() { w.Close(); db.Close() })
+	var pub outbox.Publisher = natsjs.NewPublisher(js, natsjs.AtomicBatches(nil))
+	if wrap != nil {
+		pub = wrap(pub)
+	}
 	relay, err := outbox.NewRelay(archetype.Archetype{Logger: log, Metrics: m}, outbox.RelayConfig{Holder: "audit-test", PollInterval: 5 * time.Millisecond},
-		db.Reader(), w, natsjs.NewPublisher(js, natsjs.AtomicBatches(nil)))
+		db.Reader(), w, pub)
 	if err != nil {
 		t.Fatal(err)
 	}

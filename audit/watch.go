@@ -23,7 +23,10 @@ import (
 // back when it is gone or changed (natsjs.StreamWatch), and when the stream
 // was recreated, purged or had messages deleted, it queues again, by the
 // audit's own path (RepublishLost), every published request whose message
-// the stream no longer holds and whose delivery is not settled.
+// the stream no longer holds and whose delivery is not settled. It scans at
+// once, and again once the relay's batches that were in flight then are
+// marked: a batch the old stream acknowledged can be marked published after
+// the first scan read its row.
 
 // Broker is the stream as the watcher sees it (natsjs.StreamWatch).
 type Broker interface {
@@ -41,6 +44,16 @@ type Blocker interface {
 }
 
 var _ Blocker = (*ledger.Presence)(nil)
+
+// Relay is this dispatcher's relay (outbox.Relay): the watcher queues
+// messages again only while it leads (holds the lease: one dispatcher
+// decides), and knows when the batches it had in flight are marked.
+type Relay interface {
+	Leading() bool
+	InFlightDone() <-chan struct{}
+}
+
+var _ Relay = (*outbox.Relay)(nil)
 
 // WatchConfig tunes the watcher. Zero fields take the defaults.
 type WatchConfig struct {
@@ -78,7 +91,7 @@ type Watcher struct {
 	store   Store
 	broker  Broker
 	blocker Blocker
-	leading func() bool
+	relay   Relay
 	log     *slog.Logger
 	metrics *metrics.Dispatcher
 	now     func() time.Time
@@ -87,22 +100,26 @@ type Watcher struct {
 	prev       *natsjs.StreamState // the last state read; nil: none yet (or leadership just taken)
 	owed       string              // why a scan is due ("": none)
 	owedVerify bool                // the scan must look up messages within the stream's range too
-	downSince  time.Time           // the stream has been unavailable since then
+	// inFlight is closed once the relay's batches in flight when the scan
+	// fell due are marked. Only a scan that began after that settles the
+	// debt; waiting: one ran before, and the next waits for it.
+	inFlight   <-chan struct{}
+	waiting    bool
+	downSince  time.Time // the stream has been unavailable since then
 	downLogged time.Time
 	noted      bool // the blocked note is in the ledger
 	probed     bool // the newest rows were compared with the stream since this dispatcher leads
 }
 
-// NewWatcher builds a watcher that queues messages again only while
-// leading() reports true (the relay lease: one dispatcher decides), and
-// repairs the stream whatever it reports.
-func NewWatcher(arch archetype.Archetype, cfg WatchConfig, store Store, broker Broker, blocker Blocker, leading func() bool) (*Watcher, error) {
+// NewWatcher builds a watcher that queues messages again only while relay
+// leads, and repairs the stream whatever it reports.
+func NewWatcher(arch archetype.Archetype, cfg WatchConfig, store Store, broker Broker, blocker Blocker, relay Relay) (*Watcher, error) {
 	cfg = cfg.WithDefaults()
 	if cfg.Interval <= 0 || cfg.Timeout <= 0 || cfg.MaxAge <= 0 || cfg.Batch < 1 {
 		return nil, fmt.Errorf("audit: invalid watch config %+v", cfg)
 	}
 	arch = arch.WithDefaults()
-	return &Watcher{cfg: cfg, store: store, broker: broker, blocker: blocker, leading: leading, log: arch.Logger, metrics: arch.Metrics, now: arch.Now,
+	return &Watcher{cfg: cfg, store: store, broker: broker, blocker: blocker, relay: relay, log: arch.Logger, metrics: arch.Metrics, now: arch.Now,
 		poke: make(chan struct{}, 1)}, nil
 }
 
@@ -147,8 +164,19 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		case <-w.poke:
+		case <-w.rescan():
+			w.waiting = false // the next round's scan settles the debt
 		}
 	}
+}
+
+// rescan is the channel that says the scan waited for is due: the batches
+// in flight at the last one are marked. nil (never ready) when none waits.
+func (w *Watcher) rescan() <-chan struct{} {
+	if !w.waiting {
+		return nil
+	}
+	return w.inFlight
 }
 
 // Round looks at the stream once, repairs it and queues lost messages again.
@@ -178,7 +206,7 @@ func (w *Watcher) Round(ctx context.Context) {
 		w.owe(why, verify)
 	}
 	w.prev = &st
-	leading := w.leading()
+	leading := w.relay.Leading()
 	if !leading {
 		w.probed = false
 	} else if !w.probed {
@@ -191,9 +219,36 @@ func (w *Watcher) Round(ctx context.Context) {
 		w.probed = true
 	}
 	if w.owed != "" && leading {
-		if err := w.scan(ctx); err != nil && ctx.Err() == nil {
+		w.settle(ctx)
+	}
+}
+
+// settle scans for lost messages: at once when they fell due, then once
+// more after the relay's batches in flight at that moment are marked.
+func (w *Watcher) settle(ctx context.Context) {
+	marked := isClosed(w.inFlight)
+	if w.waiting && !marked {
+		return // Run wakes when they are
+	}
+	if err := w.scan(ctx); err != nil {
+		if ctx.Err() == nil {
 			w.log.Warn("stream watch: looking for lost messages failed; trying again", "reason", w.owed, "err", err)
 		}
+		return
+	}
+	if !marked {
+		w.waiting = true
+		return
+	}
+	w.owed, w.owedVerify, w.inFlight, w.waiting = "", false, nil, false
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -225,6 +280,7 @@ func (w *Watcher) owe(why string, verify bool) {
 		w.owed = why
 	}
 	w.owedVerify = w.owedVerify || verify
+	w.inFlight, w.waiting = w.relay.InFlightDone(), false
 }
 
 // probeTail reads the newest outbox rows, then the stream: a published row
@@ -312,7 +368,6 @@ func (w *Watcher) scan(ctx context.Context) error {
 	} else {
 		w.log.Info("stream watch: no undelivered request was lost", "stream", w.broker.Name(), "reason", w.owed)
 	}
-	w.owed, w.owedVerify = "", false
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/testwait"
 	"ticketrelay/natsjs"
+	"ticketrelay/outbox"
 )
 
 // blocker records what the watcher notes for find_request.
@@ -40,7 +41,7 @@ func (b *blocker) Unblocked(context.Context) error {
 
 func (w *world) watcher(t *testing.T, broker audit.Broker, b audit.Blocker) *audit.Watcher {
 	t.Helper()
-	wt, err := audit.NewWatcher(archetype.Archetype{Logger: w.log, Metrics: w.m}, audit.WatchConfig{}, w.l, broker, b, w.relay.Leading)
+	wt, err := audit.NewWatcher(archetype.Archetype{Logger: w.log, Metrics: w.m}, audit.WatchConfig{}, w.l, broker, b, w.relay)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,5 +192,86 @@ func TestWatcherFindsLossesItDidNotSee(t *testing.T) {
 	w.generationsAtLeast(t, 2, first) // the second purge took their new copies too
 	if got := testutil.ToFloat64(w.m.StreamLost); got != 6 {
 		t.Fatalf("lost messages counted %v, want 6", got)
+	}
+}
+
+// held is a publisher that, while hold is set, keeps each batch after the
+// broker acknowledged it and before the relay marks it: acked hears of it,
+// release lets it go.
+type held struct {
+	outbox.Publisher
+	hold    atomic.Bool
+	acked   chan struct{}
+	release chan struct{}
+}
+
+func (h *held) Publish(ctx context.Context, msgs []outbox.Message) []outbox.PublishResult {
+	res := h.Publisher.Publish(ctx, msgs)
+	if h.hold.Load() {
+		h.acked <- struct{}{}
+		<-h.release
+	}
+	return res
+}
+
+// A message the old stream acknowledged whose row is marked published only
+// after the watcher put the stream back and scanned for losses (the relay's
+// mark was late) is published again too, once the mark is in: not left
+// published under a sequence of the deleted stream until the audit finds it.
+func TestWatcherScansAgainWhenBatchesInFlightAreMarked(t *testing.T) {
+	h := &held{acked: make(chan struct{}), release: make(chan struct{})}
+	w := newWorldWith(t, func(p outbox.Publisher) outbox.Publisher { h.Publisher = p; return h })
+	ctx, cancel := context.WithCancel(context.Background())
+	testwait.For(t, 10*time.Second, "the relay to lead", w.relay.Leading)
+	// Rounds run when the test calls them, or, once Run runs, when the
+	// batches in flight are marked: never on the clock.
+	wt, err := audit.NewWatcher(archetype.Archetype{Logger: w.log, Metrics: w.m}, audit.WatchConfig{Interval: time.Hour},
+		w.l, w.streamWatch(t), &blocker{}, w.relay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt.Round(ctx)
+
+	h.hold.Store(true)
+	w.create(t, "late-mark")
+	select {
+	case <-h.acked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay did not publish late-mark")
+	}
+	h.hold.Store(false)
+	if err := w.js.DeleteStream(ctx, w.cfg.Name); err != nil {
+		t.Fatal(err)
+	}
+	wt.Round(ctx) // puts the stream back and scans: late-mark is not marked published yet
+	if got := testutil.ToFloat64(w.m.StreamRepairs.WithLabelValues(natsjs.RepairStreamMissing)); got != 1 {
+		t.Fatalf("stream_missing repairs %v, want 1", got)
+	}
+	if r := w.row(t, "late-mark"); r.published {
+		t.Fatal("late-mark marked published while its batch was held")
+	}
+	done := make(chan error, 1)
+	go func() { done <- wt.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("watcher: %v", err)
+		}
+	})
+	close(h.release)
+
+	testwait.For(t, 10*time.Second, "late-mark published to the stream put back", func() bool {
+		r := w.row(t, "late-mark")
+		if !r.published || r.seq == 0 {
+			return false
+		}
+		ok, err := w.check.Holds(ctx, r.seq, outbox.Message{RequestID: "late-mark", Generation: r.generation}.MsgID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	})
+	if got := testutil.ToFloat64(w.m.StreamLost); got != 1 {
+		t.Errorf("lost messages counted %v, want 1", got)
 	}
 }

@@ -46,6 +46,7 @@ type Relay struct {
 	pub     Publisher
 	lease   *Lease
 	leading atomic.Bool // the lease is held
+	batches epochs      // batches between their publish and their mark
 	log     *slog.Logger
 	metrics *metrics.Dispatcher
 	now     func() time.Time
@@ -271,8 +272,20 @@ func (r *Relay) next(s *relayState, now time.Time, msgs []Message, full, rescan 
 // dispatcher of the database that publishes.
 func (r *Relay) Leading() bool { return r.leading.Load() }
 
+// InFlightDone returns a channel closed once every batch the relay has
+// begun to publish is marked published (where the broker acknowledged it)
+// or has failed. Batches begun after the call do not hold it up.
+//
+// The stream watcher waits on it after it put the stream back or found it
+// purged: a batch the old stream acknowledged whose mark commits after the
+// watcher's scan would otherwise stay published under a sequence the stream
+// no longer holds, until the audit found it.
+func (r *Relay) InFlightDone() <-chan struct{} { return r.batches.end() }
+
 // publish sends one batch and marks the acknowledged rows published.
 func (r *Relay) publish(ctx context.Context, msgs []Message) error {
+	ep := r.batches.enter()
+	defer r.batches.leave(ep)
 	results := r.pub.Publish(ctx, msgs)
 	failpoint.Hit(failpoint.RelayAfterPublish)
 	acked := make([]stored, 0, len(msgs))

@@ -74,7 +74,7 @@ func (d *dispatcher) buildServices(ctx context.Context) error {
 	// The stream watcher puts back a stream deleted or changed under this
 	// dispatcher and has what it lost published again (audit/watch.go).
 	watcher, err = audit.NewWatcher(d.arch.Component("stream-watch"), audit.WatchConfig{MaxAge: d.stream.MaxAge}, d.l,
-		natsjs.NewStreamWatch(d.js, d.stream, d.st), presence, relay.Leading)
+		natsjs.NewStreamWatch(d.js, d.stream, d.st), presence, relay)
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
