@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Input is everything the checker reads: the history, what find_request
@@ -41,6 +42,7 @@ type Counts struct {
 	Delivered, Uncertain, Failed                    int
 	Kills                                           map[string]int // by component: SIGKILLs sent by the harness
 	FailpointKills                                  map[string]int // by failpoint
+	StreamFaults                                    map[string]int // deletions and purges of the stream done (failed ones aside)
 	Crashes                                         int
 	Records                                         int
 	FakeFaults                                      map[string]int
@@ -85,10 +87,10 @@ func (r Result) Lines(maxViolations int) []string {
 
 func (c Counts) String() string {
 	return fmt.Sprintf("counts: requests=%d accepted=%d ledger=%d calls=%d retries=%d replays=%d hedges=%d cuts=%d timeouts=%d finds=%d "+
-		"delivered=%d uncertain=%d failed=%d kills=%d %s failpoint-kills=%d %s crashes=%d fake-faults=%d %s",
+		"delivered=%d uncertain=%d failed=%d kills=%d %s failpoint-kills=%d %s stream-faults=%d %s crashes=%d fake-faults=%d %s",
 		c.Requests, c.Accepted, c.LedgerRows, c.Calls, c.Retries, c.Replays, c.Hedges, c.Cuts, c.Timeouts, c.Finds,
 		c.Delivered, c.Uncertain, c.Failed, sum(c.Kills), brief(c.Kills), sum(c.FailpointKills), brief(c.FailpointKills),
-		c.Crashes, sum(c.FakeFaults), brief(c.FakeFaults))
+		sum(c.StreamFaults), brief(c.StreamFaults), c.Crashes, sum(c.FakeFaults), brief(c.FakeFaults))
 }
 
 func sum(m map[string]int) int {
@@ -111,12 +113,14 @@ func brief(m map[string]int) string {
 type checker struct {
 	in       Input
 	reqs     map[string]Request
-	ids      []string            // every request id sent, sorted
-	answers  map[string][]Event  // accepted create answers
-	known    map[string]bool     // find_request said known
-	bad      map[string][]Event  // conflicts and refusals
-	recs     map[string][]Record // fake items by request id
-	phantoms []Record            // fake items of no request
+	ids      []string             // every request id sent, sorted
+	answers  map[string][]Event   // accepted create answers
+	known    map[string]bool      // find_request said known
+	bad      map[string][]Event   // conflicts and refusals
+	recs     map[string][]Record  // fake items by request id
+	phantoms []Record             // fake items of no request
+	made     map[string]time.Time // when the harness made each request up
+	faults   []time.Time          // when it deleted or purged the stream (or tried to)
 }
 
 // newChecker indexes in's events and records. other, if not nil, sees
@@ -124,7 +128,7 @@ type checker struct {
 // indexes.
 func newChecker(in Input, other func(Event) bool) *checker {
 	c := &checker{in: in, reqs: map[string]Request{}, answers: map[string][]Event{}, known: map[string]bool{},
-		bad: map[string][]Event{}, recs: map[string][]Record{}}
+		bad: map[string][]Event{}, recs: map[string][]Record{}, made: map[string]time.Time{}}
 	for _, e := range in.Events {
 		if other != nil && other(e) {
 			continue
@@ -132,6 +136,9 @@ func newChecker(in Input, other func(Event) bool) *checker {
 		switch {
 		case e.Kind == KindRequest && e.Request != nil:
 			c.reqs[e.Request.ID] = *e.Request
+			c.made[e.Request.ID] = e.At
+		case e.Kind == KindStream:
+			c.faults = append(c.faults, e.At)
 		case e.Kind == KindCall && e.Outcome == OutAccepted:
 			c.answers[e.RequestID] = append(c.answers[e.RequestID], e)
 		case e.Kind == KindCall && (e.Outcome == OutConflict || e.Outcome == OutInvalid):
@@ -194,7 +201,7 @@ func (c *checker) final(id string) string {
 
 func (c *checker) counts() Counts {
 	n := Counts{Requests: len(c.reqs), LedgerRows: len(c.in.DB.Rows), Records: len(c.in.Records),
-		Kills: map[string]int{}, FailpointKills: map[string]int{}, FakeFaults: c.in.FakeFaults}
+		Kills: map[string]int{}, FailpointKills: map[string]int{}, StreamFaults: map[string]int{}, FakeFaults: c.in.FakeFaults}
 	lastAttempt := map[string]int{}
 	for _, e := range c.in.Events {
 		switch e.Kind {
@@ -216,6 +223,10 @@ func (c *checker) counts() Counts {
 			}
 		case KindFind:
 			n.Finds++
+		case KindStream:
+			if e.Err == "" {
+				n.StreamFaults[e.Detail]++
+			}
 		case KindKill:
 			switch e.Cause {
 			case CauseScheduler, CauseDisarm, CausePowerCut:

@@ -96,6 +96,25 @@ func TestCheckPassesAGoodHistory(t *testing.T) {
 	}
 }
 
+// A deletion or a purge of the stream lets each request sent before it be
+// published again once; a failed attempt counts too (it may have happened).
+func TestCheckAllowsARepublishPerStreamFault(t *testing.T) {
+	in := goodInput()
+	at := in.Events[0].At
+	in.Events = append(in.Events,
+		torture.Event{At: at.Add(-time.Second), Kind: torture.KindStream, Detail: torture.StreamDelete},
+		torture.Event{At: at.Add(time.Second), Kind: torture.KindStream, Detail: torture.StreamPurge},
+		torture.Event{At: at.Add(2 * time.Second), Kind: torture.KindStream, Detail: torture.StreamDelete, Err: "nats: timeout"})
+	in.DB.Rows[k1].Generation = 2
+	res := torture.Check(in)
+	if names, vs := failing(res); len(names) > 0 {
+		t.Fatalf("a history with a republish per fault fails %v:\n%s", names, vs)
+	}
+	if got := res.Counts.StreamFaults; got[torture.StreamPurge] != 1 || got[torture.StreamDelete] != 1 {
+		t.Errorf("stream faults counted %v, want one purge and one deletion (the failed one aside)", got)
+	}
+}
+
 // TestCheckCanFail feeds the checker histories that break one property
 // each, and one (the example) that breaks two at once.
 func TestCheckCanFail(t *testing.T) {
@@ -174,6 +193,19 @@ func TestCheckCanFail(t *testing.T) {
 			want: []string{"records-agree"},
 			says: []string{"jira holds an item of no request", k2 + ": delivered as 77, but zendesk holds no item with that id",
 				k1 + ": ticket title", "orphan: outbox row", k2 + ": published again 1 times"},
+		},
+		{
+			name: "published again more often than the stream was deleted or purged after it was sent",
+			break_: func(in *torture.Input) {
+				at := in.Events[0].At
+				in.Events = append(in.Events,
+					torture.Event{At: at.Add(-time.Second), Kind: torture.KindStream, Detail: torture.StreamDelete},
+					torture.Event{At: at.Add(time.Second), Kind: torture.KindStream, Detail: torture.StreamPurge})
+				in.DB.Rows[k1].Generation = 1
+				in.DB.Rows[k2].Generation = 2
+			},
+			want: []string{"records-agree"},
+			says: []string{k2 + ": published again 2 times, though the stream was deleted or purged 1 times after it was sent"},
 		},
 		{
 			name: "process crashed on its own",

@@ -114,7 +114,7 @@ func (c *cluster) spec(comp, failpoints string) e2eproc.Spec {
 		s.Bin, s.Want = c.cfg.DispatcherBin, []string{"metrics"}
 		s.Env = append(s.Env, c.secrets...)
 		s.Args = []string{
-			"-data", c.dataDir, "-db", c.dbPath, "-nats", "nats://" + c.natsAddr, "-installation", "torture", "-config", c.configPath,
+			"-data", c.dataDir, "-db", c.dbPath, "-nats", "nats://" + c.natsAddr, "-installation", installationName, "-config", c.configPath,
 			"-metrics-listen", "127.0.0.1:0", "-lease-ttl", "2s", "-poll-interval", "10ms",
 			"-retry-base", "50ms", "-retry-max", "1s", "-delivery-timeout", "1s", "-max-attempts", "1000",
 			// The stream audit looks at every request 2 s after its publish or

@@ -30,6 +30,13 @@ type Config struct {
 	// Kills is the number of SIGKILLs the scheduler sends during the fault
 	// phase, spread over it (failpoint kills come on top). Default one per 5s.
 	Kills int
+	// StreamFaults is the number of times the scheduler deletes or purges
+	// the stream (in turn, deletion first) during the fault phase, as
+	// anyone who reaches the broker's API could: the dispatcher must put
+	// it back and publish again what it lost, under load and between the
+	// kills. Default one per 30s of Duration; negative: none. One-host
+	// runs without PowerCut only.
+	StreamFaults int
 	// FaultRate is the share of create requests a fake answers with a
 	// fault while faults run. Default 0.25; negative: none.
 	FaultRate float64
@@ -72,6 +79,9 @@ func (c Config) withDefaults() Config {
 	c.Duration = cmp.Or(c.Duration, 20*time.Second)
 	if c.Kills == 0 {
 		c.Kills = max(1, int(c.Duration/(5*time.Second)))
+	}
+	if c.StreamFaults == 0 {
+		c.StreamFaults = max(1, int(c.Duration/(30*time.Second)))
 	}
 	if c.FaultRate == 0 {
 		c.FaultRate = 0.25

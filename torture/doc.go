@@ -8,8 +8,9 @@
 // out, and retry with the same request_id on new sessions (following the
 // agent protocol of find_request for tools without idempotentHint). Meanwhile
 // a scheduler driven by a seeded RNG kills the three processes with SIGKILL at
-// random moments (and arms failpoints that kill them at exact points), and the
-// fakes lose responses, answer 500 or 429, hang and reset connections.
+// random moments (and arms failpoints that kill them at exact points), deletes
+// and purges the stream through the JetStream API, and the fakes lose
+// responses, answer 500 or 429, hang and reset connections.
 //
 // When the faults stop, Run waits (bounded) until every accepted request is
 // settled, then Check reads the history, the fakes' records and the SQLite

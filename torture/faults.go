@@ -13,12 +13,14 @@ import (
 
 // scheduler kills processes at random moments of the fault phase and
 // restarts them, arming failpoints on some restarts. It also restarts a
-// process that a failpoint killed.
+// process that a failpoint killed, and deletes or purges the stream
+// (streamFaults times, in turn) at moments of its own.
 type scheduler struct {
-	cl     *cluster
-	rng    *rand.Rand
-	kills  int
-	budget int // failpoint arms left, so crashes cannot cascade for ever
+	cl           *cluster
+	rng          *rand.Rand
+	kills        int
+	streamFaults int
+	budget       int // failpoint arms left, so crashes cannot cascade for ever
 
 	dispatcherArms int
 }
@@ -26,7 +28,6 @@ type scheduler struct {
 // run acts until faults ends; processes are (re)started under ctx.
 func (s *scheduler) run(ctx, faults context.Context, d time.Duration) error {
 	start := time.Now()
-	interval := d / time.Duration(s.kills+1)
 	// Every process early on (the dispatcher twice: its restarts arm the
 	// relay's and the forwarder's failpoints), then at random.
 	victims := []string{CompFront, CompDispatcher, CompNATS, CompDispatcher}
@@ -35,14 +36,11 @@ func (s *scheduler) run(ctx, faults context.Context, d time.Duration) error {
 		victims = append(victims, []string{CompFront, CompDispatcher, CompDispatcher, CompNATS}[s.rng.IntN(4)])
 	}
 	victims = victims[:s.kills]
-	at := make([]time.Time, s.kills)
-	for i := range at {
-		jitter := time.Duration(s.rng.Int64N(int64(interval)*2/3+1)) - interval/3
-		at[i] = start.Add(interval*time.Duration(i+1) + jitter)
-	}
+	at := s.spread(start, d, s.kills)
+	streamAt := s.spread(start, d, s.streamFaults)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	next := 0
+	next, nextStream := 0, 0
 	for {
 		select {
 		case <-faults.Done():
@@ -53,6 +51,11 @@ func (s *scheduler) run(ctx, faults context.Context, d time.Duration) error {
 			if err := s.restart(ctx, comp, s.rng.IntN(3) == 0); err != nil {
 				return err
 			}
+		}
+		if nextStream < len(streamAt) && time.Now().After(streamAt[nextStream]) {
+			what := []string{StreamDelete, StreamPurge}[nextStream%2]
+			nextStream++
+			s.cl.streamFault(ctx, what)
 		}
 		if next < len(at) && time.Now().After(at[next]) {
 			comp := victims[next]
@@ -69,6 +72,18 @@ func (s *scheduler) run(ctx, faults context.Context, d time.Duration) error {
 			}
 		}
 	}
+}
+
+// spread returns n moments spread over the d after start, each jittered by
+// up to a third of the interval between them.
+func (s *scheduler) spread(start time.Time, d time.Duration, n int) []time.Time {
+	interval := d / time.Duration(n+1)
+	at := make([]time.Time, n)
+	for i := range at {
+		jitter := time.Duration(s.rng.Int64N(int64(interval)*2/3+1)) - interval/3
+		at[i] = start.Add(interval*time.Duration(i+1) + jitter)
+	}
+	return at
 }
 
 // restart starts comp again, maybe with a failpoint armed: a restarted

@@ -15,6 +15,7 @@ const (
 	KindCall    = "call"    // one create_ticket-style call and what the caller saw
 	KindFind    = "find"    // one find_request call
 	KindKill    = "kill"    // a process died (killed by the scheduler, a failpoint, or on its own)
+	KindStream  = "stream"  // the scheduler deleted or purged the stream (Detail), or failed to (Err)
 	KindPhase   = "phase"   // the run moved on (faults stopped, callers done, settled)
 )
 

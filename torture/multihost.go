@@ -35,8 +35,9 @@ const (
 	CauseRemoved   = "removed" // the host's processes, killed for good, and its data directory deleted
 )
 
-// mhInstallation is the installation every host of a run belongs to.
-const mhInstallation = "torture"
+// installationName is the installation of a run (every host's, in a
+// multi-host run).
+const installationName = "torture"
 
 // conflictMark ends the title of a call sent with other arguments.
 const conflictMark = " [other arguments]"
@@ -75,7 +76,7 @@ type mhCluster struct {
 }
 
 func newMHCluster(ctx context.Context, cfg Config, configYAML string, secrets []string, h *history) (*mhCluster, error) {
-	inst, err := installation.Parse(mhInstallation)
+	inst, err := installation.Parse(installationName)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +135,7 @@ func (c *mhCluster) spec(h *mhHost, comp, failpoints string) e2eproc.Spec {
 	if failpoints != "" {
 		s.Env = append(s.Env, failpoint.EnvVar+"="+failpoints)
 	}
-	common := []string{"-nats", c.nats.ClientURLs(), "-installation", mhInstallation, "-multi-host", "-config", c.configPath,
+	common := []string{"-nats", c.nats.ClientURLs(), "-installation", installationName, "-multi-host", "-config", c.configPath,
 		"-metrics-listen", "127.0.0.1:0"}
 	switch comp {
 	case CompDispatcher:

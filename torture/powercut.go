@@ -332,7 +332,7 @@ func (c *cutter) start(ctx context.Context, comp string, n int) error {
 
 // natsStream is the stream of the run's installation.
 func natsStream() string {
-	n, err := installation.Parse("torture")
+	n, err := installation.Parse(installationName)
 	if err != nil {
 		panic(err)
 	}

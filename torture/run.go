@@ -45,8 +45,8 @@ func (r Report) Lines() []string {
 
 // ReplayCommand is how a run is replayed; Run fills Report.Replay with it.
 var ReplayCommand = func(c Config) string {
-	return fmt.Sprintf("make torture SEED=%d TORTURE_DURATION=%s TORTURE_CALLERS=%d TORTURE_FLAGS='-requests %d -kills %d -fault-rate %g%s'",
-		c.Seed, c.Duration, c.Callers, c.Requests, c.Kills, c.FaultRate, modeFlags(c))
+	return fmt.Sprintf("make torture SEED=%d TORTURE_DURATION=%s TORTURE_CALLERS=%d TORTURE_FLAGS='-requests %d -kills %d -stream-faults %d -fault-rate %g%s'",
+		c.Seed, c.Duration, c.Callers, c.Requests, c.Kills, c.StreamFaults, c.FaultRate, modeFlags(c))
 }
 
 // modeFlags are cmd/torture's flags for c's mode.
@@ -137,7 +137,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 	log.Info("system up; faults start", "url", cl.frontURL(), "duration", cfg.Duration, "callers", cfg.Callers, "kills", cfg.Kills,
-		"powercut", cfg.PowerCut, "lazy_nats", cfg.LazyNATS)
+		"stream_faults", cfg.StreamFaults, "powercut", cfg.PowerCut, "lazy_nats", cfg.LazyNATS)
 
 	// The fault phase.
 	faults, stopFaults := context.WithTimeout(ctx, cfg.Duration)
@@ -145,7 +145,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	fd := &feeder{f: fk, rng: rng(1), rate: cfg.FaultRate}
 	var feeding sync.WaitGroup
 	feeding.Go(func() { fd.run(faults) })
-	sch := &scheduler{cl: cl, rng: rng(2), kills: cfg.Kills, budget: cfg.Kills + 2}
+	sch := &scheduler{cl: cl, rng: rng(2), kills: cfg.Kills, streamFaults: max(0, cfg.StreamFaults), budget: cfg.Kills + 2}
 	var cut *cutter
 	schErr := make(chan error, 1)
 	if cfg.PowerCut {

@@ -22,7 +22,8 @@ const shortSeed = 20261201
 
 // TestTortureShort is the bounded run of `make test`: 6 callers × 15
 // requests over 20 s of faults with 4 scheduled kills (failpoint kills come
-// on top). TORTURE_SEED runs another seed.
+// on top), a deletion and a purge of the stream. TORTURE_SEED runs another
+// seed.
 func TestTortureShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the torture run takes about 30 s; skipped with -short")
@@ -43,7 +44,7 @@ func TestTortureShort(t *testing.T) {
 	dir := t.TempDir()
 	rep, err := torture.Run(ctx, torture.Config{
 		FrontBin: frontBin, DispatcherBin: dispatcherBin, NATSBin: natsBin, Dir: dir,
-		Seed: seed, Callers: 6, Requests: 15, Duration: 20 * time.Second, Kills: 4,
+		Seed: seed, Callers: 6, Requests: 15, Duration: 20 * time.Second, Kills: 4, StreamFaults: 2,
 		Settle: 30 * time.Second, Grace: 20 * time.Second,
 		Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
@@ -67,6 +68,8 @@ func TestTortureShort(t *testing.T) {
 		t.Errorf("the load injected no cut, timeout or replay: %s", c)
 	case len(c.Kills) < 3:
 		t.Errorf("not every process was killed: %s", c)
+	case len(c.StreamFaults) == 0:
+		t.Errorf("the stream was neither deleted nor purged: %s", c)
 	case c.Delivered == 0:
 		t.Errorf("nothing was delivered: %s", c)
 	}

@@ -28,6 +28,7 @@ func main() {
 	flag.IntVar(&cfg.Requests, "requests", 0, "requests per caller (0: as many as fit in -duration)")
 	flag.DurationVar(&cfg.Duration, "duration", 3*time.Minute, "length of the fault phase")
 	flag.IntVar(&cfg.Kills, "kills", 0, "SIGKILLs during the fault phase (0: one per 5s)")
+	flag.IntVar(&cfg.StreamFaults, "stream-faults", 0, "deletions and purges of the stream during the fault phase, in turn (0: one per 30s; negative: none; one host, no -powercut)")
 	flag.Float64Var(&cfg.FaultRate, "fault-rate", 0.25, "share of downstream calls answered with a fault (negative: none)")
 	flag.BoolVar(&cfg.PowerCut, "powercut", false, "power-cut mode: data and JetStream store on a FUSE mount (needs /dev/fuse, root); each of -kills SIGKILLs every process together and drops what was not fsynced")
 	flag.BoolVar(&cfg.LazyNATS, "powercut-lazy-nats", false, "with -powercut: nats-server without sync_interval: always, to show a cut losing acknowledged messages and the stream audit publishing them again")
