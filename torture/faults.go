@@ -55,7 +55,7 @@ func (s *scheduler) run(ctx, faults context.Context, d time.Duration) error {
 		if nextStream < len(streamAt) && time.Now().After(streamAt[nextStream]) {
 			what := []string{StreamDelete, StreamPurge}[nextStream%2]
 			nextStream++
-			s.cl.streamFault(ctx, what)
+			streamFault(ctx, "nats://"+s.cl.natsAddr, s.cl.h, s.cl.log, what)
 		}
 		if next < len(at) && time.Now().After(at[next]) {
 			comp := victims[next]

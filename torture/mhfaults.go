@@ -14,9 +14,10 @@ import (
 // NATS faults of a multi-host run, one at a time so that two nodes of
 // three always form a quorum once the fault is over.
 const (
-	natsKill      = "kill"      // SIGKILL, restarted on the same store
-	natsStop      = "stop"      // SIGSTOP, then SIGCONT
-	natsPartition = "partition" // its routes cut, then healed
+	natsKill        = "kill"      // SIGKILL, restarted on the same store
+	natsStop        = "stop"      // SIGSTOP, then SIGCONT
+	natsPartition   = "partition" // its routes cut, then healed
+	natsStreamFault = "stream"    // the stream deleted or purged (natsFault.at says which)
 )
 
 // Targets of a NATS fault besides a node by name.
@@ -28,14 +29,16 @@ const (
 type natsFault struct{ kind, at string }
 
 // natsPlan is the seeded order of the NATS faults: both leaders killed
-// and stopped, a route cut, then every node killed and stopped, then at
-// random. A run does as many as fit in its fault phase.
+// and stopped, a route cut, then every node killed and stopped and the
+// stream deleted and purged, then at random. A run does as many as fit in
+// its fault phase.
 func natsPlan(rng *rand.Rand, n int) []natsFault {
 	plan := []natsFault{{natsKill, atStreamLeader}, {natsStop, atKVLeader}, {natsPartition, ""}, {natsKill, atKVLeader}, {natsStop, atStreamLeader}}
 	var each []natsFault
 	for i := range 3 {
 		each = append(each, natsFault{natsKill, fmt.Sprint(i)}, natsFault{natsStop, fmt.Sprint(i)})
 	}
+	each = append(each, natsFault{natsStreamFault, StreamDelete}, natsFault{natsStreamFault, StreamPurge})
 	rng.Shuffle(len(each), func(i, j int) { each[i], each[j] = each[j], each[i] })
 	plan = append(plan, each...)
 	kinds := []string{natsKill, natsStop, natsPartition}
@@ -75,6 +78,10 @@ func (s *mhScheduler) runNATS(ctx, faults context.Context, d time.Duration) erro
 		case <-faults.Done():
 			return nil
 		case <-time.After(time.Until(at)):
+		}
+		if f.kind == natsStreamFault {
+			streamFault(ctx, s.cl.nats.ClientURLs(), s.cl.h, s.cl.log, f.at)
+			continue
 		}
 		hold := 1500*time.Millisecond + time.Duration(s.natsRNG.Int64N(int64(2*time.Second)))
 		if err := s.natsFault(ctx, f, hold); err != nil {

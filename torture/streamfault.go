@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,21 +17,22 @@ const (
 	StreamPurge  = "purge"
 )
 
-// streamFault deletes or purges the installation's stream through the
-// JetStream API, as an operator's nats CLI would, and records it. A broker
-// still starting is given a few seconds; one that does not answer, or a
-// stream that is not there (deleted, and the dispatcher is down), makes it
-// fail: that is recorded too, and is not a failure of the run.
-func (c *cluster) streamFault(ctx context.Context, what string) {
+// streamFault deletes or purges the installation's stream on the broker at
+// urls through the JetStream API, as an operator's nats CLI would, and
+// records it in h. A broker still starting is given a few seconds; one
+// that does not answer, or a stream that is not there (deleted, and no
+// dispatcher runs to put it back), makes it fail: that is recorded too,
+// and is not a failure of the run.
+func streamFault(ctx context.Context, urls string, h *history, log *slog.Logger, what string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err := c.touchStream(ctx, what)
+	err := touchStream(ctx, urls, what)
 	for err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) && ctx.Err() == nil {
 		t := time.NewTimer(100 * time.Millisecond)
 		select {
 		case <-ctx.Done():
 		case <-t.C:
-			err = c.touchStream(ctx, what)
+			err = touchStream(ctx, urls, what)
 		}
 		t.Stop()
 	}
@@ -38,12 +40,12 @@ func (c *cluster) streamFault(ctx context.Context, what string) {
 	if err != nil {
 		e.Err = err.Error()
 	}
-	c.h.add(e)
-	c.log.Info("stream fault", "what", what, "err", err)
+	h.add(e)
+	log.Info("stream fault", "what", what, "err", err)
 }
 
-func (c *cluster) touchStream(ctx context.Context, what string) error {
-	nc, err := nats.Connect("nats://"+c.natsAddr, nats.Name("torture"), nats.Timeout(2*time.Second), nats.NoReconnect())
+func touchStream(ctx context.Context, urls, what string) error {
+	nc, err := nats.Connect(urls, nats.Name("torture"), nats.Timeout(2*time.Second), nats.NoReconnect())
 	if err != nil {
 		return fmt.Errorf("torture: connect to the broker: %w", err)
 	}
