@@ -35,6 +35,13 @@ import (
 // cost per message, so only from some size on does the batch cost less.
 // Staged in memory (StageBatchesIn) the fixed cost is smaller, hence
 // MemoryMinAtomicBatch (decision 0074 has BenchmarkPublishBatch's figures).
+//
+// A message the broker answers "no stream" (the stream was deleted, or is
+// being put back) tells that messages sent before it may have gone with
+// the stream, unanswered: every publish then waiting stops waiting for
+// what is not yet answered and reports ErrAbandoned, so that the relay
+// publishes those rows again at once instead of after the ack timeout
+// (see StreamGone).
 type Publisher struct {
 	js         jetstream.JetStream
 	stallWait  time.Duration
@@ -43,7 +50,13 @@ type Publisher struct {
 	onFallback func(error)
 	timeout    time.Duration // for the commit of an atomic batch
 	inst       installation.Name
+	gone       *StreamGone
 }
+
+// ErrAbandoned is the error of a message whose answer was no longer
+// awaited: a message sent with it or after it found no stream, so it may
+// have gone with the stream. Publishing it again is safe (same message id).
+var ErrAbandoned = errors.New("natsjs: answer no longer awaited: the stream was missing for a message sent with or after this one")
 
 var _ outbox.Publisher = (*Publisher)(nil)
 
@@ -57,6 +70,49 @@ type PublisherOption func(*Publisher)
 // every batch sent again message by message, and why.
 func AtomicBatches(onFallback func(error)) PublisherOption {
 	return func(p *Publisher) { p.atomic, p.onFallback = true, onFallback }
+}
+
+// AbandonOn has the publisher hear of "no stream" answers through g, which
+// the JetStream context's async error handler feeds too (g.Handler): an
+// answer to a message that no publish is waiting for yet (one behind an
+// unanswered message of its batch) then counts at once. Default: a
+// StreamGone of the publisher's own, fed by the answers it reads.
+func AbandonOn(g *StreamGone) PublisherOption {
+	return func(p *Publisher) { p.gone = g }
+}
+
+// StreamGone says when a message was answered "no stream": the publishes
+// waiting then stop waiting (Publisher).
+type StreamGone struct {
+	mu sync.Mutex
+	c  chan struct{} // closed at a "no stream" answer; then replaced
+}
+
+// NewStreamGone returns a StreamGone nobody has signalled.
+func NewStreamGone() *StreamGone { return &StreamGone{c: make(chan struct{})} }
+
+// Handler is a jetstream.MsgErrHandler (jetstream.WithPublishAsyncErrHandler)
+// that signals g at a "no stream" answer.
+func (g *StreamGone) Handler(_ jetstream.JetStream, _ *nats.Msg, err error) {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		g.signal()
+	}
+}
+
+// awaiting is the channel that closes at the next signal. Take it before
+// sending.
+func (g *StreamGone) awaiting() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.c
+}
+
+// signal ends the wait of every publish that took awaiting before.
+func (g *StreamGone) signal() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.c)
+	g.c = make(chan struct{})
 }
 
 // MinAtomicBatch sets the fewest messages sent as an atomic batch (default
@@ -94,7 +150,7 @@ const MemoryMinAtomicBatch = 5
 // jetstream.WithPublishAsyncTimeout: Publish waits for every ack until ctx
 // ends, so without an ack timeout one lost ack would stall the relay.
 func NewPublisher(js jetstream.JetStream, opts ...PublisherOption) *Publisher {
-	p := &Publisher{js: js, stallWait: 5 * time.Second, timeout: 10 * time.Second, minAtomic: DefaultMinAtomicBatch}
+	p := &Publisher{js: js, stallWait: 5 * time.Second, timeout: 10 * time.Second, minAtomic: DefaultMinAtomicBatch, gone: NewStreamGone()}
 	for _, o := range opts {
 		o(p)
 	}
@@ -133,6 +189,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox
 // publishAtomic sends msgs as one atomic batch, waits for the server's
 // answer to its commit and returns the stream sequence of the last message.
 func (p *Publisher) publishAtomic(ctx context.Context, msgs []outbox.Message) (uint64, error) {
+	gone := p.gone.awaiting()
 	nc := p.js.Conn()
 	batch := nats.NewInbox()[len(nats.InboxPrefix):] // unique, well under the 64-byte limit
 	last := len(msgs) - 1
@@ -147,9 +204,7 @@ func (p *Publisher) publishAtomic(ctx context.Context, msgs []outbox.Message) (u
 			continue
 		}
 		nm.Header.Set(batchCommitHeader, "1")
-		cctx, cancel := context.WithTimeout(ctx, p.timeout)
-		resp, err := nc.RequestMsgWithContext(cctx, nm)
-		cancel()
+		resp, err := p.commit(ctx, nc, nm, gone)
 		if err != nil {
 			return 0, err
 		}
@@ -176,6 +231,37 @@ func (p *Publisher) publishAtomic(ctx context.Context, msgs []outbox.Message) (u
 	return 0, errors.New("natsjs: empty atomic batch")
 }
 
+// commit sends an atomic batch's last message and waits for the answer, up
+// to the commit timeout or until gone closes.
+func (p *Publisher) commit(ctx context.Context, nc *nats.Conn, nm *nats.Msg, gone <-chan struct{}) (*nats.Msg, error) {
+	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-gone:
+			cancel()
+		case <-cctx.Done():
+		}
+	}()
+	resp, err := nc.RequestMsgWithContext(cctx, nm)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		p.gone.signal()
+	case err != nil && isClosed(gone):
+		err = ErrAbandoned
+	}
+	return resp, err
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
 // natsMsg is m as a NATS message on the installation's subject, with its
 // Nats-Msg-Id.
 func (p *Publisher) natsMsg(m outbox.Message) *nats.Msg {
@@ -193,6 +279,7 @@ const (
 
 // publishEach publishes every message on its own, asynchronously.
 func (p *Publisher) publishEach(ctx context.Context, msgs []outbox.Message) []outbox.PublishResult {
+	gone := p.gone.awaiting()
 	results := make([]outbox.PublishResult, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
@@ -208,16 +295,38 @@ func (p *Publisher) publishEach(ctx context.Context, msgs []outbox.Message) []ou
 		if f == nil {
 			continue
 		}
+		var err error
 		select {
 		case ack := <-f.Ok():
 			results[i].Duplicate, results[i].Seq = ack.Duplicate, ack.Sequence
-		case err := <-f.Err():
-			results[i].Err = fmt.Errorf("natsjs: publish %s: %w", msgs[i].RequestID, err)
+		case err = <-f.Err():
+		case <-gone:
+			err = answered(f, &results[i])
 		case <-ctx.Done():
-			results[i].Err = fmt.Errorf("natsjs: publish %s: %w", msgs[i].RequestID, ctx.Err())
+			err = ctx.Err()
+		}
+		if err != nil {
+			if errors.Is(err, jetstream.ErrNoStreamResponse) {
+				p.gone.signal()
+			}
+			results[i].Err = fmt.Errorf("natsjs: publish %s: %w", msgs[i].RequestID, err)
 		}
 	}
 	return results
+}
+
+// answered takes f's answer into r if it is in already; else it returns
+// ErrAbandoned.
+func answered(f jetstream.PubAckFuture, r *outbox.PublishResult) error {
+	select {
+	case ack := <-f.Ok():
+		r.Duplicate, r.Seq = ack.Duplicate, ack.Sequence
+		return nil
+	case err := <-f.Err():
+		return err
+	default:
+		return ErrAbandoned
+	}
 }
 
 // StreamChecker answers whether the stream still stores a message: the

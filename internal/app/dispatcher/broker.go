@@ -54,7 +54,12 @@ func (d *dispatcher) openBroker(ctx context.Context) error {
 	}
 	d.OnClose(nc.Close)
 	d.nc = nc
-	if d.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second)); err != nil {
+	// A message answered "no stream" ends the relay's wait for messages
+	// sent before it, which may have gone with the stream (natsjs.StreamGone).
+	gone := natsjs.NewStreamGone()
+	d.pubOpts = append(d.pubOpts, natsjs.AbandonOn(gone))
+	if d.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second),
+		jetstream.WithPublishAsyncErrHandler(gone.Handler)); err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	if d.st, err = ensureStream(ctx, d.js, d.stream, d.log); err != nil {
