@@ -221,6 +221,8 @@ func (h *held) Publish(ctx context.Context, msgs []outbox.Message) []outbox.Publ
 func TestWatcherScansAgainWhenBatchesInFlightAreMarked(t *testing.T) {
 	h := &held{acked: make(chan struct{}), release: make(chan struct{})}
 	w := newWorldWith(t, func(p outbox.Publisher) outbox.Publisher { h.Publisher = p; return h })
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(h.release) }) }) // before the relay stops
 	ctx, cancel := context.WithCancel(context.Background())
 	testwait.For(t, 10*time.Second, "the relay to lead", w.relay.Leading)
 	// Rounds run when the test calls them, or, once Run runs, when the
@@ -258,7 +260,7 @@ func TestWatcherScansAgainWhenBatchesInFlightAreMarked(t *testing.T) {
 			t.Errorf("watcher: %v", err)
 		}
 	})
-	close(h.release)
+	release.Do(func() { close(h.release) })
 
 	testwait.For(t, 10*time.Second, "late-mark published to the stream put back", func() bool {
 		r := w.row(t, "late-mark")

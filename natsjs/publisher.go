@@ -234,12 +234,14 @@ func (p *Publisher) publishAtomic(ctx context.Context, msgs []outbox.Message) (u
 // commit sends an atomic batch's last message and waits for the answer, up
 // to the commit timeout or until gone closes.
 func (p *Publisher) commit(ctx context.Context, nc *nats.Conn, nm *nats.Msg, gone <-chan struct{}) (*nats.Msg, error) {
-	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	actx, abandon := context.WithCancelCause(ctx)
+	defer abandon(nil)
+	cctx, cancel := context.WithTimeout(actx, p.timeout)
 	defer cancel()
 	go func() {
 		select {
 		case <-gone:
-			cancel()
+			abandon(ErrAbandoned)
 		case <-cctx.Done():
 		}
 	}()
@@ -247,19 +249,10 @@ func (p *Publisher) commit(ctx context.Context, nc *nats.Conn, nm *nats.Msg, gon
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		p.gone.signal()
-	case err != nil && isClosed(gone):
+	case err != nil && errors.Is(context.Cause(actx), ErrAbandoned):
 		err = ErrAbandoned
 	}
 	return resp, err
-}
-
-func isClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
 }
 
 // natsMsg is m as a NATS message on the installation's subject, with its
