@@ -273,8 +273,8 @@ func (m *multiChecker) recordsAgree() Property {
 			if !r.HasOutbox {
 				v = append(v, fmt.Sprintf("%s: %s's ledger has no outbox row", id, h))
 			}
-			if n := m.faultsSince(id); r.Generation > n {
-				v = append(v, fmt.Sprintf("%s: published again %d times by %s, though the stream was deleted or purged %d times after it was sent", id, r.Generation, h, n))
+			if why := m.republishedTooOften(id, r.Generation); why != "" {
+				v = append(v, fmt.Sprintf("%s: %s's ledger: %s", id, h, why))
 			}
 			if cr := m.mi.Cluster[id]; cr == nil {
 				v = append(v, fmt.Sprintf("%s: in %s's ledger, not in the cluster record", id, h))

@@ -176,16 +176,12 @@ func (c *checker) recordsAgree() Property {
 			v = append(v, fmt.Sprintf("%s: ledger row of a request no caller sent", id))
 			continue
 		}
-		if n := c.faultsSince(id); row.Generation > n && !c.streamLost(id) {
-			// Nobody redrives here and the broker syncs every write: a
-			// republish means the stream watch or audit took a held message
-			// for lost. A deletion or purge of the stream makes the watcher
-			// publish again, once, what it took.
-			if n == 0 {
-				v = append(v, fmt.Sprintf("%s: published again %d times, though the stream lost nothing", id, row.Generation))
-			} else {
-				v = append(v, fmt.Sprintf("%s: published again %d times, though the stream was deleted or purged %d times after it was sent", id, row.Generation, n))
-			}
+		// Nobody redrives here and the broker syncs every write: a republish
+		// means the stream watch or audit took a held message for lost. A
+		// deletion or purge of the stream makes the watcher publish again,
+		// once, what it took.
+		if why := c.republishedTooOften(id, row.Generation); why != "" && !c.streamLost(id) {
+			v = append(v, id+": "+why)
 		}
 		switch {
 		case !row.HasTicket:
@@ -251,8 +247,6 @@ func (c *checker) processes() Property {
 		sum(kills), brief(kills), sum(fps), brief(fps), len(v))
 }
 
-// streamLost reports whether a power cut made the stream lose id's message
-// (the audit then publishes it again under a new message id).
 // faultsSince counts the stream's deletions and purges after the harness
 // made id up.
 func (c *checker) faultsSince(id string) int {
@@ -265,6 +259,21 @@ func (c *checker) faultsSince(id string) int {
 	return n
 }
 
+// republishedTooOften says why generation republishes of id are more than
+// its stream faults allow, or "" if they are not.
+func (c *checker) republishedTooOften(id string, generation int) string {
+	switch n := c.faultsSince(id); {
+	case generation <= n:
+		return ""
+	case n == 0:
+		return fmt.Sprintf("published again %d times, though the stream lost nothing", generation)
+	default:
+		return fmt.Sprintf("published again %d times, though the stream was deleted or purged %d times after it was sent", generation, n)
+	}
+}
+
+// streamLost reports whether a power cut made the stream lose id's message
+// (the audit then publishes it again under a new message id).
 func (c *checker) streamLost(id string) bool {
 	if c.in.PowerCut == nil {
 		return false
