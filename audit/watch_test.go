@@ -41,7 +41,12 @@ func (b *blocker) Unblocked(context.Context) error {
 
 func (w *world) watcher(t *testing.T, broker audit.Broker, b audit.Blocker) *audit.Watcher {
 	t.Helper()
-	wt, err := audit.NewWatcher(archetype.Archetype{Logger: w.log, Metrics: w.m}, audit.WatchConfig{}, w.l, broker, b, w.relay)
+	return w.watcherWith(t, audit.WatchConfig{}, broker, b)
+}
+
+func (w *world) watcherWith(t *testing.T, cfg audit.WatchConfig, broker audit.Broker, b audit.Blocker) *audit.Watcher {
+	t.Helper()
+	wt, err := audit.NewWatcher(archetype.Archetype{Logger: w.log, Metrics: w.m}, cfg, w.l, broker, b, w.relay)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,11 +232,7 @@ func TestWatcherScansAgainWhenBatchesInFlightAreMarked(t *testing.T) {
 	testwait.For(t, 10*time.Second, "the relay to lead", w.relay.Leading)
 	// Rounds run when the test calls them, or, once Run runs, when the
 	// batches in flight are marked: never on the clock.
-	wt, err := audit.NewWatcher(archetype.Archetype{Logger: w.log, Metrics: w.m}, audit.WatchConfig{Interval: time.Hour},
-		w.l, w.streamWatch(t), &blocker{}, w.relay)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wt := w.watcherWith(t, audit.WatchConfig{Interval: time.Hour}, w.streamWatch(t), &blocker{})
 	wt.Round(ctx)
 
 	h.hold.Store(true)

@@ -55,18 +55,8 @@ func within(t *testing.T, d time.Duration, what string, c <-chan struct{}) {
 // error handler of the StreamGone it returns.
 func publishSlowAcks(t *testing.T) (*nats.Conn, jetstream.JetStream, *natsjs.StreamGone) {
 	t.Helper()
-	s := start(t, t.TempDir())
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
 	gone := natsjs.NewStreamGone()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(64), jetstream.WithPublishAsyncTimeout(time.Minute),
-		jetstream.WithPublishAsyncErrHandler(gone.Handler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := connect(t, start(t, t.TempDir()), jetstream.WithPublishAsyncTimeout(time.Minute), jetstream.WithPublishAsyncErrHandler(gone.Handler))
 	return nc, js, gone
 }
 

@@ -32,14 +32,15 @@ func start(t testing.TB, storeDir string) *server.Server {
 	return s
 }
 
-func connect(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
+// connect is a client of s; opts come after an async window of 4,096.
+func connect(t testing.TB, s *server.Server, opts ...jetstream.JetStreamOpt) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	js, err := jetstream.New(nc, append([]jetstream.JetStreamOpt{jetstream.WithPublishAsyncMaxPending(4096)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
