@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"ticketrelay/internal/e2eproc"
 )
 
@@ -49,15 +46,7 @@ func TestDebianNATSServer(t *testing.T) {
 	old := ServerVersionTooOld(version)
 	dir := t.TempDir()
 	_, url := e2eproc.StartNATSServer(t, dir, "debian-nats", bin, filepath.Join(dir, "store"), !old)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := e2eproc.JetStream(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c := StreamConfig{Installation: "deb", Owner: "ledger-1"}.WithDefaults()
@@ -76,24 +65,11 @@ func TestDebianNATSServer(t *testing.T) {
 		!strings.Contains(err.Error(), "2.10 or later") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("nats-server %s: %v; want one line of ErrServerTooOld naming the version and 2.10", version, err)
 	}
-	if names := streamNames(ctx, t, js); len(names) != 0 {
+	if names := e2eproc.StreamNames(t, js); len(names) != 0 {
 		t.Fatalf("the refused server got streams %v", names)
 	}
 	_, err = ensureStream(ctx, js, c)
 	if !errors.Is(err, ErrServerTooOld) || !strings.Contains(err.Error(), "did not keep the metadata") {
 		t.Fatalf("nats-server %s, its version not checked: %v; want ErrServerTooOld for the dropped marks", version, err)
 	}
-}
-
-func streamNames(ctx context.Context, t *testing.T, js jetstream.JetStream) []string {
-	t.Helper()
-	var names []string
-	l := js.StreamNames(ctx)
-	for n := range l.Name() {
-		names = append(names, n)
-	}
-	if err := l.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return names
 }

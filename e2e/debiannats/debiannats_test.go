@@ -36,7 +36,7 @@ func TestDispatcherStartsTwiceOrIsRefusedAtFirst(t *testing.T) {
 	for _, start := range []string{"first", "second"} {
 		lines := s.refusedDispatcher(t, url)
 		checkRefusal(t, start+" start", lines)
-		if names := streamNames(t, jsClient(t, url)); len(names) != 0 {
+		if names := e2eproc.StreamNames(t, e2eproc.JetStream(t, url)); len(names) != 0 {
 			t.Fatalf("after the %s start the refused server holds streams %v", start, names)
 		}
 	}
@@ -83,7 +83,7 @@ func TestUpgradeFromDebianNATSKeepsTheStream(t *testing.T) {
 	// The stream as a ticketrelay made it there: its marks dropped.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	js := jsClient(t, url)
+	js := e2eproc.JetStream(t, url)
 	c := natsjs.StreamConfig{Installation: installation.Name(installationName), Owner: "a-ledger-of-before"}.WithDefaults()
 	st, err := js.CreateStream(ctx, c.Definition())
 	if err != nil {
@@ -101,7 +101,7 @@ func TestUpgradeFromDebianNATSKeepsTheStream(t *testing.T) {
 	_, url = e2eproc.StartNATSServer(t, dir, "upgraded-nats", moduleNATSBin, store, true)
 	d := s.startDispatcher(t, url)
 	s.waitDelivered(t, "filed-while-refused")
-	js = jsClient(t, url)
+	js = e2eproc.JetStream(t, url)
 	info, err := js.Stream(ctx, c.Name)
 	if err != nil {
 		t.Fatal(err)

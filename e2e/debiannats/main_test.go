@@ -8,14 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/testwait"
@@ -184,36 +181,4 @@ func (s *stack) delivered(t *testing.T, id string) int {
 		}
 	}
 	return n
-}
-
-// jsClient is a JetStream client of the server url, closed at the end of
-// the test.
-func jsClient(t *testing.T, url string) jetstream.JetStream {
-	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
-}
-
-func streamNames(t *testing.T, js jetstream.JetStream) []string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	l := js.StreamNames(ctx)
-	var names []string
-	for n := range l.Name() {
-		names = append(names, n)
-	}
-	if err := l.Err(); err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(names)
-	return names
 }

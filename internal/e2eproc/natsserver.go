@@ -7,12 +7,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A nats-server as its own process, for the tests of ticketrelay against an
 // external server of a given build: Debian's package (make
-// test-debian-nats) or the module's pinned version.
+// test-debian-nats) or the module's pinned version; and a client of it.
 
 // NATSServerVersion is the version bin says it is ("2.9.10").
 func NATSServerVersion(bin string) (string, error) {
@@ -63,13 +68,39 @@ func StartNATSServer(t testing.TB, dir, name, bin, store string, syncAlways bool
 		DumpLog(t, name, filepath.Join(dir, name+".log"))
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			DumpLog(t, p.name, p.logPath)
-		}
-		if !p.Exited() {
-			p.Stop(t)
-		}
-	})
+	p.stopAtEnd(t)
 	return p, "nats://" + addr
+}
+
+// JetStream is a JetStream client of the server url, closed at the end of
+// the test.
+func JetStream(t testing.TB, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// StreamNames lists the streams of js's account, sorted.
+func StreamNames(t testing.TB, js jetstream.JetStream) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l := js.StreamNames(ctx)
+	var names []string
+	for n := range l.Name() {
+		names = append(names, n)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(names)
+	return names
 }
