@@ -111,8 +111,8 @@ func checkOwner(info *jetstream.StreamInfo, c StreamConfig) error {
 
 // madeUnmarked reports whether s is the stream of c as a ticketrelay made
 // it on a nats-server older than 2.10, which dropped its marks: its name,
-// subjects and description are ticketrelay's, and nothing else made a
-// stream under that name with them. It is taken and marked (by a server
+// subjects and description are ticketrelay's (a stream of someone else's
+// with all three is not to be expected). It is taken and marked (by a server
 // that keeps marks: EnsureStream checks the version first), so that a
 // dispatcher that ran on such a server starts again once the server is
 // upgraded, with the tickets its stream holds. The first host to start
