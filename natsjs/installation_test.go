@@ -91,3 +91,51 @@ func TestEnsureStreamAdoptsTheEmbeddedStreamOfBefore(t *testing.T) {
 		t.Errorf("adopted stream carries %v", md)
 	}
 }
+
+// The stream a ticketrelay made on a nats-server older than 2.10, which
+// dropped its marks, is taken on a server that keeps them, with its
+// messages, and marked: from then on another host is refused. A stream of
+// that name and subjects that ticketrelay did not describe is not.
+func TestEnsureStreamTakesTheStreamWhoseMarksWereDropped(t *testing.T) {
+	ctx := ctxT(t)
+	_, js := connect(t, start(t, t.TempDir()))
+	c := natsjs.StreamConfig{Installation: "old", Owner: "ledger-1"}.WithDefaults()
+	asKept := c.Definition() // as nats-server 2.9 kept it
+	asKept.Metadata, asKept.AllowAtomicPublish = nil, false
+	if _, err := js.CreateStream(ctx, asKept); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, c.Installation.Subject("local"), []byte("undelivered")); err != nil {
+		t.Fatal(err)
+	}
+	s, err := natsjs.EnsureStream(ctx, js, c)
+	if err != nil {
+		t.Fatalf("the stream made on a server that dropped its marks: %v", err)
+	}
+	info := s.CachedInfo()
+	if md := info.Config.Metadata; md[natsjs.MetaInstallation] != "old" || md[natsjs.MetaOwner] != "ledger-1" {
+		t.Errorf("taken stream carries %v", md)
+	}
+	if info.State.Msgs != 1 || !natsjs.AllowsAtomicBatches(s) {
+		t.Errorf("taken stream: %d messages, atomic batches %v; want its message kept and its configuration ticketrelay's",
+			info.State.Msgs, natsjs.AllowsAtomicBatches(s))
+	}
+	other := c
+	other.Owner = "ledger-2"
+	if _, err := natsjs.EnsureStream(ctx, js, other); !errors.Is(err, natsjs.ErrForeignStream) {
+		t.Fatalf("another host on the stream once taken: %v, want ErrForeignStream", err)
+	}
+
+	look := natsjs.StreamConfig{Installation: "look"}.WithDefaults()
+	alike := look.Definition()
+	alike.Metadata, alike.AllowAtomicPublish, alike.Description = nil, false, "someone else's"
+	if _, err := js.CreateStream(ctx, alike); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := natsjs.EnsureStream(ctx, js, look); !errors.Is(err, natsjs.ErrForeignStream) {
+		t.Fatalf("an unmarked stream ticketrelay did not describe: %v, want ErrForeignStream", err)
+	}
+	if st, err := js.Stream(ctx, look.Name); err != nil || st.CachedInfo().Config.Description != "someone else's" {
+		t.Errorf("the refused stream was changed: %v", err)
+	}
+}

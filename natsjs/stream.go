@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -67,8 +68,9 @@ func (c StreamConfig) Validate() error {
 	return nil
 }
 
-// Stream metadata that marks a stream as an installation's (nats-server
-// 2.10+ keeps it; older servers drop it, and then nothing is checked).
+// Stream metadata that marks a stream as an installation's. nats-server
+// 2.10 is the first to keep it: EnsureStream refuses an older server
+// (CheckServer) and a server that drops the marks.
 const (
 	MetaInstallation = "ticketrelay.installation"
 	MetaOwner        = "ticketrelay.owner"
@@ -82,13 +84,15 @@ const OwnerCluster = "cluster"
 var ErrForeignStream = errors.New("natsjs: the stream belongs to someone else")
 
 // checkOwner refuses a stream marked as another installation's or owner's.
-// A stream without marks is taken only on the embedded server's
-// installation, whose stream a ticketrelay from before the marks made.
+// A stream without marks is taken on the embedded server's installation,
+// whose stream a ticketrelay from before the marks made, and when it is
+// the stream a ticketrelay made on a server that dropped the marks
+// (madeUnmarked).
 func checkOwner(info *jetstream.StreamInfo, c StreamConfig) error {
 	md := info.Config.Metadata
 	inst, marked := md[MetaInstallation]
 	switch {
-	case !marked && c.Installation == installation.Embedded:
+	case !marked && (c.Installation == installation.Embedded || madeUnmarked(info.Config, c)):
 		return nil
 	case !marked:
 		return fmt.Errorf("%w: stream %s exists and was not made by ticketrelay (it carries no %s mark); "+
@@ -105,6 +109,21 @@ func checkOwner(info *jetstream.StreamInfo, c StreamConfig) error {
 	return nil
 }
 
+// madeUnmarked reports whether s is the stream of c as a ticketrelay made
+// it on a nats-server older than 2.10, which dropped its marks: its name,
+// subjects and description are ticketrelay's (a stream of someone else's
+// with all three is not to be expected). It is taken and marked (by a server
+// that keeps marks: EnsureStream checks the version first), so that a
+// dispatcher that ran on such a server starts again once the server is
+// upgraded, with the tickets its stream holds. The first host to start
+// marks it as its own.
+func madeUnmarked(s jetstream.StreamConfig, c StreamConfig) bool {
+	return s.Description == streamDescription && slices.Equal(s.Subjects, []string{c.Installation.Subjects()})
+}
+
+// streamDescription is the description of every stream ticketrelay makes.
+const streamDescription = "ticketrelay: accepted tickets, one message per request_id"
+
 func ownerText(owner string) string {
 	if owner == OwnerCluster {
 		return "the hosts of a multi-host installation"
@@ -116,12 +135,25 @@ func ownerText(owner string) string {
 // WorkQueue: a WorkQueue stream deletes acked messages, and JetStream
 // rebuilds its dedupe map only from stored messages after a restart).
 // A stream of another installation, or of another owner, is refused with
-// ErrForeignStream and left as it is.
+// ErrForeignStream and left as it is. A server older than nats-server 2.10
+// is refused with ErrServerTooOld before anything is written, and so is,
+// after the write, a server that did not keep the stream's marks (a node
+// older than 2.10 in its cluster): a stream whose marks were dropped could
+// never be told from another's at the next start.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (jetstream.Stream, error) {
 	c = c.WithDefaults()
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	if err := CheckServer(js.Conn()); err != nil {
+		return nil, err
+	}
+	return ensureStream(ctx, js, c)
+}
+
+// ensureStream is EnsureStream once c is complete and valid and the
+// server's version was checked.
+func ensureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (jetstream.Stream, error) {
 	switch s, err := js.Stream(ctx, c.Name); {
 	case err == nil:
 		if err := checkOwner(s.CachedInfo(), c); err != nil {
@@ -130,13 +162,35 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (
 	case !errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil, fmt.Errorf("natsjs: stream %s: %w", c.Name, err)
 	}
+	s, err := js.CreateOrUpdateStream(ctx, c.Definition())
+	var api *jetstream.APIError
+	switch {
+	case errors.As(err, &api) && api.ErrorCode == jsErrSubjectOverlap:
+		return nil, fmt.Errorf("%w: stream %s: its subjects %s overlap a stream of someone else on this server: "+
+			"choose another -installation", ErrForeignStream, c.Name, c.Installation.Subjects())
+	case errors.As(err, &api) && (api.ErrorCode == jsErrInvalidConfig || api.ErrorCode == jetstream.JSErrCodeStreamNameInUse):
+		return nil, fmt.Errorf("%w: stream %s exists with a configuration ticketrelay cannot take or change to its own (%s); "+
+			"remove it or choose another -installation", ErrInvalidStream, c.Name, api.Description)
+	case err != nil:
+		return nil, fmt.Errorf("natsjs: stream %s: %w", c.Name, err)
+	}
+	if inst, ok := s.CachedInfo().Config.Metadata[MetaInstallation]; !ok || inst != string(c.Installation) {
+		return nil, fmt.Errorf("%w: %s did not keep the metadata of stream %s (a node older than nats-server %d.%d in its "+
+			"cluster?): %s", ErrServerTooOld, js.Conn().ConnectedUrlRedacted(), c.Name, MinServerMajor, MinServerMinor, whyMinVersion)
+	}
+	return s, nil
+}
+
+// Definition is the stream as EnsureStream creates it, marked as c's.
+// c must be complete (WithDefaults).
+func (c StreamConfig) Definition() jetstream.StreamConfig {
 	md := map[string]string{MetaInstallation: string(c.Installation)}
 	if c.Owner != "" {
 		md[MetaOwner] = c.Owner
 	}
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	return jetstream.StreamConfig{
 		Name:        c.Name,
-		Description: "ticketrelay: accepted tickets, one message per request_id",
+		Description: streamDescription,
 		Metadata:    md,
 		Subjects:    []string{c.Installation.Subjects()},
 		Retention:   jetstream.LimitsPolicy,
@@ -156,19 +210,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (
 		MaxMsgsPerSubject: MaxMsgsPerSubject,
 		// The relay sends its batches as atomic batches: one fsync each.
 		AllowAtomicPublish: true,
-	})
-	var api *jetstream.APIError
-	switch {
-	case errors.As(err, &api) && api.ErrorCode == jsErrSubjectOverlap:
-		return nil, fmt.Errorf("%w: stream %s: its subjects %s overlap a stream of someone else on this server: "+
-			"choose another -installation", ErrForeignStream, c.Name, c.Installation.Subjects())
-	case errors.As(err, &api) && (api.ErrorCode == jsErrInvalidConfig || api.ErrorCode == jetstream.JSErrCodeStreamNameInUse):
-		return nil, fmt.Errorf("%w: stream %s exists with a configuration ticketrelay cannot take or change to its own (%s); "+
-			"remove it or choose another -installation", ErrInvalidStream, c.Name, api.Description)
-	case err != nil:
-		return nil, fmt.Errorf("natsjs: stream %s: %w", c.Name, err)
 	}
-	return s, nil
 }
 
 // JetStream API error codes of nats-server that nats.go does not name.

@@ -226,6 +226,13 @@ func Start(t testing.TB, dir, name, bin string, args, env []string, want ...stri
 		DumpLog(t, name, filepath.Join(dir, name+".log"))
 		t.Fatal(err)
 	}
+	p.stopAtEnd(t)
+	return p
+}
+
+// stopAtEnd has p's log shown if t failed, and at the end of t stops p if
+// it runs, or fails t if it exited without ExpectExit.
+func (p *Proc) stopAtEnd(t testing.TB) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			DumpLog(t, p.name, p.logPath)
@@ -239,7 +246,6 @@ func Start(t testing.TB, dir, name, bin string, args, env []string, want ...stri
 			t.Errorf("%s exited during the test: %v", p.name, p.waitErr)
 		}
 	})
-	return p
 }
 
 // Name is the name the process was started with.

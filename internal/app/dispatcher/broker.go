@@ -219,12 +219,12 @@ func printBrokerHint(out io.Writer, dataDir string) {
 
 // ensureStream waits for JetStream (an external server may be starting or
 // unreachable for a while: the dispatcher backs off and keeps trying until it
-// is stopped) and creates or updates the stream. A configuration error is
-// final.
+// is stopped) and creates or updates the stream. A configuration error, and
+// a server too old for ticketrelay, are final.
 func ensureStream(ctx context.Context, js jetstream.JetStream, c natsjs.StreamConfig, log *slog.Logger) (jetstream.Stream, error) {
 	return untilReady(ctx, log, "jetstream not ready; retrying", func(ctx context.Context) (jetstream.Stream, error) {
 		return natsjs.EnsureStream(ctx, js, c)
-	}, natsjs.ErrInvalidStream, natsjs.ErrForeignStream)
+	}, natsjs.ErrInvalidStream, natsjs.ErrForeignStream, natsjs.ErrServerTooOld)
 }
 
 // openBucket creates or updates the installation's request bucket,
