@@ -92,18 +92,18 @@ test-alerts: ## alert rules: promtool check and unit tests, and a real Prometheu
 	TICKETRELAY_PROMETHEUS=1 $(GO) test -race -count=1 -timeout 5m ./e2e/alerts/...
 
 # Every command line the docs give a user, run as written (docs/commands_test.go):
-# the README's curl session against mcp-front and a dispatcher, and every
-# `claude mcp add` / `claude mcp get` line of README.md and docs/*.md
-# against the real Claude Code CLI, pinned here and installed once into a
-# cache directory outside the repository (scripts/claude-code-install.sh;
-# ~400 MB, so not part of make test, which runs the curl session alone:
-# decision 0126).
+# the README's curl session and webhook walkthrough against mcp-front and a
+# dispatcher (these two also in make test); every `claude mcp add` /
+# `claude mcp get` line of README.md and docs/*.md against the real Claude
+# Code CLI, pinned here and installed once into a cache directory outside
+# the repository (scripts/claude-code-install.sh; ~400 MB); and make
+# run-cluster's printed steps against its script (decision 0126).
 CLAUDE_CODE_VERSION ?= 2.1.332
 .PHONY: test-docs
-test-docs: ## the docs' command lines: the curl session, and every claude mcp add/get line against Claude Code $(CLAUDE_CODE_VERSION) (installed once into ~/.cache/ticketrelay)
+test-docs: ## the docs' command lines: curl session, webhook walkthrough, run-cluster's steps, every claude mcp add/get line against Claude Code $(CLAUDE_CODE_VERSION) (installed once into ~/.cache/ticketrelay)
 	@claude="$$(CLAUDE_CODE_VERSION='$(CLAUDE_CODE_VERSION)' scripts/claude-code-install.sh)" && \
 	 echo "make test-docs: $$("$$claude" --version)" && \
-	 TICKETRELAY_CLAUDE_CODE="$$claude" $(GO) test -race -count=1 -timeout 10m ./docs/...
+	 TICKETRELAY_CLAUDE_CODE="$$claude" TICKETRELAY_RUN_CLUSTER=1 $(GO) test -race -count=1 -timeout 10m ./docs/...
 
 interop: build ## conformance suite (sessions and -stateless), MCP Inspector CLI (HTTP, stdio), strict 1,000-call stdio test
 	BIN=$(CURDIR)/bin bash interop/run.sh

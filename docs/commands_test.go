@@ -1,23 +1,27 @@
 package docs
 
 // The command lines the docs give a user are run here, as written, against
-// real processes: the README's curl session against mcp-front and a
-// dispatcher started as `make run` starts them, and every `claude mcp add`
-// and `claude mcp get` line of the README and of docs/*.md against the real
-// Claude Code CLI (make test-docs installs the pinned version and sets
-// TICKETRELAY_CLAUDE_CODE) with a throwaway HOME. Only the port, chosen at
-// run time, and the placeholders NAME, URL and TOKEN are substituted.
+// real processes: the README's curl session and its webhook walkthrough
+// against mcp-front and a dispatcher started as `make run` starts them, and
+// every `claude mcp add` and `claude mcp get` line of the README and of
+// docs/*.md against the real Claude Code CLI (make test-docs installs the
+// pinned version and sets TICKETRELAY_CLAUDE_CODE) with a throwaway HOME.
+// Only ports, chosen at run time, and the placeholders NAME, URL and TOKEN
+// are substituted (decision 0126).
 
 import (
 	"bufio"
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,19 +83,26 @@ type system struct {
 
 func startSystem(t *testing.T, dir string, frontArgs ...string) system {
 	t.Helper()
+	return startSystemEnv(t, dir, nil, frontArgs...)
+}
+
+// startSystemEnv is startSystem with env added to both processes'
+// environment, as make run passes its own on.
+func startSystemEnv(t *testing.T, dir string, env []string, frontArgs ...string) system {
+	t.Helper()
 	front, disp := binaries(t)
 	data := filepath.Join(dir, "data")
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	e2eproc.Start(t, dir, "dispatcher", disp, []string{"-data", data, "-nats-listen", "127.0.0.1:0", "-metrics-listen", ""}, nil, "nats")
+	e2eproc.Start(t, dir, "dispatcher", disp, []string{"-data", data, "-nats-listen", "127.0.0.1:0", "-metrics-listen", ""}, env, "nats")
 	f := e2eproc.Start(t, dir, "mcp-front", front, append([]string{"-create-db", "-db", filepath.Join(data, "tickets.db"),
-		"-listen", "127.0.0.1:0", "-metrics-listen", ""}, frontArgs...), nil, "mcp")
+		"-listen", "127.0.0.1:0", "-metrics-listen", ""}, frontArgs...), env, "mcp")
 	return system{dir: dir, url: "http://" + f.Addr("mcp") + "/mcp"}
 }
 
-// shellBlocks returns the lines of the ```sh blocks of a Markdown file
-// that follow the heading, up to the next heading.
+// shellBlock returns the first ```sh block of a Markdown file's section
+// under heading.
 func shellBlock(t *testing.T, page, heading string) string {
 	t.Helper()
 	b, err := os.ReadFile(page)
@@ -174,6 +185,136 @@ mcp -o /dev/null -w 'after delete: %{http_code}\n' -H "Mcp-Session-Id: $SID" -d 
 	if !strings.Contains(again, `"replayed":true`) {
 		t.Fatalf("create_ticket again in a new session: want replayed:\n%s", again)
 	}
+}
+
+// The README's webhook walkthrough, run as written in a fresh directory:
+// the receiver's line, then make run's environment from the second line
+// (make run itself is its two processes, started here with those
+// variables), then the curl session. The ticket reaches the receiver
+// signed with the secret both sides read, its external_url serves it, and
+// after the receiver's line is run again (a restart) the next ticket is
+// delivered too: the same secret, no 401.
+func TestREADMEWebhookWalkthrough(t *testing.T) {
+	block := shellBlock(t, "../README.md", "## One target, end to end: a webhook")
+	const goRun, makeRun = "go run ./examples/webhook-receiver", "make run"
+	var receiverLine, runLine string
+	for l := range strings.SplitSeq(strings.TrimSpace(block), "\n") {
+		switch {
+		case strings.HasPrefix(l, goRun):
+			receiverLine = l
+		case strings.Contains(l, makeRun):
+			runLine = l
+		}
+	}
+	if receiverLine == "" || runLine == "" {
+		t.Fatalf("the walkthrough has no %q line and %q line:\n%s", goRun, makeRun, block)
+	}
+	root, err := e2eproc.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	receiver := filepath.Join(work, "webhook-receiver")
+	build := exec.Command("go", "build", "-o", receiver, "./examples/webhook-receiver")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the receiver: %v\n%s", err, out)
+	}
+	// The receiver listens where examples/webhook.yaml points; here on a
+	// port chosen now, in a copy of the file that says so.
+	yaml, err := os.ReadFile(filepath.Join(root, "examples", "webhook.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := e2eproc.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const docEndpoint = "http://127.0.0.1:9000/tickets"
+	if !strings.Contains(string(yaml), docEndpoint) || !strings.Contains(receiverLine, "127.0.0.1:9000") {
+		t.Fatalf("examples/webhook.yaml's endpoint or the README's line is not %s", docEndpoint)
+	}
+	if err := os.MkdirAll(filepath.Join(work, "examples"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(work, "examples", "webhook.yaml"), []byte(strings.ReplaceAll(string(yaml), docEndpoint, "http://"+addr+"/tickets")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startReceiver := func(name string) *e2eproc.Proc {
+		line := strings.Replace(receiverLine, goRun, receiver+" -listen "+addr, 1)
+		p, err := e2eproc.Launch(context.Background(), work, e2eproc.Spec{Name: name, Bin: "bash", Args: []string{"-c", line}, TCPAddr: addr, Dir: work})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if !p.Exited() {
+				p.Kill9()
+				<-p.Done()
+			}
+		})
+		return p
+	}
+	first := startReceiver("receiver-1")
+	secretFile := filepath.Join(work, "data", "webhook-receiver", "secret")
+	secret, err := os.ReadFile(secretFile)
+	if err != nil {
+		t.Fatalf("the receiver made no secret file: %v", err)
+	}
+
+	// make run's environment, as the second line sets it.
+	prefix, _, _ := strings.Cut(runLine, makeRun)
+	envOut := bash(t, work, prefix+" env")
+	var env []string
+	for l := range strings.SplitSeq(envOut, "\n") {
+		switch name, value, _ := strings.Cut(l, "="); name {
+		case "WEBHOOK_SECRET":
+			env = append(env, l)
+		case "TICKETRELAY_CONFIG": // relative to make run's directory, work here
+			env = append(env, name+"="+filepath.Join(work, value))
+		}
+	}
+	if len(env) != 2 || !slices.Contains(env, "WEBHOOK_SECRET="+strings.TrimSpace(string(secret))) ||
+		!slices.Contains(env, "TICKETRELAY_CONFIG="+filepath.Join(work, "examples", "webhook.yaml")) {
+		t.Fatalf("the make run line sets %v; want TICKETRELAY_CONFIG and the receiver's secret", env)
+	}
+	s := startSystemEnv(t, work, env)
+	session := strings.ReplaceAll(shellBlock(t, "../README.md", "## Without Claude Code: curl"), "http://"+docAddr+"/mcp", s.url)
+	// The session's own lines, without create_ticket: to ask find_request.
+	var find strings.Builder
+	for l := range strings.SplitSeq(session, "\n") {
+		if !strings.Contains(l, `"create_ticket"`) {
+			find.WriteString(l + "\n")
+		}
+	}
+	delivered := func(id string) {
+		t.Helper()
+		bash(t, work, strings.ReplaceAll(session, "curl-1", id))
+		testwait.For(t, 30*time.Second, id+" delivered to the receiver", func() bool {
+			return strings.Contains(bash(t, work, strings.ReplaceAll(find.String(), "curl-1", id)), `"status":"delivered"`)
+		})
+	}
+	delivered("walk-1")
+	b, err := os.ReadFile(filepath.Join(work, "data", "webhook-receiver", "tickets.jsonl"))
+	if err != nil || strings.Count(string(b), `"request_id":"walk-1"`) != 1 {
+		t.Fatalf("the receiver's tickets.jsonl: %v\n%s\nwant walk-1 once", err, b)
+	}
+	resp, err := http.Get("http://" + addr + "/tickets/T-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the ticket's external_url answers %d", resp.StatusCode)
+	}
+
+	// The receiver's line again, after a restart: the same secret.
+	first.Kill9()
+	<-first.Done()
+	startReceiver("receiver-2")
+	if again, err := os.ReadFile(secretFile); err != nil || string(again) != string(secret) {
+		t.Fatalf("the secret changed when the receiver's line ran again (%v)", err)
+	}
+	delivered("walk-2")
 }
 
 // claudeLine is a `claude mcp` command line given in a doc.
@@ -364,4 +505,180 @@ func TestClaudeCodeCommandLines(t *testing.T) {
 			}
 		}
 	}
+}
+
+// runClusterEnv, set by make test-docs, runs make run-cluster's
+// walkthrough: three NATS nodes and two hosts, too heavy for make test.
+const runClusterEnv = "TICKETRELAY_RUN_CLUSTER"
+
+// make run-cluster's script, and the steps it prints, run as printed: host
+// A's ticket is delivered once to the receiver both hosts share after host
+// A is lost, status (with the run's -host-dead-after) shows A adopted;
+// Ctrl-C, after a NATS node was killed too, ends the script with status 0;
+// and a second run starts empty.
+func TestRunClusterWalkthrough(t *testing.T) {
+	if os.Getenv(runClusterEnv) == "" {
+		t.Skip(runClusterEnv + " is not set: make test-docs runs this test")
+	}
+	root, err := e2eproc.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	for _, pkgs := range [][]string{
+		{"./cmd/mcp-front", "./cmd/dispatcher", "./cmd/natscluster", "./examples/webhook-receiver"},
+		{"github.com/nats-io/nats-server/v2"},
+	} {
+		build := exec.Command("go", append([]string{"build", "-o", bin + string(os.PathSeparator)}, pkgs...)...)
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build %v: %v\n%s", pkgs, err, out)
+		}
+	}
+	data := filepath.Join(t.TempDir(), "data-cluster")
+	var env []string
+	for _, v := range []string{"CLUSTER_LISTEN_A", "CLUSTER_LISTEN_B", "CLUSTER_METRICS_A", "CLUSTER_METRICS_B", "CLUSTER_RECEIVER"} {
+		addr, err := e2eproc.FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		env = append(env, v+"="+addr)
+	}
+	env = append(env, "CLUSTER_DATA="+data, "CLUSTER_DEAD_AFTER=5s", "BIN="+bin)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range []string{"host-b/dispatcher.log", "host-b/mcp-front.log", "receiver.log", "nats.log"} {
+				e2eproc.DumpLog(t, l, filepath.Join(data, l))
+			}
+		}
+	})
+
+	out, stop := startRunCluster(t, root, env)
+	_, walk, ok := strings.Cut(out, "Kill a host and watch")
+	if !ok {
+		t.Fatalf("run-cluster printed no steps:\n%s", out)
+	}
+	var steps []string // the commands of the numbered steps, continuation lines joined
+	for l := range strings.SplitSeq(walk, "\n") {
+		switch {
+		case strings.HasPrefix(l, "      ") && len(steps) > 0 && strings.HasSuffix(steps[len(steps)-1], "\\"):
+			steps[len(steps)-1] = strings.TrimSuffix(steps[len(steps)-1], "\\") + strings.TrimSpace(l)
+		case strings.HasPrefix(l, "      "):
+			steps = append(steps, strings.TrimSpace(l))
+		}
+	}
+	if len(steps) != 6 {
+		t.Fatalf("want 6 commands in the printed steps (kill, create, find, lose A, grep, status); got %d:\n%s", len(steps), strings.Join(steps, "\n"))
+	}
+	dir := filepath.Dir(data)
+	bash(t, dir, steps[0])
+	if created := bash(t, dir, steps[1]); !strings.Contains(created, `"status":"queued"`) {
+		t.Fatalf("create_ticket on host A: %s", created)
+	}
+	if found := bash(t, dir, steps[2]); !strings.Contains(found, `"status":"queued"`) {
+		t.Fatalf("find_request on host B: %s", found)
+	}
+	bash(t, dir, steps[3])
+	testwait.For(t, 60*time.Second, "host B delivers host A's ticket", func() bool {
+		return strings.Contains(bash(t, dir, steps[2]), `"status":"delivered"`)
+	})
+	if n := strings.TrimSpace(bash(t, dir, steps[4])); n != "1" {
+		t.Fatalf("%s: %s; want the ticket once at the receiver", steps[4], n)
+	}
+	if !strings.Contains(steps[5], "-host-dead-after 5s") {
+		t.Fatalf("the printed status line judges hosts with another -host-dead-after than the run's: %s", steps[5])
+	}
+	testwait.For(t, 60*time.Second, "status shows host A adopted", func() bool {
+		return strings.Contains(bash(t, dir, steps[5]+" || true"), "adopted by")
+	})
+
+	// A NATS node killed, then Ctrl-C: a clean end.
+	nodes, err := os.ReadFile(filepath.Join(data, "nats.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`node=n2 pid=(\d+)`).FindStringSubmatch(string(nodes))
+	if m == nil {
+		t.Fatalf("no pid of node n2 in nats.log:\n%s", nodes)
+	}
+	bash(t, dir, "kill -9 "+m[1])
+	if end := stop(); !strings.Contains(end, "run-cluster: stopped") {
+		t.Fatalf("after Ctrl-C:\n%s", end)
+	}
+
+	// A second run starts empty: host B knows nothing of demo-1.
+	_, stop = startRunCluster(t, root, env)
+	if found := bash(t, dir, steps[2]); !strings.Contains(found, `"status":"unknown"`) {
+		t.Fatalf("find_request on a second run's host B: %s; want unknown", found)
+	}
+	if b, err := os.ReadFile(filepath.Join(data, "receiver", "tickets.jsonl")); err != nil || len(b) != 0 {
+		t.Fatalf("a second run's receiver holds tickets (%v):\n%s", err, b)
+	}
+	stop()
+}
+
+// startRunCluster starts scripts/run-cluster.sh in a process group of its
+// own, as a terminal runs make, and waits for its summary; stop sends the
+// group SIGINT (a terminal's Ctrl-C), requires status 0 and returns the
+// script's output.
+func startRunCluster(t *testing.T, root string, env []string) (summary string, stop func() string) {
+	t.Helper()
+	var out lockedBuffer
+	cmd := exec.Command("bash", filepath.Join(root, "scripts", "run-cluster.sh"))
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	stopped := false
+	stop = func() string {
+		if stopped {
+			return out.String()
+		}
+		stopped = true
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run-cluster after Ctrl-C: %v; want status 0:\n%s", err, out.String())
+			}
+		case <-time.After(60 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			t.Errorf("run-cluster still running 60 s after Ctrl-C:\n%s", out.String())
+		}
+		return out.String()
+	}
+	t.Cleanup(func() { stop() })
+	ready := "the next run starts over"
+	testwait.For(t, 3*time.Minute, "run-cluster's summary", func() bool {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("run-cluster exited (%v):\n%s", err, out.String())
+		default:
+		}
+		return strings.Contains(out.String(), ready)
+	})
+	return out.String(), stop
+}
+
+// lockedBuffer is a bytes.Buffer a process writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -138,6 +138,16 @@ for addr in "$LISTEN_A" "$LISTEN_B"; do
 	exit 1
 done
 
+# And until both hosts beat in the cluster record: a host killed before its
+# first heartbeat is one no other host knows to adopt.
+for _ in $(seq 1 120); do # 60 s
+	live=$("$BIN/dispatcher" status -data "$DATA/host-a" -multi-host -nats "$URLS" -installation "$NAME" \
+		-host-dead-after "$DEAD_AFTER" 2>/dev/null | grep -c ' live ' || true)
+	[ "$live" -ge 2 ] && break
+	sleep 0.5
+done
+[ "$live" -ge 2 ] || { say "both hosts did not beat in the cluster record within 60 s; see $DATA/host-*/dispatcher.log"; exit 1; }
+
 A=http://$LISTEN_A/mcp B=http://$LISTEN_B/mcp
 H="-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream'"
 cat <<EOF
