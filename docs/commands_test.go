@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"ticketrelay/internal/e2eproc"
+	"ticketrelay/internal/testio"
 	"ticketrelay/internal/testwait"
 )
 
@@ -623,7 +624,7 @@ func TestRunClusterWalkthrough(t *testing.T) {
 // script's output.
 func startRunCluster(t *testing.T, root string, env []string) (summary string, stop func() string) {
 	t.Helper()
-	var out lockedBuffer
+	var out testio.Buffer
 	cmd := exec.Command("bash", filepath.Join(root, "scripts", "run-cluster.sh"))
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -663,22 +664,4 @@ func startRunCluster(t *testing.T, root string, env []string) (summary string, s
 		return strings.Contains(out.String(), ready)
 	})
 	return out.String(), stop
-}
-
-// lockedBuffer is a bytes.Buffer a process writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
