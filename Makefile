@@ -101,6 +101,20 @@ test-debian-nats: ## a dispatcher against Debian's nats-server (installs Debian'
 	TICKETRELAY_DEBIAN_NATS=$$bin $(GO) test -race -count=1 -run TestDebianNATSServer ./natsjs/ && \
 	TICKETRELAY_DEBIAN_NATS=$$bin $(GO) test -race -count=1 -timeout 10m ./e2e/debiannats/...
 
+# Every command line the docs give a user, run as written (docs/commands_test.go):
+# the README's curl session and webhook walkthrough against mcp-front and a
+# dispatcher (these two also in make test); every `claude mcp add` /
+# `claude mcp get` line of README.md and docs/*.md against the real Claude
+# Code CLI, pinned here and installed once into a cache directory outside
+# the repository (scripts/claude-code-install.sh; ~400 MB); and make
+# run-cluster's printed steps against its script (decision 0126).
+CLAUDE_CODE_VERSION ?= 2.1.332
+.PHONY: test-docs
+test-docs: ## the docs' command lines: curl session, webhook walkthrough, run-cluster's steps, every claude mcp add/get line against Claude Code $(CLAUDE_CODE_VERSION) (installed once into ~/.cache/ticketrelay)
+	@claude="$$(CLAUDE_CODE_VERSION='$(CLAUDE_CODE_VERSION)' scripts/claude-code-install.sh)" && \
+	 echo "make test-docs: $$("$$claude" --version)" && \
+	 TICKETRELAY_CLAUDE_CODE="$$claude" TICKETRELAY_RUN_CLUSTER=1 $(GO) test -race -count=1 -timeout 10m ./docs/...
+
 interop: build ## conformance suite (sessions and -stateless), MCP Inspector CLI (HTTP, stdio), strict 1,000-call stdio test
 	BIN=$(CURDIR)/bin bash interop/run.sh
 
@@ -145,10 +159,13 @@ torture-multihost: ## long multi-host run: 3 hosts on a 3-node NATS cluster behi
 
 # A multi-host installation on loopback (scripts/run-cluster.sh): 3 NATS
 # nodes and two hosts A and B (each a dispatcher + mcp-front + SQLite file
-# under CLUSTER_DATA/host-x, -multi-host -installation CLUSTER_NAME). It
-# prints both MCP URLs and how to kill a host and watch no ticket be lost;
-# Ctrl-C stops everything. The NATS ports are chosen at run time (printed);
-# each host's dispatcher serves metrics on the port after its front's.
+# under CLUSTER_DATA/host-x, -multi-host -installation CLUSTER_NAME), both
+# delivering to one webhook receiver (examples/webhook-receiver on
+# CLUSTER_RECEIVER). It prints both MCP URLs and how to kill a host and
+# watch no ticket be lost; Ctrl-C stops everything, and each run starts
+# from an empty CLUSTER_DATA. The NATS ports are chosen at run time
+# (printed); each host's dispatcher serves metrics on the port after its
+# front's.
 CLUSTER_DATA       ?= data-cluster
 CLUSTER_NAME       ?= demo
 CLUSTER_LISTEN_A   ?= 127.0.0.1:8081
@@ -156,10 +173,11 @@ CLUSTER_LISTEN_B   ?= 127.0.0.1:8082
 CLUSTER_METRICS_A  ?= 127.0.0.1:9466
 CLUSTER_METRICS_B  ?= 127.0.0.1:9468
 CLUSTER_DEAD_AFTER ?= 15s
+CLUSTER_RECEIVER   ?= 127.0.0.1:9001
 .PHONY: run-cluster
 run-cluster: build ## 3 NATS nodes and two hosts of one installation on loopback; kill a host, lose no ticket (CLUSTER_DATA=data-cluster, CLUSTER_LISTEN_A/B, ...)
-	$(BUILD) -o bin/ ./cmd/natscluster
+	$(BUILD) -o bin/ ./cmd/natscluster ./examples/webhook-receiver
 	$(BUILD) -o bin/nats-server github.com/nats-io/nats-server/v2
 	CLUSTER_DATA='$(CLUSTER_DATA)' CLUSTER_NAME='$(CLUSTER_NAME)' CLUSTER_LISTEN_A='$(CLUSTER_LISTEN_A)' \
 	CLUSTER_LISTEN_B='$(CLUSTER_LISTEN_B)' CLUSTER_METRICS_A='$(CLUSTER_METRICS_A)' CLUSTER_METRICS_B='$(CLUSTER_METRICS_B)' \
-	CLUSTER_DEAD_AFTER='$(CLUSTER_DEAD_AFTER)' BIN=bin scripts/run-cluster.sh
+	CLUSTER_DEAD_AFTER='$(CLUSTER_DEAD_AFTER)' CLUSTER_RECEIVER='$(CLUSTER_RECEIVER)' BIN=bin scripts/run-cluster.sh

@@ -134,8 +134,11 @@ func (r *runner) scenario8(ctx context.Context) error {
 		"River %s on SQLite: jobs inserted first, %d workers", count3(n), len(relay), len(riv), backlogOrderText(rounds), workers, forwarder.StartConcurrency, r.riverVersion(), r.cfg.RiverWorkers)
 	r.rep.add(row{"8", fmt.Sprintf("deliver a %s-ticket backlog to a webhook, vs River", count3(n)), settings,
 		perSec(rt), perSec(rr) + " River on SQLite", times(ratio(rt, rr)), "≥ 3×", verdict(ratio(rt, rr) >= 3)})
+	// Information only (decision 0125): the ceiling stores nothing, so it
+	// moves with the box's HTTP speed more than the pipeline does; delivery
+	// is held to River and to the dispatcher's CPU per ticket instead.
 	r.rep.add(row{"8", "the same vs plain concurrent POSTs (the ceiling)", fmt.Sprintf("same rounds; ceiling: %d goroutines of the load generator POSTing the same payloads, nothing stored", ceilingSenders),
-		perSec(rt), perSec(rc) + " plain POSTs", times(ratio(rt, rc)), "≥ 0.4×", verdict(ratio(rt, rc) >= 0.4)})
+		perSec(rt), perSec(rc) + " plain POSTs", times(ratio(rt, rc)), "—", "info"})
 	r.rep.add(row{"8", "dispatcher CPU per delivered ticket", "same runs; /proc utime+stime of the dispatcher from its start to the last key (start-up and relay included)",
 		fmt.Sprintf("%d µs", cpu.Microseconds()), fmt.Sprintf("%d µs River's process", rivCPU.Microseconds()), times(ratio(float64(cpu), float64(rivCPU))),
 		"≤ 250 µs", verdict(cpu <= 250*time.Microsecond)})

@@ -1,6 +1,7 @@
-// Package docs holds the project's documentation; its test keeps the
+// Package docs holds the project's documentation; its tests keep the
 // relative links of the README and of every page here pointing at files
-// that exist, so that a moved or renamed file is caught where it happens.
+// that exist, so that a moved or renamed file is caught where it happens,
+// and run the command lines the docs give a user (commands_test.go).
 package docs
 
 import (

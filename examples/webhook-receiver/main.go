@@ -1,18 +1,19 @@
 // Command webhook-receiver is a small receiver for ticketrelay's webhook
 // target, to start from: it checks each request's Standard Webhooks
 // signature, creates each ticket once per Idempotency-Key, however often
-// the dispatcher sends it, and answers the id and URL the dispatcher
-// records as the ticket's external_id and external_url. The contract it
-// keeps is docs/webhook-receiver.md. Standard library only.
+// the dispatcher sends it, answers the id and URL the dispatcher records
+// as the ticket's external_id and external_url, and serves that URL. The
+// contract it keeps is docs/webhook-receiver.md. Standard library only.
 //
-//	WEBHOOK_SECRET=whsec_… go run ./examples/webhook-receiver -listen 127.0.0.1:9000
+//	go run ./examples/webhook-receiver                      # keeps its files in data/webhook-receiver
+//	WEBHOOK_SECRET="$(cat data/webhook-receiver/secret)" dispatcher -config examples/webhook.yaml
 //
-// with examples/webhook.yaml (same WEBHOOK_SECRET) on the dispatcher's side.
-// Each ticket is printed to stdout as one JSON line; logs go to stderr.
-//
-// It keeps keys in memory, so a restart forgets them: a real receiver keeps
-// them with its tickets (a unique constraint on the key), for as long as a
-// resend can come.
+// The signing secret is the file DIR/secret: made on the first start, read
+// on every later one, so both sides read the same secret however often
+// either is started. Tickets are kept in DIR/tickets.jsonl, one JSON line
+// each, written before the answer: after a restart a resend still gets the
+// first answer and ids go on where they stopped. Each new ticket is also
+// printed to stdout as one JSON line; logs go to stderr.
 package main
 
 import (
@@ -25,8 +26,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,8 +78,9 @@ type Receiver struct {
 	now  func() time.Time
 	log  *slog.Logger
 	base string // URL prefix of a created ticket's url
-	// create stores a new ticket and returns its id.
-	create func(p Payload) (string, error)
+	// create stores a new ticket under its key and body digest and returns
+	// its id.
+	create func(key string, digest [32]byte, p Payload) (string, error)
 
 	mu   sync.Mutex
 	keys map[string]*outcome // Idempotency-Key → what the first request with it did
@@ -94,17 +98,26 @@ type outcome struct {
 // NewReceiver builds a receiver. secret is the signing secret ("whsec_" +
 // base64, as on the dispatcher's side; "" accepts unsigned requests),
 // base prefixes the url of a ticket, create stores a ticket.
-func NewReceiver(secret, base string, now func() time.Time, log *slog.Logger, create func(Payload) (string, error)) (*Receiver, error) {
+func NewReceiver(secret, base string, now func() time.Time, log *slog.Logger, create func(string, [32]byte, Payload) (string, error)) (*Receiver, error) {
 	r := &Receiver{now: now, log: log, base: strings.TrimRight(base, "/"), create: create, keys: map[string]*outcome{}}
 	if secret != "" {
-		b64, ok := strings.CutPrefix(secret, "whsec_")
-		key, err := base64.StdEncoding.DecodeString(b64)
-		if !ok || err != nil || len(key) < 16 {
-			return nil, errors.New(`the signing secret must be "whsec_" followed by the base64 of at least 16 bytes`)
+		key, err := signingKey(secret)
+		if err != nil {
+			return nil, err
 		}
 		r.key = key
 	}
 	return r, nil
+}
+
+// signingKey decodes a "whsec_" secret into its HMAC key.
+func signingKey(secret string) ([]byte, error) {
+	b64, ok := strings.CutPrefix(secret, "whsec_")
+	key, err := base64.StdEncoding.DecodeString(b64)
+	if !ok || err != nil || len(key) < 16 {
+		return nil, errors.New(`the signing secret must be "whsec_" followed by the base64 of at least 16 bytes`)
+	}
+	return key, nil
 }
 
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -157,7 +170,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.keys[key] = o
 	r.mu.Unlock()
 
-	id, err := r.create(p)
+	id, err := r.create(key, digest, p)
 	if err != nil {
 		// Forget the key: nothing was stored, the resend may create it.
 		r.mu.Lock()
@@ -167,12 +180,27 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		problem(w, http.StatusServiceUnavailable, "the ticket could not be stored; send it again")
 		return
 	}
-	answer, _ := json.Marshal(Created{ID: id, URL: r.base + "/" + id})
 	r.mu.Lock()
-	o.done, o.status, o.answer = true, http.StatusCreated, answer
+	r.settle(o, id)
 	r.mu.Unlock()
 	r.log.Info("created", "key", key, "id", id)
-	reply(w, http.StatusCreated, answer)
+	reply(w, o.status, o.answer)
+}
+
+// Restore records a ticket created before this process started, as the
+// store read it back: a resend of its key gets the first answer again.
+func (r *Receiver) Restore(key string, digest [32]byte, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := &outcome{digest: digest}
+	r.settle(o, id)
+	r.keys[key] = o
+}
+
+// settle makes o the answer for a created ticket id. r.mu is held.
+func (r *Receiver) settle(o *outcome, id string) {
+	o.answer, _ = json.Marshal(Created{ID: id, URL: r.base + "/" + id})
+	o.done, o.status = true, http.StatusCreated
 }
 
 // verify checks the Standard Webhooks headers against body; it returns why
@@ -224,38 +252,61 @@ func problem(w http.ResponseWriter, status int, detail string) {
 
 func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(log); err != nil {
+	if err := run(os.Args[1:], os.Getenv, os.Stdout, log); err != nil {
 		log.Error("webhook-receiver", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(log *slog.Logger) error {
-	listen := flag.String("listen", "127.0.0.1:9000", "`address` to listen on")
-	flag.Parse()
-	var (
-		mu   sync.Mutex
-		next int
-		out  = json.NewEncoder(os.Stdout)
-	)
-	create := func(p Payload) (string, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		next++
-		id := fmt.Sprintf("T-%d", next)
-		return id, out.Encode(map[string]any{"id": id, "ticket": p.Data})
+func run(args []string, getenv func(string) string, stdout io.Writer, log *slog.Logger) error {
+	fs := flag.NewFlagSet("webhook-receiver", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:9000", "`address` to listen on (examples/webhook.yaml's endpoint)")
+	dir := fs.String("dir", filepath.Join("data", "webhook-receiver"), "`directory` of the signing secret (secret) and the tickets (tickets.jsonl)")
+	unsigned := fs.Bool("unsigned", false, "accept unsigned requests (a target without signing_secret_env); no secret file is made")
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
-	secret := os.Getenv("WEBHOOK_SECRET")
-	if secret == "" {
-		log.Warn("WEBHOOK_SECRET is not set: unsigned requests are accepted")
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q: the receiver takes flags only", fs.Args())
 	}
-	rcv, err := NewReceiver(secret, "http://"+*listen+"/tickets", time.Now, log, create)
+	if err := os.MkdirAll(*dir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	secret, secretFile := "", filepath.Join(*dir, "secret")
+	if !*unsigned {
+		var made bool
+		var err error
+		if secret, made, err = loadSecret(secretFile, getenv("WEBHOOK_SECRET")); err != nil {
+			return err
+		}
+		if made {
+			log.Info("made a signing secret: give the dispatcher the same one", "file", secretFile,
+				"dispatcher", fmt.Sprintf(`WEBHOOK_SECRET="$(cat %s)"`, secretFile))
+		}
+	}
+	// Bind first: a receiver that cannot listen says so and nothing else.
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s (-listen): %w", *listen, err)
+	}
+	defer ln.Close()
+	base := "http://" + ln.Addr().String() + "/tickets"
+	st, kept, err := openStore(filepath.Join(*dir, "tickets.jsonl"), stdout)
 	if err != nil {
 		return err
 	}
+	defer st.Close()
+	rcv, err := NewReceiver(secret, base, time.Now, log, st.Create)
+	if err != nil {
+		return fmt.Errorf("%s: %w", secretFile, err)
+	}
+	for _, k := range kept {
+		rcv.Restore(k.Key, k.digest, k.ID)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /tickets", rcv)
-	log.Info("listening", "addr", *listen, "path", "/tickets")
-	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	return srv.ListenAndServe()
+	mux.HandleFunc("GET /tickets/{id}", st.ServeTicket)
+	log.Info("listening", "url", base, "signed", !*unsigned, "tickets", len(kept), "dir", *dir)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return srv.Serve(ln)
 }

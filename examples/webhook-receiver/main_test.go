@@ -20,16 +20,16 @@ import (
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-// store is what the receiver's create writes to; hold, when set, makes a
+// memStore is what the receiver's create writes to; hold, when set, makes a
 // create wait until it is closed.
-type store struct {
+type memStore struct {
 	mu      sync.Mutex
 	tickets []Payload
 	hold    chan struct{}
 	started chan struct{}
 }
 
-func (s *store) create(p Payload) (string, error) {
+func (s *memStore) create(_ string, _ [32]byte, p Payload) (string, error) {
 	s.mu.Lock()
 	hold, started := s.hold, s.started
 	s.mu.Unlock()
@@ -43,13 +43,13 @@ func (s *store) create(p Payload) (string, error) {
 	return "T-" + strconv.Itoa(len(s.tickets)), nil
 }
 
-func (s *store) count() int {
+func (s *memStore) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.tickets)
 }
 
-func (s *store) first() Ticket {
+func (s *memStore) first() Ticket {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.tickets[0].Data
@@ -57,7 +57,7 @@ func (s *store) first() Ticket {
 
 // start serves a receiver with the signing secret on 127.0.0.1 and returns
 // its /tickets URL.
-func start(t *testing.T, s *store) string {
+func start(t *testing.T, s *memStore) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	srv := httptest.NewServer(mux)
@@ -89,7 +89,7 @@ func target(t *testing.T, url, signingSecret string) *webhook.Target {
 // the same key) is created once, and the resend gets the first answer: the
 // id and URL the dispatcher records.
 func TestRedeliveryIsDeduped(t *testing.T) {
-	s := &store{}
+	s := &memStore{}
 	url := start(t, s)
 	tg := target(t, url, secret)
 	d := downstreamtest.NewDelivery("req-redelivered")
@@ -120,7 +120,7 @@ func TestRedeliveryIsDeduped(t *testing.T) {
 // A request signed with another secret, or not signed, is refused: the
 // dispatcher takes the 401 as an auth failure (failed for good, counted).
 func TestBadSignatureIsRefused(t *testing.T) {
-	s := &store{}
+	s := &memStore{}
 	url := start(t, s)
 	for name, tg := range map[string]*webhook.Target{
 		"other secret": target(t, url, "whsec_"+strings.Repeat("A", 32)),
@@ -142,7 +142,7 @@ func TestBadSignatureIsRefused(t *testing.T) {
 // and it then gets the first answer. The key with another body is 422,
 // failed for good.
 func TestResendWhileProcessing(t *testing.T) {
-	s := &store{hold: make(chan struct{}), started: make(chan struct{})}
+	s := &memStore{hold: make(chan struct{}), started: make(chan struct{})}
 	url := start(t, s)
 	tg := target(t, url, secret)
 	d := downstreamtest.NewDelivery("req-slow")
