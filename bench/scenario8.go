@@ -179,9 +179,12 @@ func (r *runner) scenario8(ctx context.Context) error {
 // 0064, 0080, 0081).
 func (r *runner) backlogMemory(ctx context.Context, n int, relay []drain, rt float64) error {
 	rss := int64(median(relay, func(d drain) float64 { return float64(d.rss) }))
+	// Information only (decision 0125): with the broker embedded, a draining
+	// dispatcher holds the broker's blocks and duplicate window too; the
+	// 60 MB target is held per process in the row below.
 	r.rep.add(row{"8", "peak RSS of the dispatcher while draining",
 		fmt.Sprintf("the %d ticketrelay runs above (median); embedded nats-server, its stream blocks and duplicate window included", len(relay)),
-		mib(rss), "—", "—", "≤ 60 MB", verdict(rss <= memoryTarget)})
+		mib(rss), "—", "—", "—", "info"})
 	dir, err := r.mkdir("s8-broker")
 	if err != nil {
 		return err
