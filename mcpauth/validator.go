@@ -103,7 +103,7 @@ type Config struct {
 	// Algorithms narrows DefaultAlgorithms (the default).
 	Algorithms []string
 	// Leeway is the clock skew allowed on exp, nbf and iat. Default
-	// DefaultLeeway, at most MaxLeeway.
+	// DefaultLeeway; negative: none; at most MaxLeeway.
 	Leeway time.Duration
 	// GroupsClaim names the claim that lists the user's groups. Default
 	// "groups"; a name with "/" or ":" (Auth0's namespaced claims) is
@@ -164,8 +164,10 @@ func New(cfg Config) (*Validator, error) {
 	switch {
 	case cfg.Leeway == 0:
 		cfg.Leeway = DefaultLeeway
-	case cfg.Leeway < 0 || cfg.Leeway > MaxLeeway:
-		return nil, fmt.Errorf("leeway %v: want 0 to %v", cfg.Leeway, MaxLeeway)
+	case cfg.Leeway < 0:
+		cfg.Leeway = 0
+	case cfg.Leeway > MaxLeeway:
+		return nil, fmt.Errorf("leeway %v: want at most %v", cfg.Leeway, MaxLeeway)
 	}
 	if cfg.GroupsClaim == "" {
 		cfg.GroupsClaim = DefaultGroupsClaim
