@@ -90,8 +90,10 @@ type Config struct {
 	// Issuer is the authorization server whose tokens are accepted: their
 	// iss must be exactly this.
 	Issuer string
-	// Audience is this resource's canonical URL (RFC 8707, RFC 9728): a
-	// token's aud must name it (a trailing "/" aside).
+	// Audience is what a token's aud must name (a trailing "/" aside):
+	// this resource's canonical URL (RFC 8707, RFC 9728), or the value an
+	// issuer puts there instead (Entra ID's v2 tokens: the API's
+	// application id).
 	Audience string
 	// JWKSURL is where the issuer publishes its signing keys; empty: the
 	// jwks_uri of the issuer's metadata.
@@ -140,8 +142,8 @@ func New(cfg Config) (*Validator, error) {
 	if err := checkURL("issuer", cfg.Issuer); err != nil {
 		return nil, err
 	}
-	if err := checkURL("audience", cfg.Audience); err != nil {
-		return nil, err
+	if strings.TrimSpace(cfg.Audience) == "" {
+		return nil, errors.New("no audience: tokens must be meant for this resource")
 	}
 	if cfg.JWKSURL != "" {
 		if err := checkURL("JWKS URL", cfg.JWKSURL); err != nil {

@@ -1,6 +1,7 @@
 package front
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"os"
@@ -88,7 +89,7 @@ func staticTokens(env app.Env, file, envVar string) (*mcphttp.Tokens, error) {
 // validator builds the access-token validator of the -oauth-* flags.
 func validator(o Options, log *slog.Logger, m *metrics.OAuth) (*mcpauth.Validator, error) {
 	cfg := mcpauth.Config{
-		Issuer: o.OAuthIssuer, Audience: o.AuthResource, JWKSURL: o.OAuthJWKSURL,
+		Issuer: o.OAuthIssuer, Audience: cmp.Or(o.OAuthAudience, o.AuthResource), JWKSURL: o.OAuthJWKSURL,
 		Algorithms: app.SplitList(o.OAuthAlgorithms), GroupsClaim: o.OAuthGroupsClaim, Leeway: o.OAuthLeeway,
 		Logger: log, Metrics: m,
 	}

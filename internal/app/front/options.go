@@ -62,6 +62,7 @@ type Options struct {
 	AuthResource          string        // -auth-resource
 	AuthServers           string        // -auth-servers, comma-separated; default -oauth-issuer
 	OAuthIssuer           string        // -oauth-issuer: accept its access tokens
+	OAuthAudience         string        // -oauth-audience; default -auth-resource
 	OAuthJWKSURL          string        // -oauth-jwks-url; default the issuer's jwks_uri
 	OAuthScopes           string        // -oauth-scopes, comma-separated: needed by every access token
 	OAuthGroupsClaim      string        // -oauth-groups-claim; default mcpauth.DefaultGroupsClaim
@@ -114,6 +115,7 @@ func (o *Options) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.AuthResource, "auth-resource", "", "canonical `URL` of this endpoint (https://host/mcp): with -auth-servers, serves OAuth protected-resource metadata")
 	fs.StringVar(&o.AuthServers, "auth-servers", "", "comma-separated OAuth authorization server `URLs` for the protected-resource metadata (default: -oauth-issuer)")
 	fs.StringVar(&o.OAuthIssuer, "oauth-issuer", "", "accept OAuth access tokens of this issuer (`URL`, exactly their iss) meant for -auth-resource: users sign in with it (see docs/security.md)")
+	fs.StringVar(&o.OAuthAudience, "oauth-audience", "", "the `aud` access tokens must carry (default: -auth-resource; Entra ID v2 tokens carry the API's application id)")
 	fs.StringVar(&o.OAuthJWKSURL, "oauth-jwks-url", "", "`URL` of the issuer's signing keys (default: the jwks_uri of its metadata)")
 	fs.StringVar(&o.OAuthScopes, "oauth-scopes", "", "comma-separated `scopes` every access token must carry (403 insufficient_scope otherwise); advertised in the metadata")
 	fs.StringVar(&o.OAuthGroupsClaim, "oauth-groups-claim", mcpauth.DefaultGroupsClaim, "access-token claim `name` that lists the user's groups")
