@@ -15,7 +15,7 @@ LDFLAGS  := -X ticketrelay/internal/app.Version=$(VERSION)
 # the measurements). Tests keep cgo: the race detector needs it.
 BUILD    := CGO_ENABLED=0 $(GO) build
 
-.PHONY: all build run test test/short test/race lint vet fmt bench clean interop test-redmine
+.PHONY: all build run test test/short test/race lint vet fmt bench clean interop test-redmine test-oauth
 
 all: build
 
@@ -80,6 +80,16 @@ lint: vet
 test-redmine: build ## the redmine target against a real Redmine (installs Debian's redmine if missing: root)
 	scripts/redmine-up.sh install
 	TICKETRELAY_REDMINE=1 $(GO) test -race -count=1 -timeout 10m ./e2e/redmine/...
+
+# Signing in against a real OAuth server: Ory Hydra, pinned by the module of
+# its own in internal/tools/hydra (its dependencies stay out of ours), built
+# once per version into HYDRA_CACHE (the build takes minutes). Its in-memory
+# store is SQLite through cgo, behind the sqlite build tag, as Ory builds it.
+HYDRA_VERSION := $(shell awk '$$1 == "github.com/ory/hydra/v2" {print $$2; exit}' internal/tools/hydra/go.mod)
+HYDRA_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ticketrelay/hydra-$(HYDRA_VERSION)
+test-oauth: ## signing in with the go-sdk's OAuth client against a real Ory Hydra (built once into HYDRA_CACHE)
+	@test -x $(HYDRA_CACHE)/hydra || { mkdir -p $(HYDRA_CACHE) && cd internal/tools/hydra && CGO_ENABLED=1 $(GO) build -tags sqlite,sqlite_omit_load_extension -o $(HYDRA_CACHE)/hydra github.com/ory/hydra/v2; }
+	TICKETRELAY_HYDRA=$(HYDRA_CACHE)/hydra $(GO) test -race -count=1 -timeout 10m ./e2e/oauth/...
 
 # Every alert of deploy/prometheus/alerts.yml: promtool's checks and unit
 # tests (alerts_test*.yml), then a real Prometheus scraping a real dispatcher
