@@ -32,7 +32,7 @@ func (f *front) checkAuth() error {
 			auth.FailureLimit = mcphttp.RateLimit{PerSecond: mcphttp.DefaultAuthFailureLimit.PerSecond, Burst: f.o.AuthFailures}
 		}
 	case !loopback && !f.o.Insecure:
-		return fmt.Errorf("%w: refusing to serve %s beyond loopback without authentication: give -auth-tokens-file or $%s, or pass -insecure",
+		return fmt.Errorf("%w: refusing to serve %s beyond loopback without authentication: give -auth-tokens-file or $%s, or -oauth-issuer, or pass -insecure",
 			app.ErrUsage, f.o.Listen, f.o.AuthTokensEnv)
 	case !loopback:
 		f.log.Warn("serving beyond loopback WITHOUT authentication (-insecure)", "listen", f.o.Listen)
