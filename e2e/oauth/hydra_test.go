@@ -91,7 +91,8 @@ oidc:
 webfinger:
   oidc_discovery:
     supported_scope: [tickets]
-`, pub[1], adm[1], h.public, h.public, app.URL, app.URL)
+    client_registration_url: %s/oauth2/register
+`, pub[1], adm[1], h.public, h.public, app.URL, app.URL, h.public)
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "hydra.yml")
 	if err := os.WriteFile(cfgFile, []byte(config), 0o600); err != nil {
@@ -140,12 +141,19 @@ webfinger:
 	var meta oauthex.AuthServerMeta
 	getJSON(t, h.public+"/.well-known/openid-configuration", &meta)
 	h.issuer = meta.Issuer
+	// Hydra makes its signing keys on the first request for them (RSA
+	// 4096: seconds on a busy machine); mcp-front is not to wait for that.
+	var jwks struct{ Keys []json.RawMessage }
+	getJSON(t, meta.JWKSURI, &jwks)
+	if len(jwks.Keys) == 0 {
+		t.Fatalf("hydra publishes no signing key at %s", meta.JWKSURI)
+	}
 	return h
 }
 
 func getJSON(t *testing.T, u string, dst any) {
 	t.Helper()
-	resp, err := http.Get(u)
+	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Get(u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +329,7 @@ func TestSignInWithHydra(t *testing.T) {
 	h := startHydra(t, resource)
 	logs, dbPath := startFront(t, listen, resource, h.issuer)
 
-	connect := func(user string) *mcp.ClientSession {
+	connect := func(user string) (*mcp.ClientSession, *auth.AuthorizationCodeHandler) {
 		t.Helper()
 		h.signIn(user)
 		callback := "http://127.0.0.1:1/callback" // never served: the browser stops at it
@@ -333,6 +341,7 @@ func TestSignInWithHydra(t *testing.T) {
 			RedirectURL:              callback,
 			AuthorizationCodeFetcher: browser(callback),
 			AcceptUnadvertisedIss:    true,
+			Client:                   &http.Client{Transport: jwksAsObject{http.DefaultTransport}, Timeout: 30 * time.Second},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -345,7 +354,7 @@ func TestSignInWithHydra(t *testing.T) {
 			t.Fatalf("%s: connect with sign-in: %v\nmcp-front:\n%s", user, err, logs)
 		}
 		t.Cleanup(func() { cs.Close() })
-		return cs
+		return cs, handler
 	}
 	create := func(cs *mcp.ClientSession, rid string) map[string]any {
 		t.Helper()
@@ -360,16 +369,36 @@ func TestSignInWithHydra(t *testing.T) {
 		return out
 	}
 
-	ada := connect("ada")
+	ada, adaHandler := connect("ada")
 	first := create(ada, "r-1")
-	adaAgain := connect("ada") // another client, registered anew, of the same user
+	adaAgain, _ := connect("ada") // another client, registered anew, of the same user
 	again := create(adaAgain, "r-1")
-	bo := create(connect("bo"), "r-1")
+	boSession, _ := connect("bo")
+	bo := create(boSession, "r-1")
 	if first["status"] != "queued" || again["replayed"] != true || again["ticket_id"] != first["ticket_id"] {
 		t.Errorf("one user, two clients: %v then %v; want the second to replay the first", first, again)
 	}
 	if bo["replayed"] == true || bo["ticket_id"] == first["ticket_id"] {
 		t.Errorf("another user: %v; want a ticket of its own", bo)
+	}
+	// Hydra's token yields the whole principal: the consent's session data
+	// (under ext), the scopes granted, the client that registered.
+	ts, err := adaHandler.TokenSource(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := ts.Token()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := mcpauth.New(mcpauth.Config{Issuer: h.issuer, Audience: resource})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := v.Validate(t.Context(), tok.AccessToken)
+	if err != nil || p.Subject != "ada" || p.Name != "Ada" || p.Email != "ada@example.com" || strings.Join(p.Groups, ",") != "ops" ||
+		!p.HasScopes([]string{"tickets"}) || p.ClientID == "" {
+		t.Errorf("ada's token from Hydra: %+v, %v", p, err)
 	}
 	h.mu.Lock()
 	logins := h.logins
@@ -411,6 +440,34 @@ func TestSignInWithHydra(t *testing.T) {
 	if strings.Join(subjects, " ") != strings.Join(want, " ") {
 		t.Errorf("subjects %q, want %q", subjects, want)
 	}
+}
+
+// jwksAsObject drops the "jwks" object of a client registration answer.
+// RFC 7591 §2 makes jwks a JSON object, and Hydra answers "jwks": {}; go-sdk
+// v1.8.0's oauthex.ClientRegistrationResponse declares it a string and
+// refuses the whole answer. The client registered no keys, so nothing is
+// lost.
+type jwksAsObject struct{ next http.RoundTripper }
+
+func (j jwksAsObject) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := j.next.RoundTrip(r)
+	if err != nil || r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/oauth2/register") {
+		return resp, err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(b, &m) == nil && bytes.HasPrefix(bytes.TrimSpace(m["jwks"]), []byte("{")) {
+		delete(m, "jwks")
+		b, _ = json.Marshal(m)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	resp.ContentLength = int64(len(b))
+	resp.Header.Del("Content-Length")
+	return resp, nil
 }
 
 type bearer string
