@@ -83,13 +83,20 @@ test-redmine: build ## the redmine target against a real Redmine (installs Debia
 
 # Signing in against a real OAuth server: Ory Hydra, pinned by the module of
 # its own in internal/tools/hydra (its dependencies stay out of ours), built
-# once per version into HYDRA_CACHE (the build takes minutes). Its in-memory
+# once per version into TOOLS_CACHE (the build takes minutes). Its in-memory
 # store is SQLite through cgo, behind the sqlite build tag, as Ory builds it.
+# Claude Code, pinned here, is installed from npm beside it.
+TOOLS_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ticketrelay
 HYDRA_VERSION := $(shell awk '$$1 == "github.com/ory/hydra/v2" {print $$2; exit}' internal/tools/hydra/go.mod)
-HYDRA_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ticketrelay/hydra-$(HYDRA_VERSION)
-test-oauth: ## signing in with the go-sdk's OAuth client against a real Ory Hydra (built once into HYDRA_CACHE)
-	@test -x $(HYDRA_CACHE)/hydra || { mkdir -p $(HYDRA_CACHE) && cd internal/tools/hydra && CGO_ENABLED=1 $(GO) build -tags sqlite,sqlite_omit_load_extension -o $(HYDRA_CACHE)/hydra github.com/ory/hydra/v2; }
-	TICKETRELAY_HYDRA=$(HYDRA_CACHE)/hydra $(GO) test -race -count=1 -timeout 10m ./e2e/oauth/...
+HYDRA         := $(TOOLS_CACHE)/hydra-$(HYDRA_VERSION)/hydra
+CLAUDE_CODE_VERSION := 2.1.337
+CLAUDE        := $(TOOLS_CACHE)/claude-code-$(CLAUDE_CODE_VERSION)/node_modules/.bin/claude
+test-oauth: ## signing in against a real Ory Hydra: the go-sdk's OAuth client, and Claude Code (both installed once into TOOLS_CACHE)
+	@test -x $(HYDRA) || { mkdir -p $(dir $(HYDRA)) && cd internal/tools/hydra && \
+		CGO_ENABLED=1 $(GO) build -tags sqlite,sqlite_omit_load_extension -o $(HYDRA) github.com/ory/hydra/v2; }
+	@test -x $(CLAUDE) || npm install --prefix $(TOOLS_CACHE)/claude-code-$(CLAUDE_CODE_VERSION) --no-audit --no-fund \
+		@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
+	TICKETRELAY_HYDRA=$(HYDRA) TICKETRELAY_CLAUDE=$(CLAUDE) $(GO) test -race -count=1 -timeout 10m ./e2e/oauth/...
 
 # Every alert of deploy/prometheus/alerts.yml: promtool's checks and unit
 # tests (alerts_test*.yml), then a real Prometheus scraping a real dispatcher

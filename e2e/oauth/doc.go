@@ -5,7 +5,8 @@
 // and grants the scope and this resource as the audience. The go-sdk's
 // AuthorizationCodeHandler completes discovery, dynamic client
 // registration, PKCE and the code exchange against mcp-front given only its
-// URL, then files tickets as that user. They run with TICKETRELAY_HYDRA set
-// to the Hydra binary (make test-oauth) and skip otherwise. It has no code
-// of its own, only tests.
+// URL, then files tickets as that user; Claude Code reports the server as
+// needing authentication, and connects with a static token. They run with
+// TICKETRELAY_HYDRA (and TICKETRELAY_CLAUDE) naming the binaries (make
+// test-oauth) and skip otherwise. It has no code of its own, only tests.
 package oauth
