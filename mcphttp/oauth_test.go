@@ -1,6 +1,7 @@
 package mcphttp
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -21,7 +22,7 @@ const testResource = "https://tickets.example/mcp"
 
 // oauthServer serves e with static tokens for alice and access tokens of
 // a test issuer that must carry the scope "tickets".
-func oauthServer(t *testing.T, e *tenv, logs *testio.Buffer) (*mcpauthtest.Issuer, string) {
+func oauthServer(t *testing.T, e *tenv, logs *testio.Buffer, failures RateLimit) (*mcpauthtest.Issuer, string) {
 	t.Helper()
 	is := mcpauthtest.NewIssuer(t)
 	v, err := mcpauth.New(mcpauth.Config{Issuer: is.URL(), Audience: testResource,
@@ -35,7 +36,7 @@ func oauthServer(t *testing.T, e *tenv, logs *testio.Buffer) (*mcpauthtest.Issue
 	}
 	ts, _ := e.serve(t, Config{
 		Auth: &AuthConfig{Tokens: tokens, OAuth: v, Resource: testResource, AuthorizationServers: []string{is.URL()},
-			Scopes: []string{"tickets"}, FailureLimit: RateLimit{PerSecond: -1}},
+			Scopes: []string{"tickets"}, FailureLimit: failures},
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	return is, ts.URL
@@ -49,7 +50,7 @@ func oauthServer(t *testing.T, e *tenv, logs *testio.Buffer) (*mcpauthtest.Issue
 func TestOAuthAccessTokens(t *testing.T) {
 	var logs testio.Buffer
 	e := newTenv(t)
-	is, url := oauthServer(t, e, &logs)
+	is, url := oauthServer(t, e, &logs, RateLimit{PerSecond: -1})
 	now := time.Now()
 	token := func(sub, client, scope string) string {
 		c := is.Claims(sub, testResource, now)
@@ -138,7 +139,7 @@ func TestOAuthBadTokens(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var logs testio.Buffer
 			e := newTenv(t)
-			is, url := oauthServer(t, e, &logs)
+			is, url := oauthServer(t, e, &logs, RateLimit{PerSecond: -1})
 			c := is.Claims("ada", testResource, now)
 			why := edit(c)
 			w := &wire{t: t, url: url, header: http.Header{"Authorization": {"Bearer " + is.Mint(c)}}}
@@ -160,5 +161,33 @@ func TestOAuthBadTokens(t *testing.T) {
 				t.Errorf("a bad token wrote %d tickets", n)
 			}
 		})
+	}
+}
+
+// TestOAuthFailuresThrottled: a client that keeps sending bad access tokens
+// is throttled as one sending bad static tokens is: 429 once its failures
+// are spent, before its token is even looked at.
+func TestOAuthFailuresThrottled(t *testing.T) {
+	var logs testio.Buffer
+	e := newTenv(t)
+	is, url := oauthServer(t, e, &logs, RateLimit{PerSecond: 0.001, Burst: 3})
+	c := is.Claims("ada", testResource, time.Now())
+	c["aud"] = "https://other.example/mcp"
+	w := &wire{t: t, url: url, header: http.Header{"Authorization": {"Bearer " + is.Mint(c)}}}
+	var codes []int
+	for range 4 {
+		resp := w.do(w.req(http.MethodPost, createBody(1, newRID(), "x", "")))
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+	}
+	if fmt.Sprint(codes) != "[401 401 401 429]" {
+		t.Errorf("answers %v, want three 401 then 429", codes)
+	}
+	// A good token from the same address waits too.
+	w.header.Set("Authorization", "Bearer "+is.Mint(is.Claims("ada", testResource, time.Now())))
+	resp := w.do(w.req(http.MethodPost, createBody(1, newRID(), "x", "")))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a valid token from the throttled address: HTTP %d, want 429", resp.StatusCode)
 	}
 }

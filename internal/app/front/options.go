@@ -120,7 +120,7 @@ func (o *Options) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.OAuthScopes, "oauth-scopes", "", "comma-separated `scopes` every access token must carry (403 insufficient_scope otherwise); advertised in the metadata")
 	fs.StringVar(&o.OAuthGroupsClaim, "oauth-groups-claim", mcpauth.DefaultGroupsClaim, "access-token claim `name` that lists the user's groups")
 	fs.StringVar(&o.OAuthAlgorithms, "oauth-algorithms", strings.Join(mcpauth.DefaultAlgorithms, ","), "comma-separated signature `algorithms` accepted on access tokens (asymmetric only)")
-	fs.DurationVar(&o.OAuthLeeway, "oauth-leeway", mcpauth.DefaultLeeway, "clock skew (`duration`) allowed on access tokens' exp, nbf and iat (at most 5m)")
+	fs.DurationVar(&o.OAuthLeeway, "oauth-leeway", mcpauth.DefaultLeeway, "clock skew (`duration`) allowed on access tokens' exp, nbf and iat (0: none; at most 5m)")
 	fs.StringVar(&o.OAuthIntrospectionURL, "oauth-introspection-url", "", "RFC 7662 introspection `URL` for opaque access tokens (default: the issuer's introspection_endpoint; used with -oauth-client-id)")
 	fs.StringVar(&o.OAuthClientID, "oauth-client-id", "", "this server's client `id` at the issuer, to introspect opaque access tokens (needs -oauth-client-secret-file)")
 	fs.StringVar(&o.OAuthClientSecretFile, "oauth-client-secret-file", "", "`file` holding the secret of -oauth-client-id")
