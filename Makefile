@@ -8,6 +8,8 @@ LISTEN             ?= 127.0.0.1:8080
 FRONT_METRICS      ?= 127.0.0.1:9464
 DISPATCHER_METRICS ?= 127.0.0.1:9465
 NATS_LISTEN        ?= 127.0.0.1:4222
+# Claude Code for make test-docs and make test-oauth (scripts/claude-code-install.sh).
+CLAUDE_CODE_VERSION ?= 2.1.332
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X ticketrelay/internal/app.Version=$(VERSION)
 # Binaries are static: nothing of ours needs cgo (modernc.org/sqlite is pure
@@ -15,7 +17,7 @@ LDFLAGS  := -X ticketrelay/internal/app.Version=$(VERSION)
 # the measurements). Tests keep cgo: the race detector needs it.
 BUILD    := CGO_ENABLED=0 $(GO) build
 
-.PHONY: all build run test test/short test/race lint vet fmt bench clean interop test-redmine
+.PHONY: all build run test test/short test/race lint vet fmt bench clean interop test-redmine test-oauth
 
 all: build
 
@@ -81,6 +83,21 @@ test-redmine: build ## the redmine target against a real Redmine (installs Debia
 	scripts/redmine-up.sh install
 	TICKETRELAY_REDMINE=1 $(GO) test -race -count=1 -timeout 10m ./e2e/redmine/...
 
+# Signing in against a real OAuth server: Ory Hydra, pinned by the module of
+# its own in internal/tools/hydra (its dependencies stay out of ours), built
+# once per version into TOOLS_CACHE (the build takes minutes). Its in-memory
+# store is SQLite through cgo, behind the sqlite build tag, as Ory builds it.
+# Claude Code (CLAUDE_CODE_VERSION) is installed beside it by
+# scripts/claude-code-install.sh, as for make test-docs.
+TOOLS_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ticketrelay
+HYDRA_VERSION := $(shell awk '$$1 == "github.com/ory/hydra/v2" {print $$2; exit}' internal/tools/hydra/go.mod)
+HYDRA         := $(TOOLS_CACHE)/hydra-$(HYDRA_VERSION)/hydra
+test-oauth: ## signing in against a real Ory Hydra: the go-sdk's OAuth client, and Claude Code (both installed once into TOOLS_CACHE)
+	@test -x $(HYDRA) || { mkdir -p $(dir $(HYDRA)) && cd internal/tools/hydra && \
+		CGO_ENABLED=1 $(GO) build -tags sqlite,sqlite_omit_load_extension -o $(HYDRA) github.com/ory/hydra/v2; }
+	@claude="$$(CLAUDE_CODE_VERSION='$(CLAUDE_CODE_VERSION)' CLAUDE_CODE_CACHE='$(TOOLS_CACHE)' scripts/claude-code-install.sh)" && \
+	 TICKETRELAY_HYDRA=$(HYDRA) TICKETRELAY_CLAUDE="$$claude" $(GO) test -race -count=1 -timeout 10m ./e2e/oauth/...
+
 # Every alert of deploy/prometheus/alerts.yml: promtool's checks and unit
 # tests (alerts_test*.yml), then a real Prometheus scraping a real dispatcher
 # (e2e/alerts), which fails here instead of skipping without prometheus.
@@ -108,10 +125,9 @@ test-debian-nats: ## a dispatcher against Debian's nats-server (installs Debian'
 # Code CLI, pinned here and installed once into a cache directory outside
 # the repository (scripts/claude-code-install.sh; ~400 MB); and make
 # run-cluster's printed steps against its script (decision 0126).
-CLAUDE_CODE_VERSION ?= 2.1.332
 .PHONY: test-docs
 test-docs: ## the docs' command lines: curl session, webhook walkthrough, run-cluster's steps, every claude mcp add/get line against Claude Code $(CLAUDE_CODE_VERSION) (installed once into ~/.cache/ticketrelay)
-	@claude="$$(CLAUDE_CODE_VERSION='$(CLAUDE_CODE_VERSION)' scripts/claude-code-install.sh)" && \
+	@claude="$$(CLAUDE_CODE_VERSION='$(CLAUDE_CODE_VERSION)' CLAUDE_CODE_CACHE='$(TOOLS_CACHE)' scripts/claude-code-install.sh)" && \
 	 echo "make test-docs: $$("$$claude" --version)" && \
 	 TICKETRELAY_CLAUDE_CODE="$$claude" TICKETRELAY_RUN_CLUSTER=1 $(GO) test -race -count=1 -timeout 10m ./docs/...
 

@@ -20,6 +20,7 @@ import (
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/internal/app/front"
+	"ticketrelay/mcpauth"
 	"ticketrelay/metrics"
 )
 
@@ -58,7 +59,8 @@ func exported(t *testing.T) map[string]bool {
 	r := &recorder{names: map[string]bool{"up": true}}
 	metrics.NewFront(r)
 	metrics.NewDispatcher(r)
-	metrics.NewCluster(r) // multi-host dispatchers only
+	metrics.NewCluster(r)                 // multi-host dispatchers only
+	metrics.NewOAuth(r, mcpauth.Outcomes) // mcp-front with -oauth-issuer only
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if !r.names["ticketrelay_dispatched_total"] || !r.names["ticketrelay_tool_call_duration_seconds_bucket"] {
 		t.Fatalf("recorder saw no ticketrelay metrics: %d names", len(r.names))

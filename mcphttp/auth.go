@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
 	"ticketrelay/internal/loggate"
+	"ticketrelay/mcpauth"
 )
 
 // MinTokenLen is the shortest bearer token accepted in configuration.
@@ -129,6 +130,9 @@ func (t *Tokens) Subjects() []string {
 // every configured sum in constant time and does not stop at a match, so the
 // time taken says nothing about which token, or which prefix, matched.
 func (t *Tokens) Verify(token string) (subject string, ok bool) {
+	if t == nil {
+		return "", false
+	}
 	sum := sha256.Sum256([]byte(token))
 	for _, e := range t.entries {
 		if subtle.ConstantTimeCompare(sum[:], e.sum[:]) == 1 {
@@ -144,15 +148,24 @@ func (t *Tokens) String() string { return fmt.Sprintf("%d bearer token(s)", t.Le
 // LogValue keeps tokens out of structured logs.
 func (t *Tokens) LogValue() slog.Value { return slog.StringValue(t.String()) }
 
-// AuthConfig turns on bearer-token authentication.
+// AuthConfig turns on bearer-token authentication: static tokens, OAuth
+// access tokens, or both.
 type AuthConfig struct {
-	Tokens *Tokens
+	Tokens *Tokens // static tokens; nil or empty: none
+	// OAuth, if set, accepts the access tokens it validates (signed-in
+	// users); a static token is looked up first.
+	OAuth TokenValidator
 	// Resource is the canonical URL of this MCP endpoint
 	// (https://host/mcp). With AuthorizationServers it turns on the OAuth
 	// protected-resource metadata (RFC 9728), advertised in WWW-Authenticate.
 	Resource             string
 	AuthorizationServers []string
-	Scopes               []string // scopes_supported in the metadata
+	// Scopes are the scopes an OAuth access token must carry, every one
+	// (403 insufficient_scope naming them otherwise); they are the
+	// metadata's scopes_supported and the scope of the 401 challenge, so
+	// that a client asks for them when it signs in. Static tokens carry
+	// every scope.
+	Scopes []string
 	// FailureLimit bounds, per client address (IPv4, or IPv6 /64), the
 	// requests refused for want of a valid token: once its bucket is empty,
 	// an address gets 429 before its token is even looked at, until the
@@ -164,12 +177,21 @@ type AuthConfig struct {
 // row, then once a second.
 var DefaultAuthFailureLimit = RateLimit{PerSecond: 1, Burst: 30}
 
-type subjectKey struct{}
+// TokenValidator validates OAuth access tokens (mcpauth.Validator). Its
+// errors wrap auth.ErrInvalidToken; an *mcpauth.Error says why.
+type TokenValidator interface {
+	Validate(ctx context.Context, token string) (mcpauth.Principal, error)
+}
 
-// requireToken answers 401 to a request without a valid bearer token. A
-// valid one reaches next with the SDK's TokenInfo in its context, whose
-// UserID (the token's subject) the SDK binds each session to: a request for a
-// session opened by another subject gets 403. The token is never logged.
+type tokenInfoKey struct{}
+
+// requireToken answers 401 to a request without a valid bearer token: a
+// static one, or an access token cfg.OAuth validates (403 if it lacks
+// one of cfg.Scopes). A valid one reaches next with the SDK's TokenInfo in
+// its context, whose UserID (the token's subject, or the signed-in user's
+// mcpauth.Principal.ID) the SDK binds each session to: a request for a
+// session opened by another subject gets 403. The token is never logged,
+// nor kept past the request.
 //
 // Before any of that, an address that spent its cfg.FailureLimit gets 429
 // (an unauthenticated flood is refused cheaply and cannot guess tokens at
@@ -193,13 +215,15 @@ func requireToken(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refus
 	}
 	// The SDK's middleware puts TokenInfo where its session binding looks
 	// for it; the token itself was checked below.
+	// The validator checked exp with its own leeway; the SDK's check must
+	// not refuse what it accepted.
 	inner := auth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*auth.TokenInfo, error) {
-		subject, ok := ctx.Value(subjectKey{}).(string)
+		info, ok := ctx.Value(tokenInfoKey{}).(*auth.TokenInfo)
 		if !ok {
 			return nil, auth.ErrInvalidToken
 		}
-		return &auth.TokenInfo{UserID: subject}, nil
-	}, &auth.RequireBearerTokenOptions{ResourceMetadataURL: metadataURL, AllowMissingExpiration: true})(next)
+		return info, nil
+	}, &auth.RequireBearerTokenOptions{ResourceMetadataURL: metadataURL, AllowMissingExpiration: true, ClockSkew: mcpauth.MaxLeeway})(next)
 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ip := ipKey(r.RemoteAddr)
@@ -219,18 +243,41 @@ func requireToken(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refus
 		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 		token = strings.TrimSpace(token)
 		var reason string
-		subject, ok := "", false
+		var info *auth.TokenInfo
 		switch {
 		case r.Header.Get("Authorization") == "":
 			reason = "no bearer token"
 		case !strings.EqualFold(scheme, "Bearer") || token == "":
 			reason = "the Authorization header is not a bearer token"
 		default:
-			if subject, ok = cfg.Tokens.Verify(token); !ok {
-				reason = "invalid bearer token"
+			if subject, ok := cfg.Tokens.Verify(token); ok {
+				info = &auth.TokenInfo{UserID: subject}
+				break
 			}
+			if cfg.OAuth == nil {
+				reason = "invalid bearer token"
+				break
+			}
+			p, err := cfg.OAuth.Validate(r.Context(), token)
+			if err != nil {
+				reason = "invalid bearer token: " + err.Error()
+				if e, ok := errors.AsType[*mcpauth.Error](err); ok {
+					reason = "invalid access token: " + e.Reason
+				}
+				break
+			}
+			if !p.HasScopes(cfg.Scopes) {
+				refused(RefusedInsufficientScope)
+				if pass, held := logs.Pass(ip); pass {
+					log.Warn("request refused: the access token lacks a scope", "client", ip, "method", r.Method,
+						"subject", p.ID(), "has", p.Scopes, "needs", cfg.Scopes, "refused_since_last_warning", held)
+				}
+				insufficientScope(w, cfg.Scopes, metadataURL)
+				return
+			}
+			info = p.TokenInfo()
 		}
-		if !ok {
+		if info == nil {
 			if fails != nil {
 				fails.take(ip)
 			}
@@ -238,29 +285,52 @@ func requireToken(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refus
 			if pass, held := logs.Pass(ip); pass {
 				log.Warn("unauthenticated request refused", "client", ip, "method", r.Method, "reason", reason, "refused_since_last_warning", held)
 			}
-			unauthorized(w, reason, metadataURL)
+			unauthorized(w, reason, cfg.Scopes, metadataURL)
 			return
 		}
-		inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), subjectKey{}, subject)))
+		inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenInfoKey{}, info)))
 	})
 }
 
 // unauthorized answers 401 with the bearer challenge (RFC 6750) for why
-// the token was refused, pointing at the resource metadata if there is
-// any, and closes the connection after the answer.
-func unauthorized(w http.ResponseWriter, reason, metadataURL string) {
-	challenge := `Bearer realm="ticketrelay"`
+// the token was refused, naming the scopes to ask for and pointing at the
+// resource metadata if there is any (the MCP authorization specification),
+// and closes the connection after the answer.
+func unauthorized(w http.ResponseWriter, reason string, scopes []string, metadataURL string) {
+	errCode := ""
 	if reason != "no bearer token" {
-		challenge += `, error="invalid_token"`
+		errCode = "invalid_token"
+	}
+	challenge(w, http.StatusUnauthorized, errCode, reason, scopes, metadataURL)
+}
+
+// insufficientScope answers 403 to a valid access token without every
+// scope of scopes (RFC 6750 §3.1), naming them so that the client can ask
+// the user for them (the MCP authorization specification's step-up).
+func insufficientScope(w http.ResponseWriter, scopes []string, metadataURL string) {
+	challenge(w, http.StatusForbidden, "insufficient_scope",
+		"the access token lacks a scope this server needs: "+strings.Join(scopes, " "), scopes, metadataURL)
+}
+
+func challenge(w http.ResponseWriter, status int, errCode, description string, scopes []string, metadataURL string) {
+	c := `Bearer realm="ticketrelay"`
+	if errCode != "" {
+		c += fmt.Sprintf(", error=%q", errCode)
+	}
+	if len(scopes) > 0 {
+		c += fmt.Sprintf(", scope=%q", strings.Join(scopes, " "))
 	}
 	if metadataURL != "" {
-		challenge += fmt.Sprintf(", resource_metadata=%q", metadataURL)
+		c += fmt.Sprintf(", resource_metadata=%q", metadataURL)
 	}
-	w.Header().Set("WWW-Authenticate", challenge)
+	w.Header().Set("WWW-Authenticate", c)
 	closeAfter(w)
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusUnauthorized)
-	json.NewEncoder(w).Encode(map[string]string{"error": "invalid_token", "error_description": reason})
+	w.WriteHeader(status)
+	if errCode == "" {
+		errCode = "invalid_token"
+	}
+	json.NewEncoder(w).Encode(map[string]string{"error": errCode, "error_description": description})
 }
 
 // ResourceMetadataLocation returns where RFC 9728 puts the protected-resource

@@ -39,9 +39,10 @@ const (
 	RefusedSessionLimit    = "session_limit"   // MaxSessions reached, every session in use (503)
 	// MaxSessionsPerSubject or MaxSessionsPerAddress reached, every session of the client in use (429)
 	RefusedClientSessionLimit = "client_session_limit"
-	RefusedHost               = "foreign_host" // a loopback listener reached under a Host that is not loopback (403)
-	RefusedNoSession          = "no_session"   // a message other than initialize without Mcp-Session-Id (400: -32600)
-	RefusedReinitialize       = "reinitialize" // initialize on a session that has been initialized (400: -32600)
+	RefusedHost               = "foreign_host"       // a loopback listener reached under a Host that is not loopback (403)
+	RefusedNoSession          = "no_session"         // a message other than initialize without Mcp-Session-Id (400: -32600)
+	RefusedReinitialize       = "reinitialize"       // initialize on a session that has been initialized (400: -32600)
+	RefusedInsufficientScope  = "insufficient_scope" // a valid access token without every scope needed (403)
 )
 
 // CodeRateLimited is the JSON-RPC error code of the answers refusing a

@@ -52,7 +52,7 @@ func NewFront(reg prometheus.Registerer) *Front {
 		Rejected: newCounterVec("invalid_calls_total",
 			"Calls rejected by validation before anything was written, by tool and argument.", "tool", "argument"),
 		HTTPRefused: newCounterVec("http_refused_total",
-			"HTTP requests refused by mcp-front's own checks and limits, by reason (bad_session_id, foreign_origin, body_too_large, body_timeout, bad_message, unauthenticated, auth_throttled, rate_limited, session_limit, client_session_limit, foreign_host, no_session, reinitialize).", "reason"),
+			"HTTP requests refused by mcp-front's own checks and limits, by reason (bad_session_id, foreign_origin, body_too_large, body_timeout, bad_message, unauthenticated, insufficient_scope, auth_throttled, rate_limited, session_limit, client_session_limit, foreign_host, no_session, reinitialize).", "reason"),
 		HTTPSessionsEvicted: newCounterVec("http_sessions_evicted_total",
 			"MCP sessions closed by mcp-front for having made no call since their initialize, by reason (unused_timeout; table_full, client_full: to admit a new session at -max-sessions or at a client's share).", "reason"),
 		Writer: newWriter(),

@@ -230,7 +230,8 @@ func (r *Request) Hash() string {
 }
 
 // SubjectSeparator joins a subject and a request id in ScopedID. Subjects
-// never contain it (mcphttp's token subjects are A-Z a-z 0-9 . _ @ -).
+// never contain it (mcphttp's token subjects are A-Z a-z 0-9 . _ @ -, and
+// mcpauth.Principal.ID percent-encodes it).
 const SubjectSeparator = ":"
 
 // ScopedID is the name of a request across ticketrelay: the ledger's key,

@@ -18,6 +18,7 @@ import (
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/dirsync"
 	"ticketrelay/ledger"
+	"ticketrelay/mcpauth"
 	"ticketrelay/mcphttp"
 	"ticketrelay/mcpstdio"
 	"ticketrelay/mcptools"
@@ -58,11 +59,12 @@ type front struct {
 	log   *slog.Logger
 	addrs map[string]string // where it listens, announced once serving
 
-	bindings []mcptools.Binding
-	auth     *mcphttp.AuthConfig // nil: no authentication
-	reg      *prometheus.Registry
-	m        *metrics.Front
-	srv      *mcp.Server
+	bindings  []mcptools.Binding
+	auth      *mcphttp.AuthConfig // nil: no authentication
+	validator *mcpauth.Validator  // nil: no -oauth-issuer
+	reg       *prometheus.Registry
+	m         *metrics.Front
+	srv       *mcp.Server
 
 	app.Closers // what build made, undone by Close
 }
@@ -83,6 +85,7 @@ func (f *front) build(ctx context.Context) error {
 	if f.bindings, err = bindings(cfg); err != nil {
 		return err
 	}
+	f.reg = app.NewRegistry()
 	if !f.o.Stdio {
 		if err := f.checkAuth(); err != nil {
 			return err
@@ -108,6 +111,7 @@ func (f *front) build(ctx context.Context) error {
 		return err
 	}
 	f.OnClose(stop)
+	f.fetchKeys(ctx)
 	return nil
 }
 
@@ -123,7 +127,6 @@ func (f *front) openLedger(ctx context.Context) (mcptools.Requests, error) {
 		return nil, err
 	}
 	f.OnClose(func() { db.Close() })
-	f.reg = app.NewRegistry()
 	f.m = metrics.NewFront(f.reg)
 	// Every commit wakes the relay of this database, which reads the new
 	// outbox rows at once instead of at its next poll.

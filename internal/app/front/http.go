@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"ticketrelay/internal/app"
+	"ticketrelay/mcpauth"
 	"ticketrelay/mcphttp"
 	"ticketrelay/metrics"
 )
@@ -13,26 +14,42 @@ import (
 // checkAuth reads the bearer tokens and refuses to serve beyond loopback
 // without them (unless -insecure).
 func (f *front) checkAuth() error {
-	auth, err := frontAuth(f.env, f.o.AuthTokensFile, f.o.AuthTokensEnv, f.o.AuthResource, app.SplitList(f.o.AuthServers))
+	var m *metrics.OAuth
+	if f.o.OAuthIssuer != "" {
+		m = metrics.NewOAuth(f.reg, mcpauth.Outcomes)
+	}
+	auth, v, err := frontAuth(f.env, f.o, f.log, m)
 	if err != nil {
 		return err
 	}
 	loopback := app.IsLoopbackListen(f.o.Listen)
 	switch {
 	case auth != nil:
-		f.log.Info("bearer-token authentication on", "subjects", auth.Tokens.Subjects())
+		f.log.Info("bearer-token authentication on", "subjects", auth.Tokens.Subjects(), "oauth_issuer", f.o.OAuthIssuer,
+			"resource", auth.Resource, "scopes", auth.Scopes)
 		auth.FailureLimit = mcphttp.RateLimit{PerSecond: -1}
 		if f.o.AuthFailures > 0 {
 			auth.FailureLimit = mcphttp.RateLimit{PerSecond: mcphttp.DefaultAuthFailureLimit.PerSecond, Burst: f.o.AuthFailures}
 		}
 	case !loopback && !f.o.Insecure:
-		return fmt.Errorf("%w: refusing to serve %s beyond loopback without authentication: give -auth-tokens-file or $%s, or pass -insecure",
+		return fmt.Errorf("%w: refusing to serve %s beyond loopback without authentication: give -auth-tokens-file or $%s, or -oauth-issuer, or pass -insecure",
 			app.ErrUsage, f.o.Listen, f.o.AuthTokensEnv)
 	case !loopback:
 		f.log.Warn("serving beyond loopback WITHOUT authentication (-insecure)", "listen", f.o.Listen)
 	}
-	f.auth = auth
+	f.auth, f.validator = auth, v
 	return nil
+}
+
+// fetchKeys fetches the issuer's signing keys before serving, so that the
+// first signed-in call does not wait for them. A failure is logged and
+// counted (ticketrelay_oauth_jwks_keys stays 0, which alerts) and not
+// fatal: static tokens keep working, and the keys are fetched again when
+// an access token needs them.
+func (f *front) fetchKeys(ctx context.Context) {
+	if f.validator != nil {
+		f.validator.Refresh(ctx)
+	}
 }
 
 // serveHTTP serves MCP over streamable HTTP until ctx ends.

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"ticketrelay/installation"
 	"ticketrelay/internal/app"
+	"ticketrelay/mcpauth"
 	"ticketrelay/mcphttp"
 	"ticketrelay/mcptools"
 )
@@ -58,7 +60,17 @@ type Options struct {
 	AuthTokensFile        string        // -auth-tokens-file
 	AuthTokensEnv         string        // -auth-tokens-env; default TICKETRELAY_AUTH_TOKENS
 	AuthResource          string        // -auth-resource
-	AuthServers           string        // -auth-servers, comma-separated
+	AuthServers           string        // -auth-servers, comma-separated; default -oauth-issuer
+	OAuthIssuer           string        // -oauth-issuer: accept its access tokens
+	OAuthAudience         string        // -oauth-audience; default -auth-resource
+	OAuthJWKSURL          string        // -oauth-jwks-url; default the issuer's jwks_uri
+	OAuthScopes           string        // -oauth-scopes, comma-separated: needed by every access token
+	OAuthGroupsClaim      string        // -oauth-groups-claim; default mcpauth.DefaultGroupsClaim
+	OAuthAlgorithms       string        // -oauth-algorithms, comma-separated; default mcpauth.DefaultAlgorithms
+	OAuthLeeway           time.Duration // -oauth-leeway; default mcpauth.DefaultLeeway
+	OAuthIntrospectionURL string        // -oauth-introspection-url; default the issuer's introspection_endpoint
+	OAuthClientID         string        // -oauth-client-id: this server at the issuer, for introspection
+	OAuthClientSecretFile string        // -oauth-client-secret-file
 	Insecure              bool          // -insecure
 	AuthFailures          int           // -auth-failures; 0: no limit
 	RateLimit             Auto          // -rate-limit; auto: 20 beyond loopback, none on loopback; 0: none
@@ -98,10 +110,20 @@ func (o *Options) flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxSessionsPerAddress, "max-sessions-per-address", mcphttp.DefaultMaxSessionsPerAddress, "live HTTP sessions at most per client address (IPv4, or IPv6 /64) of requests without a token (`n`); a new one beyond closes the address's oldest session that made no call, or gets 429 if all made calls (0: no bound). Behind a proxy without tokens every client shares its address")
 	fs.DurationVar(&o.SessionUnusedTimeout, "session-unused-timeout", mcphttp.DefaultUnusedSessionTimeout, "close an HTTP session that made no call since its initialize after this long (`duration`; 0: only -session-timeout); a session that made a call is never closed for it")
 	fs.IntVar(&o.MaxConns, "max-conns", DefaultMaxConns, "HTTP connections served at once (`n`); more wait to be accepted. 0 (default): no bound; beware that one client address can hold every slot of a bound, and each session's GET stream holds one")
-	fs.StringVar(&o.AuthTokensFile, "auth-tokens-file", "", "bearer tokens `file`: one \"subject:token\" (or bare token) per line; required to listen beyond loopback")
+	fs.StringVar(&o.AuthTokensFile, "auth-tokens-file", "", "bearer tokens `file`: one \"subject:token\" (or bare token) per line; this or -oauth-issuer is required to listen beyond loopback")
 	fs.StringVar(&o.AuthTokensEnv, "auth-tokens-env", "TICKETRELAY_AUTH_TOKENS", "environment `variable` holding bearer tokens, \"subject:token\" entries separated by commas")
 	fs.StringVar(&o.AuthResource, "auth-resource", "", "canonical `URL` of this endpoint (https://host/mcp): with -auth-servers, serves OAuth protected-resource metadata")
-	fs.StringVar(&o.AuthServers, "auth-servers", "", "comma-separated OAuth authorization server `URLs` for the protected-resource metadata")
+	fs.StringVar(&o.AuthServers, "auth-servers", "", "comma-separated OAuth authorization server `URLs` for the protected-resource metadata (default: -oauth-issuer)")
+	fs.StringVar(&o.OAuthIssuer, "oauth-issuer", "", "accept OAuth access tokens of this issuer (`URL`, exactly their iss) meant for -auth-resource: users sign in with it (see docs/security.md)")
+	fs.StringVar(&o.OAuthAudience, "oauth-audience", "", "the `aud` access tokens must carry (default: -auth-resource; Entra ID v2 tokens carry the API's application id)")
+	fs.StringVar(&o.OAuthJWKSURL, "oauth-jwks-url", "", "`URL` of the issuer's signing keys (default: the jwks_uri of its metadata)")
+	fs.StringVar(&o.OAuthScopes, "oauth-scopes", "", "comma-separated `scopes` every access token must carry (403 insufficient_scope otherwise); advertised in the metadata")
+	fs.StringVar(&o.OAuthGroupsClaim, "oauth-groups-claim", mcpauth.DefaultGroupsClaim, "access-token claim `name` that lists the user's groups")
+	fs.StringVar(&o.OAuthAlgorithms, "oauth-algorithms", strings.Join(mcpauth.DefaultAlgorithms, ","), "comma-separated signature `algorithms` accepted on access tokens (asymmetric only)")
+	fs.DurationVar(&o.OAuthLeeway, "oauth-leeway", mcpauth.DefaultLeeway, "clock skew (`duration`) allowed on access tokens' exp, nbf and iat (0: none; at most 5m)")
+	fs.StringVar(&o.OAuthIntrospectionURL, "oauth-introspection-url", "", "RFC 7662 introspection `URL` for opaque access tokens (default: the issuer's introspection_endpoint; used with -oauth-client-id)")
+	fs.StringVar(&o.OAuthClientID, "oauth-client-id", "", "this server's client `id` at the issuer, to introspect opaque access tokens (needs -oauth-client-secret-file)")
+	fs.StringVar(&o.OAuthClientSecretFile, "oauth-client-secret-file", "", "`file` holding the secret of -oauth-client-id")
 	fs.BoolVar(&o.Insecure, "insecure", false, "allow listening beyond loopback without bearer tokens, and -metrics-listen beyond loopback (/metrics has no authentication)")
 	fs.IntVar(&o.AuthFailures, "auth-failures", mcphttp.DefaultAuthFailureLimit.Burst, "requests without a valid token one client address may send in a row (`n`); then all its requests get 429, allowing one failure per second (0: no limit)")
 	o.RateLimit = Auto{}
