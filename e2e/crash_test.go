@@ -100,7 +100,8 @@ func (l *load) run(ctx context.Context, ids []string) {
 				continue
 			}
 			var r createResult
-			if err := decodeResult(res, &r); err == nil {
+			err = decodeResult(res, &r)
+			if err == nil {
 				err = checkCreateResult(r, id)
 			}
 			if err != nil {

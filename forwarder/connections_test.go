@@ -1,8 +1,8 @@
 package forwarder_test
 
 import (
+	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -11,21 +11,24 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"ticketrelay/downstream"
 	"ticketrelay/forwarder"
+	"ticketrelay/internal/archetype"
+	"ticketrelay/internal/conntest"
 	"ticketrelay/outbox"
 	"ticketrelay/targets"
 )
 
 // hookReceiver is a webhook receiver in the test's process that counts the
-// connections it is given (http.Server.ConnState), the open-connections
-// gauge as each post arrives, and when each post arrived.
+// connections it is given and sees closed (http.Server.ConnState), the
+// open-connections gauge as each post arrives, and when each post arrived.
 type hookReceiver struct {
 	srv   *httptest.Server
 	gauge func() float64 // read as each post arrives (nil: not read)
 	delay time.Duration  // how long each answer takes, as a remote API's would
+	conns conntest.Conns
 
 	mu            sync.Mutex
-	newConns      int
 	inFlight      int
 	maxInFlight   int
 	maxGauge      float64
@@ -75,13 +78,7 @@ func newHookReceiver(t *testing.T) *hookReceiver {
 		h.mu.Unlock()
 		w.WriteHeader(http.StatusOK)
 	}))
-	h.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			h.mu.Lock()
-			h.newConns++
-			h.mu.Unlock()
-		}
-	}
+	h.srv.Config.ConnState = h.conns.Hook
 	h.srv.Start()
 	t.Cleanup(h.srv.Close)
 	return h
@@ -115,19 +112,45 @@ func (e *env) createMany(t *testing.T, target string, n int) []string {
 	return all
 }
 
+// startTracedForwarder is startForwarder with the forwarder's calls
+// traced by tr (a value of Run's context, which reaches every call).
+func (e *env) startTracedForwarder(t *testing.T, cfg forwarder.Config, tr *conntest.Trace, targets ...downstream.Target) (stop func() error) {
+	t.Helper()
+	f := forwarder.New(archetype.Archetype{Logger: e.log, Metrics: e.m}, cfg, e.js, e.l, targets)
+	return runInBackground(t, "forwarder", func(ctx context.Context) error { return f.Run(tr.Context(ctx)) })
+}
+
+// hookPool is what conntest.CheckPool checks of the calls traced by tr to
+// rcv through target hook's pool of limit connections.
+func (e *env) hookPool(rcv *hookReceiver, tr *conntest.Trace, limit int) conntest.Pool {
+	return conntest.Pool{
+		Limit:  limit,
+		Trace:  tr,
+		Server: &rcv.conns,
+		Opened: func() float64 { return testutil.ToFloat64(e.m.ConnectionsOpened.WithLabelValues("hook")) },
+		Open:   e.hookOpen,
+	}
+}
+
+// hookOpen reads target hook's open-connections gauge.
+func (e *env) hookOpen() float64 {
+	return testutil.ToFloat64(e.m.ConnectionsOpen.WithLabelValues("hook"))
+}
+
 // A backlog delivered through the real forwarder to a webhook opened as
 // the dispatcher opens it reuses its connections: however many tickets,
-// the receiver sees no more new connections than there are workers, and
-// the open-connections gauge never exceeds the workers (MaxConnsPerHost).
-// With Go's default transport (2 idle connections per host) most posts
-// came on a new connection.
+// the pool turns no connection away, no more than the workers stay open,
+// and the open-connections gauge exceeds the workers (MaxConnsPerHost)
+// only by connections being closed. With Go's default transport (2 idle
+// connections per host) most posts came on a new connection. A new
+// connection beyond the workers is no failure: under load net/http drops
+// a connection whose write it has not heard of in time (conntest).
 func TestBacklogReusesConnections(t *testing.T) {
 	t.Parallel()
 	const n, workers = 600, 8
 	e := newEnv(t)
 	rcv := newHookReceiver(t)
-	open := e.m.ConnectionsOpen.WithLabelValues("hook")
-	rcv.gauge = func() float64 { return testutil.ToFloat64(open) }
+	rcv.gauge = e.hookOpen
 	tgs, closeTargets, err := targets.Open([]targets.Def{{Name: "hook", Kind: "webhook", Endpoint: rcv.srv.URL}}, t.TempDir(), time.Now,
 		targets.WithWorkers(workers), targets.WithMetrics(e.m))
 	if err != nil {
@@ -137,7 +160,8 @@ func TestBacklogReusesConnections(t *testing.T) {
 	ids := e.createMany(t, "hook", n)
 	cfg := testConfig()
 	cfg.Workers = workers
-	stop := e.startForwarder(t, cfg, tgs...)
+	var tr conntest.Trace
+	stop := e.startTracedForwarder(t, cfg, &tr, tgs...)
 	waitFor(t, 60*time.Second, "every ticket at the receiver", func() bool { return rcv.distinctKeys() == n })
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -147,19 +171,10 @@ func TestBacklogReusesConnections(t *testing.T) {
 	}
 	rcv.mu.Lock()
 	defer rcv.mu.Unlock()
-	t.Logf("%d posts, %d new connections, open-connections gauge at most %v", rcv.posts, rcv.newConns, rcv.maxGauge)
 	if rcv.posts != n || rcv.undecodedBody != 0 {
 		t.Errorf("%d posts (%d undecodable) for %d tickets", rcv.posts, rcv.undecodedBody, n)
 	}
-	if rcv.newConns > workers {
-		t.Errorf("the receiver saw %d new connections for %d posts, want at most %d (the workers)", rcv.newConns, rcv.posts, workers)
-	}
-	if rcv.maxGauge > workers || rcv.maxGauge < 1 {
-		t.Errorf("open-connections gauge read %v at most while posts arrived, want 1..%d", rcv.maxGauge, workers)
-	}
-	if opened := testutil.ToFloat64(e.m.ConnectionsOpened.WithLabelValues("hook")); int(opened) != rcv.newConns {
-		t.Errorf("connections-opened counter %v, the receiver saw %d", opened, rcv.newConns)
-	}
+	conntest.CheckPool(t, e.hookPool(rcv, &tr, workers), rcv.maxGauge)
 	// A backlog is pulled many messages at a time: the messages of a pull
 	// go to the workers in the groups they arrived in, and a group's
 	// records are read together (readAhead), and still each ticket is
@@ -175,14 +190,15 @@ func TestBacklogReusesConnections(t *testing.T) {
 // Against an API that answers in 40 ms whatever the load, the limit on
 // calls in flight starts at forwarder.StartConcurrency and climbs toward the
 // default workers: more calls at once are more tickets a second there.
-// Still every ticket is posted once, and no more connections are opened
-// than the workers.
+// Still every ticket is posted once, and the pool keeps its connections,
+// no more than the workers.
 func TestSlowAPIGetsMoreCallsInFlight(t *testing.T) {
 	t.Parallel()
 	const n = 800
 	e := newEnv(t)
 	rcv := newHookReceiver(t)
 	rcv.delay = 40 * time.Millisecond
+	rcv.gauge = e.hookOpen
 	tgs, closeTargets, err := targets.Open([]targets.Def{{Name: "hook", Kind: "webhook", Endpoint: rcv.srv.URL}}, t.TempDir(), time.Now,
 		targets.WithWorkers(forwarder.DefaultWorkers), targets.WithMetrics(e.m))
 	if err != nil {
@@ -192,7 +208,8 @@ func TestSlowAPIGetsMoreCallsInFlight(t *testing.T) {
 	e.createMany(t, "hook", n)
 	cfg := testConfig()
 	cfg.Workers = 0 // the default
-	stop := e.startForwarder(t, cfg, tgs...)
+	var tr conntest.Trace
+	stop := e.startTracedForwarder(t, cfg, &tr, tgs...)
 	waitFor(t, 60*time.Second, "every ticket at the receiver", func() bool { return rcv.distinctKeys() == n })
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -200,7 +217,7 @@ func TestSlowAPIGetsMoreCallsInFlight(t *testing.T) {
 	rcv.mu.Lock()
 	defer rcv.mu.Unlock()
 	limit := testutil.ToFloat64(e.m.ConcurrencyLimit.WithLabelValues("hook"))
-	t.Logf("%d posts, at most %d at once, %d new connections, limit %v at the end", rcv.posts, rcv.maxInFlight, rcv.newConns, limit)
+	t.Logf("%d posts, at most %d at once, limit %v at the end", rcv.posts, rcv.maxInFlight, limit)
 	if rcv.posts != n {
 		t.Errorf("%d posts for %d tickets", rcv.posts, n)
 	}
@@ -208,9 +225,7 @@ func TestSlowAPIGetsMoreCallsInFlight(t *testing.T) {
 		t.Errorf("at most %d calls at once, want more than %d (twice the start) and at most %d (the workers)",
 			rcv.maxInFlight, 2*forwarder.StartConcurrency, forwarder.DefaultWorkers)
 	}
-	if rcv.newConns > forwarder.DefaultWorkers {
-		t.Errorf("%d new connections, want at most %d", rcv.newConns, forwarder.DefaultWorkers)
-	}
+	conntest.CheckPool(t, e.hookPool(rcv, &tr, forwarder.DefaultWorkers), rcv.maxGauge)
 }
 
 // A backlog of more than BacklogPending tickets is reported to

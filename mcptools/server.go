@@ -72,6 +72,7 @@ func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Serve
 		Logger:       loggate.SDKLogger(log),
 		// Prompts and resources are declared, empty, because prompts/list and
 		// resources/list are answered (with empty lists) anyway.
+		//lint:ignore SA1019 logging is deprecated from protocol 2026-07-28 but still served: clients of the earlier versions set the level with logging/setLevel (interop's strict stdio test does)
 		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{},
 			Prompts: &mcp.PromptCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
 	})

@@ -49,12 +49,17 @@ say "C compiler for -race: $(command -v "$cc")"
 
 # Modules: the main module's (with nats-server's command, which the tests
 # build), and the modules of their own that vet and the tests use.
-say "downloading modules: ticketrelay, third_party/segmentio-encoding, bench/noopserver, bench/riverbaseline"
+say "downloading modules: ticketrelay, third_party/segmentio-encoding, bench/noopserver, bench/riverbaseline, tools/staticcheck"
 "$GO" mod download
 "$GO" list -deps github.com/nats-io/nats-server/v2 >/dev/null
-for m in third_party/segmentio-encoding bench/noopserver bench/riverbaseline; do
+for m in third_party/segmentio-encoding bench/noopserver bench/riverbaseline tools/staticcheck; do
 	(cd "$m" && "$GO" mod download)
 done
+
+# staticcheck, the version tools/staticcheck/go.mod pins: built now (go
+# tool caches it), so vet's step only runs it.
+say "staticcheck: building the pinned version (the first time takes a few minutes)"
+say "staticcheck: $("$GO" tool -modfile="$PWD/tools/staticcheck/go.mod" staticcheck -version)"
 
 # Optional: the power-cut tests need root and /dev/fuse; they skip without.
 if [ "$(id -u)" = 0 ] && [ -e /dev/fuse ]; then

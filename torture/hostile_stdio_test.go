@@ -93,7 +93,7 @@ func TestHostileStdio(t *testing.T) {
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
-			answers, stderr, exitErr, db := runStdio(t, r.line, true)
+			answers, stderr, db, exitErr := runStdio(t, r.line, true)
 			if exitErr != nil {
 				t.Errorf("mcp-front exited with %v; stderr:\n%s", exitErr, clip(stderr))
 			}
@@ -134,9 +134,9 @@ func answerID(line []byte) string {
 
 // runStdio runs one stdio session: handshake, line, ping, EOF (once the
 // answers to the line and the ping are in, if wait). It returns the answers
-// after the handshake by id, stderr, the exit error and the database path.
+// after the handshake by id, stderr, the database path and the exit error.
 // Every stdout line must be a JSON-RPC message.
-func runStdio(t *testing.T, line []byte, wait bool) (map[string]string, string, error, string) {
+func runStdio(t *testing.T, line []byte, wait bool) (map[string]string, string, string, error) {
 	t.Helper()
 	dir := t.TempDir()
 	db := filepath.Join(dir, "tickets.db")
@@ -202,7 +202,7 @@ func runStdio(t *testing.T, line []byte, wait bool) (map[string]string, string, 
 	for range lines {
 	}
 	err = cmd.Wait()
-	return answers, stderr.String(), err, db
+	return answers, stderr.String(), db, err
 }
 
 // TestStdioPipe is a scripted client: a shell pipe that writes the
