@@ -94,16 +94,16 @@ test-redmine: build ## the redmine target against a real Redmine (installs Debia
 	TICKETRELAY_REDMINE=1 $(GO) test -race -count=1 -timeout 10m ./e2e/redmine/...
 
 # Signing in against a real OAuth server: Ory Hydra, pinned by the module of
-# its own in internal/tools/hydra (its dependencies stay out of ours), built
+# its own in tools/hydra (its dependencies stay out of ours), built
 # once per version into TOOLS_CACHE (the build takes minutes). Its in-memory
 # store is SQLite through cgo, behind the sqlite build tag, as Ory builds it.
 # Claude Code (CLAUDE_CODE_VERSION) is installed beside it by
 # scripts/claude-code-install.sh, as for make test-docs.
 TOOLS_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ticketrelay
-HYDRA_VERSION := $(shell awk '$$1 == "github.com/ory/hydra/v2" {print $$2; exit}' internal/tools/hydra/go.mod)
+HYDRA_VERSION := $(shell awk '$$1 == "github.com/ory/hydra/v2" {print $$2; exit}' tools/hydra/go.mod)
 HYDRA         := $(TOOLS_CACHE)/hydra-$(HYDRA_VERSION)/hydra
 test-oauth: ## signing in against a real Ory Hydra: the go-sdk's OAuth client, and Claude Code (both installed once into TOOLS_CACHE)
-	@test -x $(HYDRA) || { mkdir -p $(dir $(HYDRA)) && cd internal/tools/hydra && \
+	@test -x $(HYDRA) || { mkdir -p $(dir $(HYDRA)) && cd tools/hydra && \
 		CGO_ENABLED=1 $(GO) build -tags sqlite,sqlite_omit_load_extension -o $(HYDRA) github.com/ory/hydra/v2; }
 	@claude="$$(CLAUDE_CODE_VERSION='$(CLAUDE_CODE_VERSION)' CLAUDE_CODE_CACHE='$(TOOLS_CACHE)' scripts/claude-code-install.sh)" && \
 	 TICKETRELAY_HYDRA=$(HYDRA) TICKETRELAY_CLAUDE="$$claude" $(GO) test -race -count=1 -timeout 10m ./e2e/oauth/...

@@ -1,5 +1,5 @@
 // Package oauth holds the tests of signing in against a real OAuth
-// authorization server: Ory Hydra (built from internal/tools/hydra into a
+// authorization server: Ory Hydra (built from tools/hydra into a
 // cache by make test-oauth), in memory, on loopback ports chosen at run
 // time, with a login-and-consent app of the tests that signs a test user in
 // and grants the scope and this resource as the audience. The go-sdk's

@@ -2,7 +2,7 @@
 // test-oauth), in a module of its own so that its dependencies stay out of
 // ticketrelay's. The replace is Hydra's own (a dependency's replaces do not
 // apply to the module that requires it).
-module ticketrelay/internal/tools/hydra
+module ticketrelay/tools/hydra
 
 go 1.26.0
 
