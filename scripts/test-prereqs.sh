@@ -2,7 +2,8 @@
 # make test's first step: check (or install) what the suite needs before
 # it starts, one line each, so a fresh machine fails here with what to do
 # instead of minutes into the run. Needs: Go at go.mod's version, a C
-# compiler (the race detector uses cgo), and every module the tests and
+# compiler (the race detector uses cgo), curl (the docs' tests run the
+# README's curl session), and every module the tests and
 # vet use, downloaded now (the tests build nats-server and our binaries).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +47,19 @@ if [ "$(CC=$cc "$GO" env CGO_ENABLED)" != 1 ]; then
 	exit 1
 fi
 say "C compiler for -race: $(command -v "$cc")"
+
+# curl: the docs' tests run the README's curl session as a user would.
+if ! command -v curl >/dev/null; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		say "curl (the README's curl session is run as written): missing, installing it with apt-get"
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null
+	else
+		say "curl not found: the docs' tests run the README's curl session; install curl (Debian: sudo apt-get install curl)"
+		exit 1
+	fi
+fi
+say "curl: $(command -v curl)"
 
 # Modules: the main module's (with nats-server's command, which the tests
 # build), and the modules of their own that vet and the tests use.
