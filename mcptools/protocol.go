@@ -21,8 +21,8 @@ const (
 	latestLegacy = "2025-11-25"
 	// icons on tools arrived with 2025-11-25.
 	iconsProtocol = "2025-11-25"
-	// title, outputSchema and _meta on tools, and structuredContent in
-	// results, arrived with 2025-06-18.
+	// title, outputSchema and _meta on tools, structuredContent in
+	// results, and the server's title arrived with 2025-06-18.
 	structuredProtocol = "2025-06-18"
 	// annotations on tools arrived with 2025-03-26.
 	annotationsProtocol = "2025-03-26"
@@ -113,6 +113,13 @@ func shape(res mcp.Result, v string) mcp.Result {
 			out.Tools[i] = legacyTool(t, v)
 		}
 		return out
+	case *mcp.InitializeResult:
+		if v < structuredProtocol && r.ServerInfo != nil && r.ServerInfo.Title != "" {
+			c, info := *r, *r.ServerInfo
+			info.Title = ""
+			c.ServerInfo = &info
+			return &c
+		}
 	case *mcp.CallToolResult:
 		if v < structuredProtocol && r.StructuredContent != nil {
 			c := *r

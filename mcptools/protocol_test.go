@@ -131,6 +131,9 @@ func TestAnswersPerProtocolVersion(t *testing.T) {
 			if string(init["protocolVersion"]) != `"`+want+`"` || string(init["capabilities"]) != `{"tools":{}}` {
 				t.Errorf("initialize: protocolVersion %s, capabilities %s; want %q and tools only", init["protocolVersion"], init["capabilities"], want)
 			}
+			if titled := strings.Contains(string(init["serverInfo"]), `"title"`); titled != (want >= "2025-06-18") {
+				t.Errorf("initialize: serverInfo %s; a title only from 2025-06-18 on", init["serverInfo"])
+			}
 			list, code := c.call("tools/list", `{}`)
 			if code != 0 {
 				t.Fatalf("tools/list: error %d", code)
