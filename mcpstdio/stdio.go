@@ -104,14 +104,13 @@ func guardLines(in io.Reader, next io.Writer, out *lockedWriter, log *slog.Logge
 			case msg != nil:
 			case info.Method == rpcguard.MethodInitialize:
 				initialized = true
-			case info.Call && (info.Method == MethodDiscover || modernRequest(line)):
+			case !initialized && info.Call && info.Method != "ping" && info.Method != MethodDiscover && !modernRequest(line):
+				// go-sdk answers it with code 0, which is no JSON-RPC code.
 				// 2026-07-28 and later have no initialize: each request
 				// carries its version in _meta, and the server answers it on
 				// its own, as over HTTP. A server/discover without it is a
 				// dual-era client's probe; the server's -32601 to it tells
 				// the client to fall back to initialize.
-			case !initialized && info.Call && info.Method != "ping":
-				// go-sdk answers it with code 0, which is no JSON-RPC code.
 				msg = &rpcguard.Error{ID: info.ID, Code: rpcguard.CodeInvalidRequest,
 					Reason: fmt.Sprintf("%q before initialize: a session starts with initialize", info.Method)}
 			}
