@@ -248,13 +248,15 @@ func TestStdioStrict(t *testing.T) {
 		t.Fatalf("initialize: %s", init.Error)
 	}
 	send(map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized", "params": map[string]any{}})
-	// The most verbose logging of the SDK's own traffic too.
+	// The server logs nothing to the client: it does not advertise logging,
+	// and a client that asks for it anyway is told it is not there.
 	m, ok := call(1, "logging/setLevel", map[string]any{"level": "debug"})
 	if !ok {
 		t.FailNow()
 	}
-	if m.Error != nil {
-		t.Fatalf("logging/setLevel: %s", m.Error)
+	var notFound struct{ Code int }
+	if json.Unmarshal(m.Error, &notFound) != nil || notFound.Code != -32601 || bytes.Contains(init.Result, []byte(`"logging"`)) {
+		t.Fatalf("logging/setLevel: %s, %s; want -32601, and no logging capability in %s", m.Result, m.Error, init.Result)
 	}
 
 	// Calls run 8 at a time: creates, replays of earlier creates, status

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -39,12 +40,8 @@ func TestDiscoverAnswersAtOnce(t *testing.T) {
 			}
 			m := readResponse(t, resp)
 			var res struct {
-				SupportedVersions []string `json:"supportedVersions"`
-				Capabilities      struct {
-					Tools     *struct{} `json:"tools"`
-					Prompts   *struct{} `json:"prompts"`
-					Resources *struct{} `json:"resources"`
-				} `json:"capabilities"`
+				SupportedVersions []string        `json:"supportedVersions"`
+				Capabilities      json.RawMessage `json:"capabilities"`
 			}
 			if m.Error != nil || json.Unmarshal(m.Result, &res) != nil {
 				t.Fatalf("server/discover: %+v %s", m.Error, m.Result)
@@ -52,9 +49,18 @@ func TestDiscoverAnswersAtOnce(t *testing.T) {
 			if !slices.Contains(res.SupportedVersions, StatelessProtocol) || !slices.Contains(res.SupportedVersions, SessionProtocol) {
 				t.Errorf("supportedVersions %v: want %s (stateless) and %s", res.SupportedVersions, StatelessProtocol, SessionProtocol)
 			}
-			if res.Capabilities.Tools == nil || res.Capabilities.Prompts == nil || res.Capabilities.Resources == nil {
-				t.Errorf("capabilities %s: want tools, and prompts and resources (answered, empty)", m.Result)
+			if string(res.Capabilities) != `{"tools":{}}` {
+				t.Errorf("capabilities %s: want tools only (no prompts, resources or logging: the server has none)", res.Capabilities)
 			}
+
+			// A method the server does not serve is not found: -32601, which
+			// the SDK answers with 404, as 2026-07-28 asks of HTTP.
+			c.header = http.Header{"Mcp-Method": {"prompts/list"}}
+			resp = c.do(c.req(http.MethodPost, []byte(strings.Replace(string(discoverBody(true)), "server/discover", "prompts/list", 1))))
+			if m := readResponse(t, resp); resp.StatusCode != http.StatusNotFound || m.Error == nil || m.Error.Code != -32601 {
+				t.Errorf("prompts/list: HTTP %d, error %+v; want 404 with -32601", resp.StatusCode, m.Error)
+			}
+			c.header = http.Header{"Mcp-Method": {"server/discover"}}
 
 			// A bare discover (no _meta) must still be answered with a fallback
 			// status, not left to a 5xx or a timeout.

@@ -1,6 +1,8 @@
 // Package mcpstdio guards go-sdk's stdio transport: it passes on, line by
 // line, only what rpcguard accepts, answers the rest itself, and holds the
 // end of the client's input back until the calls it passed on are answered.
+// A server that cannot start answers its client with the reason instead
+// (Refuse).
 package mcpstdio
 
 import (
@@ -13,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"ticketrelay/internal/jsonscan"
 	"ticketrelay/rpcguard"
 )
 
@@ -37,6 +40,11 @@ const DrainTimeout = 60 * time.Second
 // JSON, a batch, another version tag, nesting deeper than rpcguard.MaxJSONDepth, a
 // line longer than MaxLine) is answered with the JSON-RPC error the
 // specification asks for, and the session goes on. Blank lines are skipped.
+//
+// Both eras of the protocol are served on one stream, as over HTTP: a
+// request that names protocol ModernProtocol or later in its _meta, and
+// server/discover, go to the server whenever they come; any other call but
+// ping before initialize is answered -32600 (go-sdk would answer code 0).
 //
 // When the client's input ends, the guard holds the end back until every
 // request it passed on has been answered on out, for at most
@@ -96,8 +104,13 @@ func guardLines(in io.Reader, next io.Writer, out *lockedWriter, log *slog.Logge
 			case msg != nil:
 			case info.Method == rpcguard.MethodInitialize:
 				initialized = true
-			case !initialized && info.Call && info.Method != "ping":
+			case !initialized && info.Call && info.Method != "ping" && info.Method != MethodDiscover && !modernRequest(line):
 				// go-sdk answers it with code 0, which is no JSON-RPC code.
+				// 2026-07-28 and later have no initialize: each request
+				// carries its version in _meta, and the server answers it on
+				// its own, as over HTTP. A server/discover without it is a
+				// dual-era client's probe; the server's -32601 to it tells
+				// the client to fall back to initialize.
 				msg = &rpcguard.Error{ID: info.ID, Code: rpcguard.CodeInvalidRequest,
 					Reason: fmt.Sprintf("%q before initialize: a session starts with initialize", info.Method)}
 			}
@@ -122,6 +135,42 @@ func guardLines(in io.Reader, next io.Writer, out *lockedWriter, log *slog.Logge
 			return err
 		}
 	}
+}
+
+// MethodDiscover is the probe a client of 2026-07-28 or later sends first
+// (SEP-2575).
+const MethodDiscover = "server/discover"
+
+// ModernProtocol is the first protocol version whose requests carry their
+// version in _meta instead of a session opened by initialize. Versions are
+// dates, so they compare as strings.
+const ModernProtocol = "2026-07-28"
+
+// modernRequest reports whether line, a JSON-RPC request, names a protocol
+// version of ModernProtocol or later in params._meta, as go-sdk decides it
+// (a later version it does not serve it answers with the versions it does).
+func modernRequest(line []byte) bool {
+	version := ""
+	member(line, "params", func(params []byte) {
+		member(params, "_meta", func(meta []byte) {
+			member(meta, "io.modelcontextprotocol/protocolVersion", func(v []byte) {
+				version = jsonscan.DecodeString(v)
+			})
+		})
+	})
+	return version >= ModernProtocol
+}
+
+// member calls fn with the value of the first member of object b named
+// name, if there is one.
+func member(b []byte, name string, fn func(value []byte)) {
+	jsonscan.Members(b, func(n string, v []byte) bool {
+		if n == name {
+			fn(v)
+			return false
+		}
+		return true
+	})
 }
 
 // readLine reads one line without its end, trimmed of surrounding blanks.

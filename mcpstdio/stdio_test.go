@@ -16,6 +16,16 @@ import (
 	"ticketrelay/mcptools"
 )
 
+// Claude Code's first line over stdio (2.1.332), and a later request of the
+// same protocol.
+const (
+	discover = `{"jsonrpc":"2.0","id":"server-discover-probe-1","method":"server/discover","params":{"_meta":{` +
+		`"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"claude-code","version":"2.1.332"},` +
+		`"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true},"elicitation":{"form":{},"url":{}}}}}}`
+	modernList = `{"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
+		`"io.modelcontextprotocol/clientInfo":{"name":"claude-code","version":"2.1.332"},"io.modelcontextprotocol/clientCapabilities":{}}},"jsonrpc":"2.0","id":13}`
+)
+
 // The guard passes JSON-RPC lines through unchanged and answers everything
 // else itself, in order, without ending the stream.
 func TestGuard(t *testing.T) {
@@ -23,6 +33,10 @@ func TestGuard(t *testing.T) {
 	in := strings.Join([]string{
 		`{"jsonrpc":"2.0","id":1,"method":"ping"}`,
 		`{"jsonrpc":"2.0","id":10,"method":"tools/list"}`, // before initialize: go-sdk would answer code 0
+		discover,   // 2026-07-28 needs no initialize
+		modernList, // nor does any request that names it
+		`{"jsonrpc":"2.0","id":"p","method":"server/discover"}`, // a legacy probe: the server answers -32601
+		`{"jsonrpc":"2.0","id":14,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}}`,
 		`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}`,
 		`{not json`,
 		``,
@@ -53,6 +67,8 @@ func TestGuard(t *testing.T) {
 		t.Fatal("writer close")
 	}
 	wantPassed := `{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n" +
+		discover + "\n" + modernList + "\n" +
+		`{"jsonrpc":"2.0","id":"p","method":"server/discover"}` + "\n" +
 		`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}` + "\n" +
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
 		`{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"x","arguments":{"t":"` + "\xff" + `"}}}` + "\n" +
@@ -69,12 +85,12 @@ func TestGuard(t *testing.T) {
 		} `json:"error"`
 	}
 	want := []answer{
-		{ID: float64(10)}, {ID: nil}, {ID: nil}, {ID: "x"}, {ID: float64(3)}, {ID: nil},
+		{ID: float64(10)}, {ID: float64(14)}, {ID: nil}, {ID: nil}, {ID: "x"}, {ID: float64(3)}, {ID: nil},
 		{ID: nil}, {ID: float64(5)}, {ID: float64(6)}, {ID: float64(7)}, {ID: float64(8)},
 		{ID: nil},
 	}
-	codes := []int{-32600, -32700, -32600, -32600, -32600, -32600, -32600, -32600, -32600, -32600, -32700, -32600}
-	reasons := []string{`"tools/list" before initialize`, "not valid JSON", "batch requests", `"jsonrpc" must be "2.0"`, "nested deeper than 1000", "must be a JSON object",
+	codes := []int{-32600, -32600, -32700, -32600, -32600, -32600, -32600, -32600, -32600, -32600, -32600, -32700, -32600}
+	reasons := []string{`"tools/list" before initialize`, `"tools/list" before initialize`, "not valid JSON", "batch requests", `"jsonrpc" must be "2.0"`, "nested deeper than 1000", "must be a JSON object",
 		`"id" must be a string or an integer`, `"method" appears more than once`, `"params.name" appears more than once`, `needs "result" or "error"`, "not valid UTF-8",
 		"longer than"}
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")

@@ -70,13 +70,10 @@ func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Serve
 	srv := mcp.NewServer(&mcp.Implementation{Name: name, Title: "ticketrelay", Version: cfg.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Logger:       loggate.SDKLogger(log),
-		// Prompts and resources are declared, empty, because prompts/list and
-		// resources/list are answered (with empty lists) anyway.
-		//lint:ignore SA1019 logging is deprecated from protocol 2026-07-28 but still served: clients of the earlier versions set the level with logging/setLevel (interop's strict stdio test does)
-		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{},
-			Prompts: &mcp.PromptCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
+		Capabilities: capabilities(),
 	})
-	srv.AddReceivingMiddleware(measure(m))
+	// byProtocol is outermost: a method it refuses is no tool call to count.
+	srv.AddReceivingMiddleware(byProtocol(), measure(m))
 	for _, b := range cfg.Bindings {
 		srv.AddTool(createTool(b), s.createHandler(b))
 	}

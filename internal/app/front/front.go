@@ -44,11 +44,22 @@ func Run(ctx context.Context, env app.Env) error {
 	o.metricsListenSet = set["metrics-listen"]
 	o = o.WithDefaults()
 	if err := o.Validate(env.Lookup); err != nil {
-		return err
+		return tellStdioClient(ctx, env, o, err)
 	}
 	f := &front{o: o, env: env, log: log, addrs: map[string]string{}}
 	defer f.Close()
-	return app.BuildThenRun(ctx, f.build, f.serve)
+	return app.BuildThenRun(ctx, f.buildOrTell, f.serve)
+}
+
+// buildOrTell builds; if that fails in stdio mode, it first undoes what
+// was built and tells the client why (tellStdioClient).
+func (f *front) buildOrTell(ctx context.Context) error {
+	err := f.build(ctx)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	f.Close()
+	return tellStdioClient(ctx, f.env, f.o, err)
 }
 
 // front is mcp-front being built and then served: what each build step
