@@ -25,17 +25,22 @@ import (
 	"ticketrelay/outbox"
 )
 
-var usage = app.Usage{
-	Header: "Usage: mcp-front [flags]\n\nServes the ticketrelay MCP tools (create_ticket, find_request).\n\n",
-	Hidden: hiddenFlags,
-}
+// synopsis is mcp-front's short usage.
+const synopsis = "Usage: mcp-front [flags]\n"
+
+// about is what -help says mcp-front does.
+const about = `Serves ticketrelay's MCP tools (the configuration's create tools and
+find_request) over streamable HTTP, or over stdin/stdout with -stdio. An
+accepted ticket is committed to the ledger (-db), from which the dispatcher
+delivers it; give both processes the same -config.
+`
 
 // Run runs mcp-front until ctx is cancelled (or stdin closes, in stdio
 // mode): options, validated, then built, then served.
 func Run(ctx context.Context, env app.Env) error {
 	var o Options
 	fs := flag.NewFlagSet("mcp-front", flag.ContinueOnError)
-	o.flags(fs)
+	usage := app.Usage{Synopsis: synopsis, About: about, Flags: o.flags(fs)}
 	set, log, done, err := app.ParseStart(fs, env, usage, &o.LogLevel)
 	if done || err != nil {
 		return err
