@@ -63,6 +63,7 @@ type front struct {
 	log   *slog.Logger
 	addrs map[string]string // where it listens, announced once serving
 
+	cfg      *config.File
 	bindings []mcptools.Binding
 	auth     *mcphttp.AuthConfig // nil: no authentication
 	reg      *prometheus.Registry
@@ -85,6 +86,7 @@ func (f *front) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	f.cfg = cfg
 	if f.bindings, err = bindings(cfg); err != nil {
 		return err
 	}
@@ -157,9 +159,17 @@ func (f *front) openLedger(ctx context.Context) (mcptools.Requests, error) {
 // serve serves MCP on stdio or over HTTP until ctx ends.
 func (f *front) serve(ctx context.Context) error {
 	if f.o.Stdio {
+		f.logConfig()
 		return f.serveStdio(ctx)
 	}
 	return f.serveHTTP(ctx)
+}
+
+// logConfig logs the configuration served, with the line that says
+// mcp-front serves: once nothing is left to fail at start, so that a
+// refused start stays one line.
+func (f *front) logConfig() {
+	app.LogConfig(f.log, f.o.Config, f.cfg, "tools", toolNames(f.cfg))
 }
 
 // serveStdio serves MCP on stdin and stdout until the client closes
