@@ -24,13 +24,16 @@ all: build
 build: ## build bin/mcp-front and bin/dispatcher
 	$(BUILD) -ldflags '$(LDFLAGS)' -o bin/ ./cmd/mcp-front ./cmd/dispatcher
 
-# When either process exits, the other is stopped; if it failed (a port in
-# use, a locked data directory), make fails with its status and names the
-# variables that choose the ports. A clean exit (both got the terminal's
-# Ctrl-C) ends make cleanly. Needs bash for wait -n.
+# When either process exits, the other is stopped; if it failed, make fails
+# with its status and says what to change, from the status: 3, the
+# dispatcher's data directory is held by another dispatcher (DATA); 4, a
+# port is in use (the variables that choose that process's ports); 2, a
+# command-line error; anything else, see its error above. A process that
+# failed on its own while the first one did is reported too. A clean exit
+# (both got the terminal's Ctrl-C) ends make cleanly. Needs bash for wait -n.
 # SIGTERM, not SIGINT: a background job starts with SIGINT ignored, so a
 # SIGINT sent before the process installed its handler would be lost; both
-# processes stop cleanly on either.
+# processes stop cleanly on either (0; 143 if it came before the handler).
 # mcp-front gets -create-db: both processes take their paths from DATA, so
 # its -db is no mistyped path, and it may start before the dispatcher has
 # created the ledger.
@@ -41,12 +44,21 @@ run: ## run both processes on DATA; ports: LISTEN, FRONT_METRICS, DISPATCHER_MET
 	@mkdir -p -m 700 '$(DATA)'
 	@echo "make run: dispatcher (NATS $(NATS_LISTEN), metrics $(or $(DISPATCHER_METRICS),off)) and mcp-front (http://$(LISTEN)/mcp, metrics $(or $(FRONT_METRICS),off)) on $(DATA)/; Ctrl-C stops both"
 	@trap 'kill -TERM $$d $$f 2>/dev/null; wait $$d $$f; exit 130' INT TERM; \
+	 why() { case "$$1:$$2" in \
+	   *:0|*:143) return ;; \
+	   dispatcher:3) echo "make run: the dispatcher exited (status 3): another dispatcher holds the data directory $(DATA)/ (its pid is above); stop it, or run on another directory with DATA= (make run DATA=data2)" ;; \
+	   dispatcher:4) echo "make run: the dispatcher exited (status 4): a port is in use (the flag is above); the dispatcher's ports are NATS_LISTEN and DISPATCHER_METRICS (make run NATS_LISTEN=127.0.0.1:4223)" ;; \
+	   mcp-front:4) echo "make run: mcp-front exited (status 4): a port is in use (the flag is above); mcp-front's ports are LISTEN and FRONT_METRICS (make run LISTEN=127.0.0.1:8090)" ;; \
+	   *:2) echo "make run: $$1 exited (status 2): its command line was refused (the reason is above)" ;; \
+	   *) echo "make run: $$1 exited (status $$2); its error is above" ;; \
+	 esac >&2; }; \
 	 bin/dispatcher -data '$(DATA)' -nats-listen '$(NATS_LISTEN)' -metrics-listen '$(DISPATCHER_METRICS)' & d=$$!; \
 	 bin/mcp-front -create-db -db '$(DATA)/tickets.db' -listen '$(LISTEN)' -metrics-listen '$(FRONT_METRICS)' & f=$$!; \
 	 wait -n -p gone $$d $$f; rc=$$?; \
-	 if [ "$$gone" = "$$d" ]; then gone=dispatcher other=mcp-front; else gone=mcp-front other=dispatcher; fi; \
-	 [ $$rc -eq 0 ] || echo "make run: $$gone exited (status $$rc): stopping $$other; make run's ports are LISTEN, FRONT_METRICS, DISPATCHER_METRICS and NATS_LISTEN (make run LISTEN=127.0.0.1:8090)" >&2; \
-	 kill -TERM $$d $$f 2>/dev/null; wait $$d $$f; \
+	 if [ "$$gone" = "$$d" ]; then gone=dispatcher other=mcp-front o=$$f; else gone=mcp-front other=dispatcher o=$$d; fi; \
+	 [ $$rc -eq 0 ] || echo "make run: stopping $$other" >&2; \
+	 kill -TERM $$o 2>/dev/null; wait $$o; orc=$$?; \
+	 why $$gone $$rc; why $$other $$orc; \
 	 exit $$rc
 
 # Four steps, each announced on one line: what the suite needs (Go, a C

@@ -275,8 +275,8 @@ func TestAdminCommands(t *testing.T) {
 				t.Errorf("%v: error %v, want app.ErrUsage", args, err)
 			}
 		}
-		if _, stderr, err := runOnce(t, dispatcher.Run, newEnv(), "status", "-help"); err != nil || !strings.Contains(stderr, "dispatcher resolve") {
-			t.Errorf("status -help: %v\n%s", err, stderr)
+		if stdout, _, err := runOnce(t, dispatcher.Run, newEnv(), "status", "-help"); err != nil || !strings.HasPrefix(stdout, "Usage: dispatcher status ") {
+			t.Errorf("status -help: %v\n%s", err, stdout)
 		}
 	})
 }

@@ -29,7 +29,7 @@ import (
 	"ticketrelay/internal/flagenv"
 )
 
-// ErrUsage marks a command-line error (exit status 2).
+// ErrUsage marks a command-line error (exit status ExitUsage).
 var ErrUsage = errors.New("usage")
 
 // Version is set at build time (-ldflags "-X ticketrelay/internal/app.Version=…").

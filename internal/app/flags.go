@@ -13,44 +13,62 @@ import (
 	"ticketrelay/internal/flagenv"
 )
 
-// Usage is what -help prints for a flag set: Header, then every flag but
-// the Hidden ones. Hidden flags are accepted as any other (they keep their
-// environment twins) but are for benchmarks and tests, documented where
-// those are (bench/doc.go), not in -help.
+// Usage is a process's command line as -help and usage errors show it.
 type Usage struct {
-	Header string
-	Hidden []string
+	// Synopsis is the short usage, its command lines ("Usage: mcp-front
+	// [flags]\n"): first in -help, and after a flag error, where it
+	// replaces the list of every flag.
+	Synopsis string
+	// About says what the process does, below the synopsis in -help.
+	About string
+	// Flags lays out the flags: sections under headings, hidden ones.
+	Flags *flagenv.Help
 }
 
-// print writes the usage of fs to w.
-func (u Usage) print(fs *flag.FlagSet, w io.Writer) {
-	fmt.Fprint(w, u.Header)
-	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
-	shown.SetOutput(w)
-	fs.VisitAll(func(f *flag.Flag) {
-		if slices.Contains(u.Hidden, f.Name) {
-			return
-		}
-		shown.Var(f.Value, f.Name, f.Usage)
-		// The value may hold an environment twin's by now: -help shows
-		// the flag's own default.
-		shown.Lookup(f.Name).DefValue = f.DefValue
-	})
-	shown.PrintDefaults()
+// envNote tells the reader of -help how the environment twins work.
+const envNote = "A flag shown with an environment variable (env TICKETRELAY_...) can also be\n" +
+	"set with it; the command line wins over the environment.\n"
+
+// Print writes the whole -help of fs to w: synopsis, what the process does,
+// then the flags, section by section.
+func (u Usage) Print(w io.Writer, fs *flag.FlagSet, noEnv ...string) {
+	fmt.Fprint(w, u.Synopsis)
+	if u.About != "" {
+		fmt.Fprint(w, "\n"+u.About)
+	}
+	fmt.Fprint(w, "\n"+envNote)
+	u.help().Print(w, fs, noEnv...)
+}
+
+func (u Usage) help() *flagenv.Help {
+	if u.Flags == nil {
+		return new(flagenv.Help)
+	}
+	return u.Flags
+}
+
+// FlagError is the usage error of a command line fs could not parse: the
+// parse error, the synopsis and where to find the flags (-help), not the
+// flags themselves.
+func (u Usage) FlagError(fs *flag.FlagSet, err error) error {
+	return fmt.Errorf("%w: %v\n%srun %s -help for the flags", ErrUsage, err, u.Synopsis, fs.Name())
 }
 
 // ParseStart parses a process's flags (with their environment twins), arms the
 // failpoints and builds the stderr logger from the -log-level flag. done is
-// true when -help or -version was asked and answered: the caller has
-// nothing more to do. A flag the process does not know is a usage error of
-// one line and a pointer to -help, not the whole flag list. An argument
+// true when -help or -version was asked and answered (on stdout): the
+// caller has nothing more to do. A flag the process does not know is a
+// usage error with the synopsis and a pointer to -help, not the whole flag
+// list. An argument
 // left after the flags (a mistyped subcommand, a flag after a stray word: the
 // flag package stops at the first non-flag) is a usage error; commands, if
 // any, are listed in its message.
 func ParseStart(fs *flag.FlagSet, env Env, usage Usage, logLevel *string, commands ...string) (set map[string]bool, log *slog.Logger, done bool, err error) {
-	version := fs.Bool("version", false, "print the version and exit")
+	var version *bool
+	usage.help().Section(flagenv.Common, fs, func() { version = fs.Bool("version", false, "print the version and exit") })
 	// The flag package prints a parse error and then the usage; both are
-	// ours to print: the error once (by Main), the usage on -help only.
+	// ours to print: the error once (by Main), the whole usage on -help
+	// only.
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	// -version has no environment twin: a TICKETRELAY_VERSION set for
@@ -58,11 +76,13 @@ func ParseStart(fs *flag.FlagSet, env Env, usage Usage, logLevel *string, comman
 	set, err = flagenv.ParseExcept(fs, env.Args, env.Lookup, "version")
 	fs.SetOutput(env.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		usage.print(fs, env.Stderr)
+		// Asked for, so it is the output: on stdout, where a pager or
+		// grep reads it. Nothing else is served on this run.
+		usage.Print(env.Stdout, fs, "version")
 		return nil, nil, true, nil
 	}
 	if err != nil {
-		return nil, nil, false, fmt.Errorf("%w: %v\nrun %s -help for all flags", ErrUsage, err, fs.Name())
+		return nil, nil, false, usage.FlagError(fs, err)
 	}
 	if *version {
 		fmt.Fprintf(env.Stdout, "%s %s\n", fs.Name(), Version)

@@ -48,19 +48,22 @@ func TestFlags(t *testing.T) {
 	}
 	for _, p := range procs {
 		t.Run(p.name+" -help", func(t *testing.T) {
-			stdout, stderr, err := runOnce(t, p.run, newEnv(), "-help")
+			// A bad environment value does not keep -help from answering.
+			stdout, stderr, err := runOnce(t, p.run, newEnv("TICKETRELAY_LOG_LEVEL", "loud", "TICKETRELAY_INSECURE", "maybe"), "-help")
 			if err != nil {
 				t.Fatalf("-help: %v", err)
 			}
-			if stdout != "" {
-				t.Errorf("-help wrote to stdout (reserved for JSON-RPC): %q", stdout)
+			// Asked for, -help is the output: on stdout, for a pager or grep.
+			if stderr != "" {
+				t.Errorf("-help wrote to stderr: %q", stderr)
 			}
-			entries := helpFlags(stderr)
+			entries := helpFlags(stdout)
 			for _, f := range p.core {
 				if _, ok := entries[f]; !ok {
-					t.Errorf("-help does not list -%s:\n%s", f, stderr)
+					t.Errorf("-help does not list -%s:\n%s", f, stdout)
 				}
 			}
+			checkSections(t, stdout)
 			for f, e := range entries {
 				if f == "version" {
 					// No twin: a TICKETRELAY_VERSION set for something
@@ -131,6 +134,47 @@ func TestFlags(t *testing.T) {
 			t.Fatalf("listening on %s: the environment won over -listen", r.addrs["mcp"])
 		}
 	})
+}
+
+// checkSections checks -help's layout: the synopsis first, a short
+// section of common flags before the advanced ones, every flag in a
+// section of its own topic (none left under "Other flags"), each listed
+// once.
+func checkSections(t *testing.T, help string) {
+	t.Helper()
+	if !strings.HasPrefix(help, "Usage: ") {
+		t.Errorf("-help does not start with the synopsis:\n%s", help)
+	}
+	var headings []string
+	count := map[string]int{}
+	seen := map[string]int{}
+	re := regexp.MustCompile(`^  -([a-z][a-z0-9-]*)`)
+	for line := range strings.SplitSeq(help, "\n") {
+		if strings.HasSuffix(line, "flags:") || strings.HasPrefix(line, "Advanced: ") {
+			headings = append(headings, line)
+			continue
+		}
+		if m := re.FindStringSubmatch(line); m != nil && len(headings) > 0 {
+			count[headings[len(headings)-1]]++
+			seen[m[1]]++
+		}
+	}
+	if len(headings) < 2 || headings[0] != flagenv.Common+":" {
+		t.Fatalf("-help headings %q: want %q first, then the advanced ones", headings, flagenv.Common+":")
+	}
+	if n := count[headings[0]]; n < 5 || n > 12 {
+		t.Errorf("%d common flags: the section is meant to be short (5 to 12)", n)
+	}
+	for _, h := range headings[1:] {
+		if !strings.HasPrefix(h, "Advanced: ") || count[h] == 0 {
+			t.Errorf("heading %q after the common flags: want an advanced section with flags", h)
+		}
+	}
+	for f, n := range seen {
+		if n != 1 {
+			t.Errorf("-%s is listed %d times", f, n)
+		}
+	}
 }
 
 // freePort returns a loopback address with a port nothing listens on now.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,16 +90,18 @@ func TestVersionFlag(t *testing.T) {
 	}
 }
 
-// An unknown flag gets the error and a pointer to -help: two lines, not
-// the list of every flag.
+// An unknown flag gets the error, the short usage and a pointer to -help
+// on stderr, exit 2: not the list of every flag.
 func TestUnknownFlagIsShort(t *testing.T) {
 	for name, bin := range bins(t) {
 		dir := t.TempDir()
-		_, stderr, status := runBin(t, dir, bin, "-no-such-flag")
+		stdout, stderr, status := runBin(t, dir, bin, "-no-such-flag")
 		got := lines(stderr)
-		if status != 2 || len(got) != 2 || !strings.Contains(got[0], "flag provided but not defined: -no-such-flag") ||
-			got[1] != "run "+name+" -help for all flags" {
-			t.Errorf("%s -no-such-flag: status %d, stderr:\n%s\nwant status 2, the error and the pointer to -help", name, status, stderr)
+		if status != 2 || stdout != "" || len(got) < 3 || len(got) > 4 ||
+			got[0] != name+": usage: flag provided but not defined: -no-such-flag" ||
+			got[1] != "Usage: "+name+" [flags]" || got[len(got)-1] != "run "+name+" -help for the flags" {
+			t.Errorf("%s -no-such-flag: status %d, stdout %q, stderr:\n%s\nwant status 2, the error, the synopsis and the pointer to -help",
+				name, status, stdout, stderr)
 		}
 		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 			t.Errorf("%s -no-such-flag left %v", name, entries)
@@ -106,26 +109,102 @@ func TestUnknownFlagIsShort(t *testing.T) {
 	}
 }
 
+// -help is asked for: it goes to stdout (so that `mcp-front -help | grep
+// config` finds it) and exits 0, for -h and --help too.
+func TestHelpOnStdout(t *testing.T) {
+	for name, bin := range bins(t) {
+		for _, arg := range []string{"-help", "-h", "--help"} {
+			stdout, stderr, status := runBin(t, t.TempDir(), bin, arg)
+			if status != 0 || stderr != "" || !strings.HasPrefix(stdout, "Usage: "+name+" [flags]\n") ||
+				!strings.Contains(stdout, "  -config file  (env TICKETRELAY_CONFIG)\n") {
+				t.Errorf("%s %s: status %d, stderr %q, stdout:\n%s\nwant status 0 and the help on stdout", name, arg, status, stderr, stdout)
+			}
+		}
+	}
+}
+
 // -help lists the flags a user sets, with readable placeholders, and not
 // the benchmarks' own flags (which are still accepted).
 func TestHelpHidesBenchmarkFlags(t *testing.T) {
-	_, stderr, status := runBin(t, t.TempDir(), bins(t)["mcp-front"], "-help")
+	stdout, _, status := runBin(t, t.TempDir(), bins(t)["mcp-front"], "-help")
 	if status != 0 {
 		t.Fatalf("-help: status %d", status)
 	}
 	for _, want := range []string{"-create-db", "-version", "-keepalive-failures n", "-session-timeout duration", "-rate-limit n"} {
-		if !strings.Contains(stderr, want) {
-			t.Errorf("-help does not show %q:\n%s", want, stderr)
+		if !strings.Contains(stdout, want) {
+			t.Errorf("-help does not show %q:\n%s", want, stdout)
 		}
 	}
 	for _, unwanted := range []string{"bench-noop-tool", "many", "-session-timeout long", "default -1"} {
-		if strings.Contains(stderr, unwanted) {
-			t.Errorf("-help shows %q:\n%s", unwanted, stderr)
+		if strings.Contains(stdout, unwanted) {
+			t.Errorf("-help shows %q:\n%s", unwanted, stdout)
 		}
 	}
 	r, _ := startFront(t, newEnv(), "-bench-noop-tool")
 	if !strings.Contains(r.stderr.String(), "benchmark no-op tool enabled") {
 		t.Errorf("-bench-noop-tool is not taken any more:\n%s", r.stderr)
+	}
+}
+
+// Each dispatcher command says what it does and lists its own flags, the
+// same for `help COMMAND` and `COMMAND -help`; `help` alone is -help.
+func TestDispatcherCommandHelp(t *testing.T) {
+	bin := bins(t)["dispatcher"]
+	dir := t.TempDir()
+	main, _, status := runBin(t, dir, bin, "-help")
+	if status != 0 {
+		t.Fatalf("-help: status %d", status)
+	}
+	if help, stderr, status := runBin(t, dir, bin, "help"); status != 0 || stderr != "" || help != main {
+		t.Errorf("dispatcher help: status %d, stderr %q; want -help's text on stdout, got:\n%s", status, stderr, help)
+	}
+	for _, c := range []struct {
+		name          string
+		flags, others []string // its flags; others' it must not list
+		says          string   // a piece of what it does
+	}{
+		{"status", []string{"db", "data", "json", "multi-host", "nats", "installation", "host-dead-after", "nats-creds"},
+			[]string{"failed", "target", "delivered", "workers"}, "backlog"},
+		{"redrive", []string{"db", "data", "failed", "target"}, []string{"json", "delivered", "nats", "multi-host"}, "same"},
+		{"resolve", []string{"db", "data", "delivered", "failed"}, []string{"json", "target", "nats"}, "uncertain"},
+		{"forget-host", []string{"nats", "installation", "nats-creds", "nats-user"}, []string{"db", "data", "json", "multi-host"}, "removed for good"},
+	} {
+		if !strings.Contains(main, "\n  "+c.name+" ") {
+			t.Errorf("dispatcher -help does not list %s", c.name)
+		}
+		help, stderr, status := runBin(t, dir, bin, c.name, "-help")
+		if status != 0 || stderr != "" || !strings.HasPrefix(help, "Usage: dispatcher "+c.name+" ") || !strings.Contains(help, c.says) {
+			t.Errorf("%s -help: status %d, stderr %q, stdout:\n%s\nwant its synopsis and what it does", c.name, status, stderr, help)
+		}
+		entries := helpFlags(help)
+		for _, f := range c.flags {
+			if _, ok := entries[f]; !ok {
+				t.Errorf("%s -help does not list -%s:\n%s", c.name, f, help)
+			}
+		}
+		for _, f := range c.others {
+			if _, ok := entries[f]; ok {
+				t.Errorf("%s -help lists -%s, which is not its flag", c.name, f)
+			}
+		}
+		if h, _, status := runBin(t, dir, bin, "help", c.name); status != 0 || h != help {
+			t.Errorf("help %s: status %d, and not the text of %s -help:\n%s", c.name, status, c.name, h)
+		}
+		// A flag of another command is refused, with this one's usage.
+		_, stderr, status = runBin(t, dir, bin, c.name, "-workers", "3")
+		if got := lines(stderr); status != 2 || !strings.Contains(got[0], "flag provided but not defined: -workers") ||
+			!strings.Contains(stderr, "Usage: dispatcher "+c.name+" ") || got[len(got)-1] != "run dispatcher "+c.name+" -help for the flags" {
+			t.Errorf("%s -workers 3: status %d, stderr:\n%s\nwant status 2 and %s's short usage", c.name, status, stderr, c.name)
+		}
+	}
+	for _, args := range [][]string{{"help", "stauts"}, {"help", "status", "redrive"}} {
+		stdout, stderr, status := runBin(t, dir, bin, args...)
+		if status != 2 || stdout != "" || !strings.Contains(stderr, "help") {
+			t.Errorf("%v: status %d, stdout %q, stderr %q; want status 2 and the error on stderr", args, status, stdout, stderr)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("help left %v", entries)
 	}
 }
 
@@ -182,8 +261,8 @@ func TestPortInUseIsOneLine(t *testing.T) {
 	} {
 		_, stderr, status := runBin(t, dir, c.bin, c.args...)
 		want := fmt.Sprintf("-%s %s: the port is in use by another process; choose another with -%s HOST:PORT", c.flag, addr, c.flag)
-		if got := lines(stderr); status != 1 || len(got) != 1 || !strings.Contains(got[0], want) {
-			t.Errorf("%s -%s on a port in use: status %d, stderr:\n%s\nwant status 1 and one line %q", filepath.Base(c.bin), c.flag, status, stderr, want)
+		if got := lines(stderr); status != app.ExitPortInUse || len(got) != 1 || !strings.Contains(got[0], want) {
+			t.Errorf("%s -%s on a port in use: status %d, stderr:\n%s\nwant status %d and one line %q", filepath.Base(c.bin), c.flag, status, stderr, app.ExitPortInUse, want)
 		}
 	}
 }
@@ -202,6 +281,20 @@ func TestStopDuringStartIsQuiet(t *testing.T) {
 	w.Reset()
 	if got := app.ExitStatus(&w, "mcp-front", fmt.Errorf("%w: bad", app.ErrUsage), false); got != 2 || w.String() != "mcp-front: usage: bad\n" {
 		t.Errorf("usage error: status %d, wrote %q", got, w.String())
+	}
+	// The causes make run tells apart have statuses of their own.
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{fmt.Errorf("%w: data: held", app.ErrDataInUse), app.ExitDataInUse},
+		{app.ListenError("listen", "127.0.0.1:8080", &net.OpError{Op: "listen", Err: os.NewSyscallError("bind", syscall.EADDRINUSE)}), app.ExitPortInUse},
+		{app.ListenError("listen", "127.0.0.1:8080", &net.OpError{Op: "listen", Err: os.NewSyscallError("bind", syscall.EACCES)}), 1},
+	} {
+		w.Reset()
+		if got := app.ExitStatus(&w, "dispatcher", c.err, false); got != c.want || w.String() != "dispatcher: "+c.err.Error()+"\n" {
+			t.Errorf("%v: status %d, wrote %q; want %d and the error", c.err, got, w.String(), c.want)
+		}
 	}
 }
 

@@ -16,8 +16,21 @@ import (
 	"syscall"
 )
 
+// Exit statuses beside 0 (done, or stopped by a signal) and 1 (any other
+// failure): the causes a launcher (make run, a unit's restart policy) tells
+// apart to say what to change.
+const (
+	ExitUsage     = 2 // a command-line error (ErrUsage)
+	ExitDataInUse = 3 // the dispatcher's data directory is held by another dispatcher (ErrDataInUse)
+	ExitPortInUse = 4 // a port a flag asked for is in use by another process (ListenError)
+)
+
+// ErrDataInUse marks the refusal of a data directory another dispatcher
+// holds.
+var ErrDataInUse = errors.New("data directory in use")
+
 // Main runs a process with the real environment, stops it on SIGINT or
-// SIGTERM, and maps its error to an exit status (2 for usage errors).
+// SIGTERM, and maps its error to an exit status (ExitUsage and the others).
 func Main(run func(context.Context, Env) error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -28,7 +41,8 @@ func Main(run func(context.Context, Env) error) {
 }
 
 // exitStatus reports err on w and returns the process's exit status: 0 for
-// none, 2 for a usage error, 1 for anything else. An error that is only
+// none, ExitUsage, ExitDataInUse or ExitPortInUse for those causes, 1 for
+// anything else. An error that is only
 // the stop itself (context.Canceled after SIGINT or SIGTERM, however deep
 // in the start-up it came) is a clean stop, not a failure: when make run
 // stops one process because the other failed, the line that matters is
@@ -38,11 +52,16 @@ func exitStatus(w io.Writer, prog string, err error, stopped bool) int {
 	switch {
 	case err == nil, stopped && errors.Is(err, context.Canceled):
 		return 0
-	case errors.Is(err, ErrUsage):
-		fmt.Fprintf(w, "%s: %v\n", prog, err)
-		return 2
 	}
 	fmt.Fprintf(w, "%s: %v\n", prog, err)
+	switch {
+	case errors.Is(err, ErrUsage):
+		return ExitUsage
+	case errors.Is(err, ErrDataInUse):
+		return ExitDataInUse
+	case errors.Is(err, syscall.EADDRINUSE):
+		return ExitPortInUse
+	}
 	return 1
 }
 

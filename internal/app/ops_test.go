@@ -93,8 +93,8 @@ func TestDataDirectoryLock(t *testing.T) {
 
 	began := time.Now()
 	_, _, err := runOnce(t, dispatcher.Run, newEnv(), dispatcherArgs(dir)...)
-	if err == nil || errors.Is(err, app.ErrUsage) {
-		t.Fatalf("a second dispatcher on %s: error %v, want a plain error", dir, err)
+	if !errors.Is(err, app.ErrDataInUse) || errors.Is(err, app.ErrUsage) {
+		t.Fatalf("a second dispatcher on %s: error %v, want app.ErrDataInUse", dir, err)
 	}
 	for _, w := range []string{dir, "in use", fmt.Sprintf("pid %d", os.Getpid()), "dispatcher.lock"} {
 		if !strings.Contains(err.Error(), w) {
@@ -282,18 +282,20 @@ func TestAdminFlagsIgnoreTheEnvironment(t *testing.T) {
 	if st := a.find(t, "req-uncertain"); st.Status != ledger.StatusUncertain {
 		t.Errorf("req-uncertain is %s: the environment resolved it", st.Status)
 	}
-	_, stderr, err := runOnce(t, dispatcher.Run, env, "redrive", "-help")
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries := helpFlags(stderr)
-	for _, f := range []string{"json", "failed", "target", "delivered"} {
-		if e, ok := entries[f]; !ok || strings.Contains(e, "TICKETRELAY_") {
-			t.Errorf("-help entry of -%s: %q; want listed, without a twin", f, e)
+	for cmd, own := range map[string][]string{"status": {"json"}, "redrive": {"failed", "target"}, "resolve": {"failed", "delivered"}} {
+		stdout, _, err := runOnce(t, dispatcher.Run, env, cmd, "-help")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if !strings.Contains(entries["db"], "TICKETRELAY_DB") {
-		t.Errorf("-help: -db lost its twin: %q", entries["db"])
+		entries := helpFlags(stdout)
+		for _, f := range own {
+			if e, ok := entries[f]; !ok || strings.Contains(e, "TICKETRELAY_") {
+				t.Errorf("%s -help entry of -%s: %q; want listed, without a twin", cmd, f, e)
+			}
+		}
+		if !strings.Contains(entries["db"], "TICKETRELAY_DB") {
+			t.Errorf("%s -help: -db lost its twin: %q", cmd, entries["db"])
+		}
 	}
 }
 

@@ -1,5 +1,6 @@
 // Package flagenv gives every command-line flag an environment-variable twin
-// (TICKETRELAY_<NAME>, dashes as underscores) and shows it in -help.
+// (TICKETRELAY_<NAME>, dashes as underscores), and lays out -help: the
+// flags in sections under headings, each with its twin and its default.
 package flagenv
 
 import (
@@ -24,8 +25,8 @@ func Parse(fs *flag.FlagSet, args []string, lookup func(string) (string, bool)) 
 }
 
 // ParseExcept is Parse for a flag set whose flags named in noEnv have no
-// environment twin: they are set from args only, and -help shows no twin
-// for them.
+// environment twin: they are set from args only (pass the same names to
+// Help.Print, which then shows no twin for them).
 func ParseExcept(fs *flag.FlagSet, args []string, lookup func(string) (string, bool), noEnv ...string) (map[string]bool, error) {
 	set := map[string]bool{}
 	var errs []string
@@ -34,9 +35,6 @@ func ParseExcept(fs *flag.FlagSet, args []string, lookup func(string) (string, b
 			return
 		}
 		env := EnvName(f.Name)
-		if !strings.Contains(f.Usage, env) {
-			f.Usage += " (env " + env + ")"
-		}
 		if v, ok := lookup(env); ok {
 			if err := f.Value.Set(v); err != nil {
 				errs = append(errs, fmt.Sprintf("%s=%q: %v", env, v, err))
@@ -44,11 +42,14 @@ func ParseExcept(fs *flag.FlagSet, args []string, lookup func(string) (string, b
 			set[f.Name] = true
 		}
 	})
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("invalid environment: %s", strings.Join(errs, "; "))
-	}
+	// The command line first: -help is answered even in an environment
+	// with a bad value, and a flag's own error comes before the
+	// environment's.
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("invalid environment: %s", strings.Join(errs, "; "))
 	}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	return set, nil

@@ -35,67 +35,32 @@ type adminStore interface {
 
 var _ adminStore = (*ledger.Ledger)(nil)
 
-// adminCommands are the dispatcher's operator subcommands. They open the
-// database themselves and write through their own group-commit writer, so
-// they work whether or not the dispatcher is running.
-var adminCommands = map[string]func(ctx context.Context, l adminStore, fs *flag.FlagSet, natsOpts []nats.Option, args []string, out io.Writer) error{
-	"status":      adminStatus,
-	"redrive":     adminRedrive,
-	"resolve":     adminResolve,
-	"forget-host": adminForgetHost,
-}
-
-// clusterOnly are the subcommands that need no ledger: they run against
-// the cluster from wherever the operator is (l is nil).
-var clusterOnly = map[string]bool{"forget-host": true}
-
-// adminCommandNames lists adminCommands in the order of adminUsage.
-var adminCommandNames = []string{"status", "redrive", "resolve", "forget-host"}
-
-// adminOnlyFlags are the subcommands' own flags. They have no environment
-// twin: TICKETRELAY_FAILED=true must not turn a bare `redrive` into "redrive
-// every failed request". -db and -data keep theirs (they name the same
-// database as the dispatcher's).
-var adminOnlyFlags = []string{"json", "failed", "target", "delivered"}
-
-const adminUsage = `Usage:
-  dispatcher status  [-db PATH | -data DIR] [-json] [-multi-host -nats URL -installation NAME]
-  dispatcher redrive [-db PATH | -data DIR] REQUEST_ID...
-  dispatcher redrive [-db PATH | -data DIR] -failed [-target T]
-  dispatcher resolve [-db PATH | -data DIR] REQUEST_ID (-delivered EXTERNAL_ID | -failed)
-  dispatcher forget-host -nats URL -installation NAME HOST
-`
-
-func runAdmin(ctx context.Context, name string, env app.Env) error {
-	cmd := adminCommands[name]
-	fs := flag.NewFlagSet("dispatcher "+name, flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), adminUsage+"\nFlags:\n"); fs.PrintDefaults() }
-	dbPath := fs.String("db", "", "SQLite database `path` (default DATA/tickets.db)")
-	dataDir := fs.String("data", "data", "data `directory`")
-	// Subcommand flags are declared up front so that -help lists them all.
-	fs.Bool("json", false, "status: print JSON")
-	fs.Bool("failed", false, "redrive: every failed request; resolve: settle as not delivered")
-	fs.String("target", "", "redrive -failed: only this `target`")
-	fs.String("delivered", "", "resolve: settle as delivered, with the `external_id` found downstream")
-	natsFlags := addClusterFlags(fs)
-	args, err := parseInterspersed(fs, env.Args[1:], env.Lookup, adminOnlyFlags...)
+// runAdmin runs an operator subcommand (env.Args[0]). One that reads the
+// ledger opens the database itself and writes through a group-commit
+// writer of its own, so it works whether or not the dispatcher is running.
+func runAdmin(ctx context.Context, cmd command, env app.Env) error {
+	cf := cmd.newFlags()
+	args, err := parseInterspersed(cf.fs, env.Args[1:], env.Lookup, adminOnlyFlags...)
+	if errors.Is(err, flag.ErrHelp) {
+		cmd.usage().Print(env.Stdout, cf.fs, adminOnlyFlags...)
+		return nil
+	}
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+		return cmd.usage().FlagError(cf.fs, err)
+	}
+	var natsOpts []nats.Option
+	if cf.nats != nil {
+		if err := cf.nats.Check(env.Lookup); err != nil {
+			return err
 		}
-		return fmt.Errorf("%w: %v", app.ErrUsage, err)
+		if natsOpts, err = cf.nats.Options(env.Lookup); err != nil {
+			return err
+		}
 	}
-	if err := natsFlags.Check(env.Lookup); err != nil {
-		return err
+	if !cmd.ledger {
+		return cmd.run(ctx, nil, cf.fs, natsOpts, args, env.Stdout)
 	}
-	natsOpts, err := natsFlags.Options(env.Lookup)
-	if err != nil {
-		return err
-	}
-	if clusterOnly[name] {
-		return cmd(ctx, nil, fs, natsOpts, args, env.Stdout)
-	}
+	dbPath, dataDir := cf.db, cf.data
 	if *dbPath == "" {
 		*dbPath = filepath.Join(*dataDir, "tickets.db")
 	}
@@ -117,7 +82,7 @@ func runAdmin(ctx context.Context, name string, env app.Env) error {
 	defer waker.Close()
 	w := ledger.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer, ledger.AfterCommit(waker.Wake))
 	defer w.Close()
-	return cmd(ctx, ledger.New(db, w, time.Now), fs, natsOpts, args, env.Stdout)
+	return cmd.run(ctx, ledger.New(db, w, time.Now), cf.fs, natsOpts, args, env.Stdout)
 }
 
 // parseInterspersed parses flags that may come after positional arguments

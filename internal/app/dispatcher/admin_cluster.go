@@ -24,10 +24,16 @@ import (
 // (same names, same environment twins), so an operator runs status with
 // the environment of the dispatcher's unit and gets its installation.
 func addClusterFlags(fs *flag.FlagSet) app.NATSFlags {
-	fs.Bool("multi-host", false, "status: also show the installation's hosts, stream and request bucket (needs -nats and -installation)")
-	url := fs.String("nats", "", "status -multi-host, forget-host: `URL` of the installation's NATS cluster")
-	fs.String("installation", "", "status -multi-host, forget-host: the installation's `name`")
-	fs.Duration("host-dead-after", 30*time.Second, "status -multi-host: the dispatchers' -host-dead-after (a host silent this long is shown as silent)")
+	fs.Bool("multi-host", false, "also show the installation's hosts, stream and request bucket (needs -nats and -installation)")
+	fs.Duration("host-dead-after", 30*time.Second, "with -multi-host: the dispatchers' -host-dead-after (a host silent this long is shown as silent)")
+	return addClusterConnFlags(fs)
+}
+
+// addClusterConnFlags declares the flags that name the installation and
+// connect to its cluster (forget-host's, and status's with the others).
+func addClusterConnFlags(fs *flag.FlagSet) app.NATSFlags {
+	url := fs.String("nats", "", "`URL`s of the installation's NATS cluster (the dispatchers' -nats)")
+	fs.String("installation", "", "the installation's `name` (the dispatchers' -installation)")
 	return app.AddNATSFlags(fs, url)
 }
 

@@ -156,6 +156,7 @@ func (d *dispatcher) run(ctx context.Context) error {
 	// bound already, and a relay taking a dead predecessor's lease at once
 	// may publish (and meet a crash test's failpoint) in the first
 	// milliseconds. An announcement that fails leaves nothing running.
+	app.LogConfig(d.log, d.o.Config, d.cfg)
 	d.log.Info("dispatcher running", "db", d.o.DB, "nats", d.url, "installation", d.stream.Installation.String(), "stream", d.stream.Name,
 		"targets", len(d.tgts), "metrics", d.addrs["metrics"])
 	if err := app.Announce(d.env, d.o.AddrFile, d.addrs); err != nil {

@@ -1,6 +1,7 @@
 // Package dispatcher builds the dispatcher from its flags (and runs its
-// status, redrive and resolve commands): it is the one place where its
-// configuration becomes components. cmd/dispatcher only calls Run.
+// operator commands: status, redrive, resolve, forget-host, help): it is
+// the one place where its configuration becomes components. cmd/dispatcher
+// only calls Run.
 package dispatcher
 
 import (
@@ -10,19 +11,21 @@ import (
 	"ticketrelay/internal/app"
 )
 
-// usageHeader is the start of -help.
-const usageHeader = "Usage: dispatcher [flags]\n\nRelays accepted tickets to JetStream and delivers them to their targets.\n\n" + adminUsage + "\nFlags:\n"
-
 // Run runs the dispatcher (relay and forwarder) until ctx is cancelled:
 // options, validated, then built, then run.
 func Run(ctx context.Context, env app.Env) error {
-	if len(env.Args) > 0 && adminCommands[env.Args[0]] != nil {
-		return runAdmin(ctx, env.Args[0], env)
+	if len(env.Args) > 0 {
+		if env.Args[0] == "help" {
+			return runHelp(ctx, env)
+		}
+		if cmd, ok := commandNamed(env.Args[0]); ok {
+			return runAdmin(ctx, cmd, env)
+		}
 	}
 	var o Options
 	fs := flag.NewFlagSet("dispatcher", flag.ContinueOnError)
-	o.flags(fs)
-	_, log, done, err := app.ParseStart(fs, env, app.Usage{Header: usageHeader}, &o.LogLevel, adminCommandNames...)
+	usage := app.Usage{Synopsis: synopsis, About: about(), Flags: o.flags(fs)}
+	_, log, done, err := app.ParseStart(fs, env, usage, &o.LogLevel, commandNames()...)
 	if done || err != nil {
 		return err
 	}

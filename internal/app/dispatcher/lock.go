@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"ticketrelay/internal/app"
 )
 
 // lockFile is the file in the data directory a running dispatcher holds an
@@ -19,8 +21,8 @@ const lockFile = "dispatcher.lock"
 // lockDataDir takes an exclusive, non-blocking flock on dir/dispatcher.lock
 // and writes the process's pid into it. The lock lasts until unlock is
 // called or the process ends (a crash included: the OS drops it). If
-// another process holds it, the error names the directory and, when the
-// file says, the holder's pid.
+// another process holds it, the error is app.ErrDataInUse and names the
+// directory and, when the file says, the holder's pid.
 //
 // predecessor is the lease holder id the file names from the dispatcher
 // that ran on dir before: it is dead (its lock was free), so a relay lease
@@ -41,8 +43,8 @@ func lockDataDir(dir, holder string) (unlock func(), predecessor string, err err
 					holder = fmt.Sprintf("another dispatcher (pid %d)", pid)
 				}
 			}
-			return nil, "", fmt.Errorf("data directory %s is in use: %s holds the lock on %s; stop it first, or give this one another -data directory",
-				dir, holder, path)
+			return nil, "", fmt.Errorf("%w: %s: %s holds the lock on %s; stop it first, or give this one another -data directory",
+				app.ErrDataInUse, dir, holder, path)
 		}
 		return nil, "", fmt.Errorf("data directory lock %s: %w", path, err)
 	}

@@ -1,11 +1,14 @@
 package dispatcher
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"ticketrelay/internal/app"
 )
 
 func TestLockDataDir(t *testing.T) {
@@ -24,6 +27,9 @@ func TestLockDataDir(t *testing.T) {
 	_, _, err = lockDataDir(dir, "host/2/second")
 	if err == nil {
 		t.Fatal("a held lock was taken twice")
+	}
+	if !errors.Is(err, app.ErrDataInUse) {
+		t.Errorf("refusal %q is not app.ErrDataInUse (make run names DATA= by its exit status)", err)
 	}
 	if !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
 		t.Errorf("refusal %q does not name the holder's pid", err)

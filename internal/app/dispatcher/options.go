@@ -9,6 +9,7 @@ import (
 
 	"ticketrelay/installation"
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/flagenv"
 	"ticketrelay/internal/maintenance"
 	"ticketrelay/natsjs"
 )
@@ -48,35 +49,56 @@ type Options struct {
 	broker app.NATSFlags // -nats-creds, -nats-user, -nats-tls-*
 }
 
-// flags declares o's flags on fs, with their defaults.
-func (o *Options) flags(fs *flag.FlagSet) {
-	fs.StringVar(&o.DB, "db", "", "SQLite database `path` shared with mcp-front (default DATA/tickets.db)")
-	fs.StringVar(&o.Data, "data", "data", "data `directory`: JetStream store, local target file")
-	fs.StringVar(&o.NATS, "nats", "", "`URL` of an existing NATS server with JetStream; empty runs an embedded one")
-	fs.BoolVar(&o.MultiHost, "multi-host", false, "one of several hosts of an installation on a replicated NATS cluster (-nats, -installation): every host's forwarder delivers every host's tickets, through the cluster record")
-	fs.IntVar(&o.Replicas, "replicas", 0, "replicas (`n`) of the stream and, with -multi-host, of the request bucket (0: 3 with -multi-host, else 1)")
-	fs.DurationVar(&o.HostDeadAfter, "host-dead-after", 30*time.Second, "with -multi-host: how long (`duration`) a host may stay silent before the other hosts publish and deliver what it left")
-	fs.Int64Var(&o.BucketMaxBytes, "bucket-max-bytes", 0, "with -multi-host: size limit of the request bucket in `bytes` (0: none); new requests are refused from 90% on, with an alert before")
-	fs.StringVar(&o.Installation, "installation", "", "`name` of this installation on a shared NATS server (-nats): its stream, subjects and consumers carry it; required with -nats")
-	fs.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "client `address` of the embedded nats-server (port 0: any free port)")
-	fs.StringVar(&o.NATSStageDir, "nats-stage-dir", "auto", "`directory` on a memory filesystem where the embedded nats-server stages atomic batches (auto: one under "+natsjs.DefaultStageRoot+" if it exists; empty: in the store, on disk)")
-	fs.StringVar(&o.MetricsListen, "metrics-listen", "127.0.0.1:9465", "Prometheus /metrics `address` (empty: off)")
-	fs.StringVar(&o.Config, "config", "", "configuration `file` (targets and tools)")
-	fs.StringVar(&o.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error (logs go to stderr)")
-	fs.DurationVar(&o.LeaseTTL, "lease-ttl", 15*time.Second, "relay lease `duration`: how long a crashed relay's successor may wait")
-	fs.DurationVar(&o.DupWindow, "dup-window", 30*time.Minute, "JetStream duplicate window (`duration`, >= 30m)")
-	fs.DurationVar(&o.StreamMaxAge, "stream-max-age", 7*24*time.Hour, "how long (`duration`) JetStream keeps a message (>= -dup-window)")
-	fs.IntVar(&o.Workers, "workers", 0, "most concurrent deliveries per target (`n`; 0: 64; an API starts at 16 and climbs while its latency stays flat)")
-	fs.IntVar(&o.MaxAttempts, "max-attempts", 10, "downstream calls per request (`n`) before it fails (calls refused by a rate limit do not count)")
-	fs.DurationVar(&o.RetryBase, "retry-base", time.Second, "first retry delay (`duration`; doubles, with jitter)")
-	fs.DurationVar(&o.RetryMax, "retry-max", 5*time.Minute, "longest retry delay (`duration`)")
-	fs.DurationVar(&o.DeliveryTimeout, "delivery-timeout", 30*time.Second, "time limit (`duration`) of one downstream call")
-	fs.DurationVar(&o.Retention, "retention", 24*time.Hour, "how long (`duration`, >= 30m) a settled request is remembered; a request_id reused after it is a new request")
-	fs.DurationVar(&o.PollInterval, "poll-interval", 20*time.Millisecond, "how often (`duration`) the relay looks for new outbox rows when no commit has woken it")
-	fs.DurationVar(&o.AuditAfter, "audit-after", 5*time.Minute, "how long (`duration`) after its publish (or its last attempt) a message not yet delivered is looked up in the stream, and published again if the stream lost it (longer than the broker's sync interval and -delivery-timeout)")
-	fs.StringVar(&o.AddrFile, "addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
-	fs.BoolVar(&o.Insecure, "insecure", false, "allow -metrics-listen beyond loopback (/metrics has no authentication)")
-	o.broker = app.AddNATSFlags(fs, &o.NATS)
+// Sections of -help beyond flagenv.Common.
+const (
+	sectionDelivery = "Advanced: delivery"
+	sectionStore    = "Advanced: relay, JetStream and the ledger"
+	sectionHosts    = "Advanced: several hosts (-multi-host) and an external NATS server (-nats)"
+	sectionMisc     = "Advanced: listeners and scripts"
+)
+
+// flags declares o's flags on fs, with their defaults, and returns their
+// layout in -help: the few flags most runs set first, the rest by topic.
+func (o *Options) flags(fs *flag.FlagSet) *flagenv.Help {
+	var h flagenv.Help
+	h.Section(flagenv.Common, fs, func() {
+		fs.StringVar(&o.Config, "config", "", "configuration `file` (targets and tools), the same as mcp-front's; without one, tickets go to the built-in local target (DATA/tickets.jsonl)")
+		fs.StringVar(&o.Data, "data", "data", "data `directory`: JetStream store, local target file")
+		fs.StringVar(&o.DB, "db", "", "SQLite database `path` shared with mcp-front (default DATA/tickets.db)")
+		fs.StringVar(&o.NATS, "nats", "", "`URL` of an existing NATS server with JetStream; empty runs an embedded one")
+		fs.StringVar(&o.Installation, "installation", "", "`name` of this installation on a shared NATS server (-nats): its stream, subjects and consumers carry it; required with -nats")
+		fs.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "client `address` of the embedded nats-server (port 0: any free port)")
+		fs.StringVar(&o.MetricsListen, "metrics-listen", "127.0.0.1:9465", "Prometheus /metrics `address` (empty: off)")
+		fs.StringVar(&o.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error (logs go to stderr)")
+	})
+	h.Section(sectionDelivery, fs, func() {
+		fs.IntVar(&o.Workers, "workers", 0, "most concurrent deliveries per target (`n`; 0: 64; an API starts at 16 and climbs while its latency stays flat)")
+		fs.IntVar(&o.MaxAttempts, "max-attempts", 10, "downstream calls per request (`n`) before it fails (calls refused by a rate limit do not count)")
+		fs.DurationVar(&o.RetryBase, "retry-base", time.Second, "first retry delay (`duration`; doubles, with jitter)")
+		fs.DurationVar(&o.RetryMax, "retry-max", 5*time.Minute, "longest retry delay (`duration`)")
+		fs.DurationVar(&o.DeliveryTimeout, "delivery-timeout", 30*time.Second, "time limit (`duration`) of one downstream call")
+		fs.DurationVar(&o.AuditAfter, "audit-after", 5*time.Minute, "how long (`duration`) after its publish (or its last attempt) a message not yet delivered is looked up in the stream, and published again if the stream lost it (longer than the broker's sync interval and -delivery-timeout)")
+	})
+	h.Section(sectionStore, fs, func() {
+		fs.DurationVar(&o.LeaseTTL, "lease-ttl", 15*time.Second, "relay lease `duration`: how long a crashed relay's successor may wait")
+		fs.DurationVar(&o.PollInterval, "poll-interval", 20*time.Millisecond, "how often (`duration`) the relay looks for new outbox rows when no commit has woken it")
+		fs.DurationVar(&o.DupWindow, "dup-window", 30*time.Minute, "JetStream duplicate window (`duration`, >= 30m)")
+		fs.DurationVar(&o.StreamMaxAge, "stream-max-age", 7*24*time.Hour, "how long (`duration`) JetStream keeps a message (>= -dup-window)")
+		fs.DurationVar(&o.Retention, "retention", 24*time.Hour, "how long (`duration`, >= 30m) a settled request is remembered; a request_id reused after it is a new request")
+		fs.IntVar(&o.Replicas, "replicas", 0, "replicas (`n`) of the stream and, with -multi-host, of the request bucket (0: 3 with -multi-host, else 1)")
+		fs.StringVar(&o.NATSStageDir, "nats-stage-dir", "auto", "`directory` on a memory filesystem where the embedded nats-server stages atomic batches (auto: one under "+natsjs.DefaultStageRoot+" if it exists; empty: in the store, on disk)")
+	})
+	h.Section(sectionHosts, fs, func() {
+		fs.BoolVar(&o.MultiHost, "multi-host", false, "one of several hosts of an installation on a replicated NATS cluster (-nats, -installation): every host's forwarder delivers every host's tickets, through the cluster record")
+		fs.DurationVar(&o.HostDeadAfter, "host-dead-after", 30*time.Second, "with -multi-host: how long (`duration`) a host may stay silent before the other hosts publish and deliver what it left")
+		fs.Int64Var(&o.BucketMaxBytes, "bucket-max-bytes", 0, "with -multi-host: size limit of the request bucket in `bytes` (0: none); new requests are refused from 90% on, with an alert before")
+		o.broker = app.AddNATSFlags(fs, &o.NATS)
+	})
+	h.Section(sectionMisc, fs, func() {
+		fs.StringVar(&o.AddrFile, "addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
+		fs.BoolVar(&o.Insecure, "insecure", false, "allow -metrics-listen beyond loopback (/metrics has no authentication)")
+	})
+	return &h
 }
 
 // WithDefaults fills the fields whose default depends on another.

@@ -1,6 +1,8 @@
 package front
 
 import (
+	"strings"
+
 	"ticketrelay/config"
 	"ticketrelay/mcptools"
 	"ticketrelay/targets"
@@ -23,4 +25,14 @@ func bindings(f *config.File) ([]mcptools.Binding, error) {
 			Capabilities: caps[t.Target]})
 	}
 	return out, nil
+}
+
+// toolNames lists the configured tools with their targets, for the
+// start-up log.
+func toolNames(f *config.File) string {
+	names := make([]string, len(f.Tools))
+	for i, t := range f.Tools {
+		names[i] = t.Name + "->" + t.Target
+	}
+	return strings.Join(names, ", ")
 }

@@ -26,17 +26,22 @@ import (
 	"ticketrelay/outbox"
 )
 
-var usage = app.Usage{
-	Header: "Usage: mcp-front [flags]\n\nServes the ticketrelay MCP tools (create_ticket, find_request).\n\n",
-	Hidden: hiddenFlags,
-}
+// synopsis is mcp-front's short usage.
+const synopsis = "Usage: mcp-front [flags]\n"
+
+// about is what -help says mcp-front does.
+const about = `Serves ticketrelay's MCP tools (the configuration's create tools and
+find_request) over streamable HTTP, or over stdin/stdout with -stdio. An
+accepted ticket is committed to the ledger (-db), from which the dispatcher
+delivers it; give both processes the same -config.
+`
 
 // Run runs mcp-front until ctx is cancelled (or stdin closes, in stdio
 // mode): options, validated, then built, then served.
 func Run(ctx context.Context, env app.Env) error {
 	var o Options
 	fs := flag.NewFlagSet("mcp-front", flag.ContinueOnError)
-	o.flags(fs)
+	usage := app.Usage{Synopsis: synopsis, About: about, Flags: o.flags(fs)}
 	set, log, done, err := app.ParseStart(fs, env, usage, &o.LogLevel)
 	if done || err != nil {
 		return err
@@ -70,6 +75,7 @@ type front struct {
 	log   *slog.Logger
 	addrs map[string]string // where it listens, announced once serving
 
+	cfg       *config.File
 	bindings  []mcptools.Binding
 	auth      *mcphttp.AuthConfig // nil: no authentication
 	validator *mcpauth.Validator  // nil: no -oauth-issuer
@@ -93,6 +99,7 @@ func (f *front) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	f.cfg = cfg
 	if f.bindings, err = bindings(cfg); err != nil {
 		return err
 	}
@@ -166,9 +173,17 @@ func (f *front) openLedger(ctx context.Context) (mcptools.Requests, error) {
 // serve serves MCP on stdio or over HTTP until ctx ends.
 func (f *front) serve(ctx context.Context) error {
 	if f.o.Stdio {
+		f.logConfig()
 		return f.serveStdio(ctx)
 	}
 	return f.serveHTTP(ctx)
+}
+
+// logConfig logs the configuration served, with the line that says
+// mcp-front serves: once nothing is left to fail at start, so that a
+// refused start stays one line.
+func (f *front) logConfig() {
+	app.LogConfig(f.log, f.o.Config, f.cfg, "tools", toolNames(f.cfg))
 }
 
 // serveStdio serves MCP on stdin and stdout until the client closes

@@ -78,6 +78,7 @@ func (f *front) serveHTTP(ctx context.Context) error {
 		return app.ListenError("listen", f.o.Listen, err)
 	}
 	f.addrs["mcp"] = hs.Addr
+	f.logConfig()
 	f.log.Info("mcp-front serving MCP over streamable HTTP", "url", "http://"+hs.Addr+"/mcp", "metrics", f.addrs["metrics"], "db", f.o.DB)
 	if err := app.Announce(f.env, f.o.AddrFile, f.addrs); err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 
 	"ticketrelay/installation"
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/flagenv"
 	"ticketrelay/mcpauth"
 	"ticketrelay/mcphttp"
 	"ticketrelay/mcptools"
@@ -85,56 +86,75 @@ type Options struct {
 	metricsListenSet bool // -metrics-listen was given (flag or environment)
 }
 
-// hiddenFlags are for benchmarks only (bench/doc.go): accepted, not in -help.
-var hiddenFlags = []string{"bench-noop-tool"}
+// Sections of -help beyond flagenv.Common.
+const (
+	sectionServing = "Advanced: HTTP serving and its limits"
+	sectionAuth    = "Advanced: authentication"
+	sectionHosts   = "Advanced: several hosts (-multi-host)"
+)
 
-// flags declares o's flags on fs, with their defaults.
-func (o *Options) flags(fs *flag.FlagSet) {
-	fs.StringVar(&o.DB, "db", DefaultDB, "SQLite database `path` shared with the dispatcher; one that does not exist is refused unless it is the default or -create-db is given")
-	fs.BoolVar(&o.CreateDB, "create-db", false, "create the -db ledger if it does not exist (by default only the default path is created: a mistyped path would serve an empty ledger no dispatcher reads)")
-	fs.StringVar(&o.Listen, "listen", "127.0.0.1:8080", "streamable HTTP `address`; the endpoint is /mcp")
-	fs.StringVar(&o.MetricsListen, "metrics-listen", "127.0.0.1:9464", "Prometheus /metrics `address` (empty: off; off by default with -stdio)")
-	fs.BoolVar(&o.Stdio, "stdio", false, "serve MCP over stdin/stdout instead of HTTP")
-	fs.StringVar(&o.Config, "config", "", "configuration `file` (targets and tools)")
-	fs.StringVar(&o.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error (logs go to stderr)")
-	fs.StringVar(&o.AllowedOrigins, "allowed-origins", "", "comma-separated browser `origins` allowed besides loopback")
-	fs.BoolVar(&o.Stateless, "stateless", false, "serve streamable HTTP without sessions for every protocol version (behind a load balancer); "+
-		"by default 2025-11-25 clients get sessions and 2026-07-28 clients are served statelessly")
-	fs.DurationVar(&o.SessionTimeout, "session-timeout", mcphttp.DefaultSessionTimeout, "close HTTP sessions idle this long (`duration`)")
-	fs.IntVar(&o.EventStoreBytes, "event-store-bytes", mcphttp.DefaultEventStoreBytes, "memory `bytes` kept for resuming dropped SSE streams with Last-Event-ID (0: no resumption)")
-	fs.DurationVar(&o.KeepAlive, "keepalive", 30*time.Second, "ping interval (`duration`) on sessions holding a GET stream open (0: no pings)")
-	fs.IntVar(&o.KeepAliveFailures, "keepalive-failures", mcphttp.DefaultKeepAliveFailures, "close a session after `n` consecutive unanswered pings (sessions without a GET stream are never pinged)")
-	fs.Int64Var(&o.MaxBodyBytes, "max-body-bytes", mcphttp.DefaultMaxBodyBytes, "largest HTTP request body in `bytes` (413 beyond); a body must arrive within 30 s per MiB of this, at least 30 s (408 beyond)")
-	fs.IntVar(&o.MaxSessions, "max-sessions", mcphttp.DefaultMaxSessions, "live HTTP sessions at most (`n`); a new one beyond closes the oldest session that made no call since its initialize, or gets 503 if all made calls (0: no bound)")
-	fs.IntVar(&o.MaxSessionsPerSubject, "max-sessions-per-subject", mcphttp.DefaultMaxSessionsPerSubject, "live HTTP sessions at most per bearer-token subject (`n`); a new one beyond closes the subject's oldest session that made no call, or gets 429 if all made calls (0: no bound)")
-	fs.IntVar(&o.MaxSessionsPerAddress, "max-sessions-per-address", mcphttp.DefaultMaxSessionsPerAddress, "live HTTP sessions at most per client address (IPv4, or IPv6 /64) of requests without a token (`n`); a new one beyond closes the address's oldest session that made no call, or gets 429 if all made calls (0: no bound). Behind a proxy without tokens every client shares its address")
-	fs.DurationVar(&o.SessionUnusedTimeout, "session-unused-timeout", mcphttp.DefaultUnusedSessionTimeout, "close an HTTP session that made no call since its initialize after this long (`duration`; 0: only -session-timeout); a session that made a call is never closed for it")
-	fs.IntVar(&o.MaxConns, "max-conns", DefaultMaxConns, "HTTP connections served at once (`n`); more wait to be accepted. 0 (default): no bound; beware that one client address can hold every slot of a bound, and each session's GET stream holds one")
-	fs.StringVar(&o.AuthTokensFile, "auth-tokens-file", "", "bearer tokens `file`: one \"subject:token\" (or bare token) per line; this or -oauth-issuer is required to listen beyond loopback")
-	fs.StringVar(&o.AuthTokensEnv, "auth-tokens-env", "TICKETRELAY_AUTH_TOKENS", "environment `variable` holding bearer tokens, \"subject:token\" entries separated by commas")
-	fs.StringVar(&o.AuthResource, "auth-resource", "", "canonical `URL` of this endpoint (https://host/mcp): with -auth-servers, serves OAuth protected-resource metadata")
-	fs.StringVar(&o.AuthServers, "auth-servers", "", "comma-separated OAuth authorization server `URLs` for the protected-resource metadata (default: -oauth-issuer)")
-	fs.StringVar(&o.OAuthIssuer, "oauth-issuer", "", "accept OAuth access tokens of this issuer (`URL`, exactly their iss) meant for -auth-resource: users sign in with it (see docs/security.md)")
-	fs.StringVar(&o.OAuthAudience, "oauth-audience", "", "the `aud` access tokens must carry (default: -auth-resource; Entra ID v2 tokens carry the API's application id)")
-	fs.StringVar(&o.OAuthJWKSURL, "oauth-jwks-url", "", "`URL` of the issuer's signing keys (default: the jwks_uri of its metadata)")
-	fs.StringVar(&o.OAuthScopes, "oauth-scopes", "", "comma-separated `scopes` every access token must carry (403 insufficient_scope otherwise); advertised in the metadata")
-	fs.StringVar(&o.OAuthGroupsClaim, "oauth-groups-claim", mcpauth.DefaultGroupsClaim, "access-token claim `name` that lists the user's groups")
-	fs.StringVar(&o.OAuthAlgorithms, "oauth-algorithms", strings.Join(mcpauth.DefaultAlgorithms, ","), "comma-separated signature `algorithms` accepted on access tokens (asymmetric only)")
-	fs.DurationVar(&o.OAuthLeeway, "oauth-leeway", mcpauth.DefaultLeeway, "clock skew (`duration`) allowed on access tokens' exp, nbf and iat (0: none; at most 5m)")
-	fs.StringVar(&o.OAuthIntrospectionURL, "oauth-introspection-url", "", "RFC 7662 introspection `URL` for opaque access tokens (default: the issuer's introspection_endpoint; used with -oauth-client-id)")
-	fs.StringVar(&o.OAuthClientID, "oauth-client-id", "", "this server's client `id` at the issuer, to introspect opaque access tokens (needs -oauth-client-secret-file)")
-	fs.StringVar(&o.OAuthClientSecretFile, "oauth-client-secret-file", "", "`file` holding the secret of -oauth-client-id")
-	fs.BoolVar(&o.Insecure, "insecure", false, "allow listening beyond loopback without bearer tokens, and -metrics-listen beyond loopback (/metrics has no authentication)")
-	fs.IntVar(&o.AuthFailures, "auth-failures", mcphttp.DefaultAuthFailureLimit.Burst, "requests without a valid token one client address may send in a row (`n`); then all its requests get 429, allowing one failure per second (0: no limit)")
-	o.RateLimit = Auto{}
-	fs.Var(&o.RateLimit, "rate-limit", "HTTP requests per second (`n`) per client, token subject or IP; 0: no limit; default auto: 20 when -listen is beyond loopback, no limit on loopback")
-	fs.IntVar(&o.RateBurst, "rate-burst", 0, "requests a client may send at once (`n`; 0: 2×rate-limit)")
-	fs.StringVar(&o.AddrFile, "addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
-	fs.BoolVar(&o.MultiHost, "multi-host", false, "one of several hosts of an installation: acceptance is decided by the cluster record on -nats before this host commits (needs -nats and -installation)")
-	fs.StringVar(&o.NATS, "nats", "", "with -multi-host: `URL`s of the installation's NATS cluster")
-	fs.StringVar(&o.Installation, "installation", "", "with -multi-host: the installation's `name` (as its dispatchers')")
-	fs.BoolVar(&o.BenchNoopTool, "bench-noop-tool", false, "for benchmarks only: also serve "+mcptools.NoopToolPrefix+"<tool>, a twin of each create tool that validates its arguments and writes nothing")
-	o.natsFlags = app.AddNATSFlags(fs, &o.NATS)
+// flags declares o's flags on fs, with their defaults, and returns their
+// layout in -help: the few flags most runs set first, the rest by topic.
+// -bench-noop-tool is for benchmarks only (bench/doc.go): accepted, not in
+// -help.
+func (o *Options) flags(fs *flag.FlagSet) *flagenv.Help {
+	var h flagenv.Help
+	h.Section(flagenv.Common, fs, func() {
+		fs.StringVar(&o.Config, "config", "", "configuration `file` (targets and tools), the same as the dispatcher's; without one, create_ticket files to the built-in local target")
+		fs.StringVar(&o.DB, "db", DefaultDB, "SQLite database `path` shared with the dispatcher; one that does not exist is refused unless it is the default or -create-db is given")
+		fs.BoolVar(&o.CreateDB, "create-db", false, "create the -db ledger if it does not exist (by default only the default path is created: a mistyped path would serve an empty ledger no dispatcher reads)")
+		fs.StringVar(&o.Listen, "listen", "127.0.0.1:8080", "streamable HTTP `address`; the endpoint is /mcp")
+		fs.BoolVar(&o.Stdio, "stdio", false, "serve MCP over stdin/stdout instead of HTTP")
+		fs.StringVar(&o.MetricsListen, "metrics-listen", "127.0.0.1:9464", "Prometheus /metrics `address` (empty: off; off by default with -stdio)")
+		fs.StringVar(&o.AuthTokensFile, "auth-tokens-file", "", "bearer tokens `file`: one \"subject:token\" (or bare token) per line; this or -oauth-issuer is required to listen beyond loopback")
+		fs.StringVar(&o.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error (logs go to stderr)")
+	})
+	h.Section(sectionServing, fs, func() {
+		fs.StringVar(&o.AllowedOrigins, "allowed-origins", "", "comma-separated browser `origins` allowed besides loopback")
+		fs.BoolVar(&o.Stateless, "stateless", false, "serve streamable HTTP without sessions for every protocol version (behind a load balancer); "+
+			"by default 2025-11-25 clients get sessions and 2026-07-28 clients are served statelessly")
+		fs.DurationVar(&o.SessionTimeout, "session-timeout", mcphttp.DefaultSessionTimeout, "close HTTP sessions idle this long (`duration`)")
+		fs.DurationVar(&o.SessionUnusedTimeout, "session-unused-timeout", mcphttp.DefaultUnusedSessionTimeout, "close an HTTP session that made no call since its initialize after this long (`duration`; 0: only -session-timeout); a session that made a call is never closed for it")
+		fs.IntVar(&o.EventStoreBytes, "event-store-bytes", mcphttp.DefaultEventStoreBytes, "memory `bytes` kept for resuming dropped SSE streams with Last-Event-ID (0: no resumption)")
+		fs.DurationVar(&o.KeepAlive, "keepalive", 30*time.Second, "ping interval (`duration`) on sessions holding a GET stream open (0: no pings)")
+		fs.IntVar(&o.KeepAliveFailures, "keepalive-failures", mcphttp.DefaultKeepAliveFailures, "close a session after `n` consecutive unanswered pings (sessions without a GET stream are never pinged)")
+		fs.Int64Var(&o.MaxBodyBytes, "max-body-bytes", mcphttp.DefaultMaxBodyBytes, "largest HTTP request body in `bytes` (413 beyond); a body must arrive within 30 s per MiB of this, at least 30 s (408 beyond)")
+		fs.IntVar(&o.MaxConns, "max-conns", DefaultMaxConns, "HTTP connections served at once (`n`); more wait to be accepted. 0 (default): no bound; beware that one client address can hold every slot of a bound, and each session's GET stream holds one")
+		fs.IntVar(&o.MaxSessions, "max-sessions", mcphttp.DefaultMaxSessions, "live HTTP sessions at most (`n`); a new one beyond closes the oldest session that made no call since its initialize, or gets 503 if all made calls (0: no bound)")
+		fs.IntVar(&o.MaxSessionsPerSubject, "max-sessions-per-subject", mcphttp.DefaultMaxSessionsPerSubject, "live HTTP sessions at most per bearer-token subject (`n`); a new one beyond closes the subject's oldest session that made no call, or gets 429 if all made calls (0: no bound)")
+		fs.IntVar(&o.MaxSessionsPerAddress, "max-sessions-per-address", mcphttp.DefaultMaxSessionsPerAddress, "live HTTP sessions at most per client address (IPv4, or IPv6 /64) of requests without a token (`n`); a new one beyond closes the address's oldest session that made no call, or gets 429 if all made calls (0: no bound). Behind a proxy without tokens every client shares its address")
+		o.RateLimit = Auto{}
+		fs.Var(&o.RateLimit, "rate-limit", "HTTP requests per second (`n`) per client, token subject or IP; 0: no limit; default auto: 20 when -listen is beyond loopback, no limit on loopback")
+		fs.IntVar(&o.RateBurst, "rate-burst", 0, "requests a client may send at once (`n`; 0: 2×rate-limit)")
+		fs.StringVar(&o.AddrFile, "addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
+	})
+	h.Section(sectionAuth, fs, func() {
+		fs.StringVar(&o.AuthTokensEnv, "auth-tokens-env", "TICKETRELAY_AUTH_TOKENS", "environment `variable` holding bearer tokens, \"subject:token\" entries separated by commas")
+		fs.StringVar(&o.AuthResource, "auth-resource", "", "canonical `URL` of this endpoint (https://host/mcp): with -auth-servers, serves OAuth protected-resource metadata")
+		fs.StringVar(&o.AuthServers, "auth-servers", "", "comma-separated OAuth authorization server `URLs` for the protected-resource metadata (default: -oauth-issuer)")
+		fs.StringVar(&o.OAuthIssuer, "oauth-issuer", "", "accept OAuth access tokens of this issuer (`URL`, exactly their iss) meant for -auth-resource: users sign in with it (see docs/security.md)")
+		fs.StringVar(&o.OAuthAudience, "oauth-audience", "", "the `aud` access tokens must carry (default: -auth-resource; Entra ID v2 tokens carry the API's application id)")
+		fs.StringVar(&o.OAuthJWKSURL, "oauth-jwks-url", "", "`URL` of the issuer's signing keys (default: the jwks_uri of its metadata)")
+		fs.StringVar(&o.OAuthScopes, "oauth-scopes", "", "comma-separated `scopes` every access token must carry (403 insufficient_scope otherwise); advertised in the metadata")
+		fs.StringVar(&o.OAuthGroupsClaim, "oauth-groups-claim", mcpauth.DefaultGroupsClaim, "access-token claim `name` that lists the user's groups")
+		fs.StringVar(&o.OAuthAlgorithms, "oauth-algorithms", strings.Join(mcpauth.DefaultAlgorithms, ","), "comma-separated signature `algorithms` accepted on access tokens (asymmetric only)")
+		fs.DurationVar(&o.OAuthLeeway, "oauth-leeway", mcpauth.DefaultLeeway, "clock skew (`duration`) allowed on access tokens' exp, nbf and iat (0: none; at most 5m)")
+		fs.StringVar(&o.OAuthIntrospectionURL, "oauth-introspection-url", "", "RFC 7662 introspection `URL` for opaque access tokens (default: the issuer's introspection_endpoint; used with -oauth-client-id)")
+		fs.StringVar(&o.OAuthClientID, "oauth-client-id", "", "this server's client `id` at the issuer, to introspect opaque access tokens (needs -oauth-client-secret-file)")
+		fs.StringVar(&o.OAuthClientSecretFile, "oauth-client-secret-file", "", "`file` holding the secret of -oauth-client-id")
+		fs.IntVar(&o.AuthFailures, "auth-failures", mcphttp.DefaultAuthFailureLimit.Burst, "requests without a valid token one client address may send in a row (`n`); then all its requests get 429, allowing one failure per second (0: no limit)")
+		fs.BoolVar(&o.Insecure, "insecure", false, "allow listening beyond loopback without bearer tokens, and -metrics-listen beyond loopback (/metrics has no authentication)")
+	})
+	h.Section(sectionHosts, fs, func() {
+		fs.BoolVar(&o.MultiHost, "multi-host", false, "one of several hosts of an installation: acceptance is decided by the cluster record on -nats before this host commits (needs -nats and -installation)")
+		fs.StringVar(&o.NATS, "nats", "", "with -multi-host: `URL`s of the installation's NATS cluster")
+		fs.StringVar(&o.Installation, "installation", "", "with -multi-host: the installation's `name` (as its dispatchers')")
+		o.natsFlags = app.AddNATSFlags(fs, &o.NATS)
+	})
+	h.Hide(fs, func() {
+		fs.BoolVar(&o.BenchNoopTool, "bench-noop-tool", false, "for benchmarks only: also serve "+mcptools.NoopToolPrefix+"<tool>, a twin of each create tool that validates its arguments and writes nothing")
+	})
+	return &h
 }
 
 // WithDefaults fills the fields whose default depends on another.
