@@ -125,7 +125,7 @@ start_host b "$LISTEN_B" "$METRICS_B"
 # stream and the bucket, and the fronts have bound them.
 call() { # call ADDR TOOL JSON-ARGS
 	curl -sS --max-time 30 "http://$1/mcp" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
-		-d "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"$2\",\"arguments\":$3}}"
+		-H 'MCP-Protocol-Version: 2025-11-25' -d "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"$2\",\"arguments\":$3}}"
 }
 for addr in "$LISTEN_A" "$LISTEN_B"; do
 	for _ in $(seq 1 600); do # 60 s
@@ -149,7 +149,9 @@ done
 [ "$live" -ge 2 ] || { say "both hosts did not beat in the cluster record within 60 s; see $DATA/host-*/dispatcher.log"; exit 1; }
 
 A=http://$LISTEN_A/mcp B=http://$LISTEN_B/mcp
-H="-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream'"
+# The version header: a sessionless request without one is served as the
+# protocol's default (2025-03-26), whose answers carry no structuredContent.
+H="-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2025-11-25'"
 cat <<EOF
 
 ticketrelay: installation "$NAME" on 3 NATS nodes, two hosts. Ctrl-C stops everything.
