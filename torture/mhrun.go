@@ -18,8 +18,12 @@ import (
 // MultiHostReplayCommand is how a multi-host run is replayed; runMultiHost
 // fills Report.Replay with it.
 var MultiHostReplayCommand = func(c Config) string {
-	return fmt.Sprintf("make torture SEED=%d TORTURE_DURATION=%s TORTURE_CALLERS=%d TORTURE_FLAGS='-hosts %d -host-dead-after %s -lost-outbox-for %s -requests %d -kills %d -fault-rate %g'",
-		c.Seed, c.Duration, c.Callers, c.Hosts, c.HostDeadAfter, c.LostOutboxFor, c.Requests, c.Kills, c.FaultRate)
+	only := ""
+	if c.NodeFaultsOnly {
+		only = " -node-faults-only"
+	}
+	return fmt.Sprintf("make torture SEED=%d TORTURE_DURATION=%s TORTURE_CALLERS=%d TORTURE_FLAGS='-hosts %d%s -host-dead-after %s -lost-outbox-for %s -requests %d -kills %d -fault-rate %g'",
+		c.Seed, c.Duration, c.Callers, c.Hosts, only, c.HostDeadAfter, c.LostOutboxFor, c.Requests, c.Kills, c.FaultRate)
 }
 
 // runMultiHost is Run with Config.Hosts hosts of one installation on a
@@ -79,7 +83,21 @@ func runMultiHost(ctx context.Context, cfg Config) (Report, error) {
 	sch := &mhScheduler{cl: cl, proxy: proxy, cfg: cfg, natsRNG: rng(2), hostRNG: rng(3), budget: cfg.Kills + 2}
 	trackErrs := make(chan error, 2)
 	go func() { trackErrs <- sch.runNATS(ctx, faults, cfg.Duration) }()
-	go func() { trackErrs <- sch.runHosts(ctx, faults, cfg.Duration) }()
+	go func() {
+		if cfg.NodeFaultsOnly {
+			trackErrs <- nil
+			return
+		}
+		trackErrs <- sch.runHosts(ctx, faults, cfg.Duration)
+	}()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	var watching sync.WaitGroup
+	watching.Go(func() {
+		if err := watchHeartbeats(watchCtx, cl.nats.ClientURLs(), cl.inst, names, h); err != nil {
+			log.Warn("heartbeats not watched", "err", err)
+		}
+	})
 
 	ld := &load{url: proxy.URL, h: h, prefix: fmt.Sprintf("trq-%x", cfg.Seed), faults: faults,
 		deadline: time.Now().Add(cfg.Duration + cfg.Grace), requests: cfg.Requests, pace: 150 * time.Millisecond}
@@ -143,6 +161,8 @@ func runMultiHost(ctx context.Context, cfg Config) (Report, error) {
 		finals[hst.name] = f
 		hostNames = append(hostNames, hst.name)
 	}
+	stopWatch()
+	watching.Wait()
 	h.add(Event{Kind: KindPhase, Detail: "settled"})
 	log.Info("settled; stopping the hosts")
 
@@ -181,7 +201,7 @@ func runMultiHost(ctx context.Context, cfg Config) (Report, error) {
 	in := MultiInput{
 		Input:  Input{Events: h.snapshot(), Final: finals[hostNames[0]], Records: fk.records(), Shutdown: shutdown, FakeFaults: fd.counts()},
 		Hosts:  hostNames,
-		Lost:   sch.lost.name,
+		Lost:   sch.lost.name, NodeFaultsOnly: cfg.NodeFaultsOnly,
 		Finals: finals, Ledgers: ledgers, LostLedger: sch.lostSnap, Cluster: records,
 	}
 	in.DB = in.merged()

@@ -86,12 +86,16 @@ func runAdmin(ctx context.Context, name string, env app.Env) error {
 		}
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
-	if err := natsFlags.Check(env.Lookup); err != nil {
-		return err
-	}
-	natsOpts, err := natsFlags.Options(env.Lookup)
-	if err != nil {
-		return err
+	// The NATS credentials are checked only by a command that connects:
+	// the unit's environment may hold them for a status of the ledger.
+	var natsOpts []nats.Option
+	if clusterOnly[name] || flagValue(fs, "multi-host") == "true" {
+		if err := natsFlags.Check(env.Lookup); err != nil {
+			return err
+		}
+		if natsOpts, err = natsFlags.Options(env.Lookup); err != nil {
+			return err
+		}
 	}
 	if clusterOnly[name] {
 		return cmd(ctx, nil, fs, natsOpts, args, env.Stdout)
@@ -142,11 +146,13 @@ func adminStatus(ctx context.Context, l adminStore, fs *flag.FlagSet, natsOpts [
 	if len(args) > 0 {
 		return fmt.Errorf("%w: status takes no arguments", app.ErrUsage)
 	}
-	s, err := l.Summarize(ctx)
+	// The cluster first: it brings the outcomes other hosts' forwarders
+	// recorded into this ledger before the ledger is counted.
+	cluster, err := clusterStatusOf(ctx, fs, natsOpts, l)
 	if err != nil {
 		return err
 	}
-	cluster, err := clusterStatusOf(ctx, fs, natsOpts)
+	s, err := l.Summarize(ctx)
 	if err != nil {
 		return err
 	}
