@@ -199,9 +199,9 @@ func runMultiHost(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	in := MultiInput{
-		Input:  Input{Events: h.snapshot(), Final: finals[hostNames[0]], Records: fk.records(), Shutdown: shutdown, FakeFaults: fd.counts()},
-		Hosts:  hostNames,
-		Lost:   sch.lost.name, NodeFaultsOnly: cfg.NodeFaultsOnly,
+		Input: Input{Events: h.snapshot(), Final: finals[hostNames[0]], Records: fk.records(), Shutdown: shutdown, FakeFaults: fd.counts()},
+		Hosts: hostNames,
+		Lost:  sch.lost.name, NodeFaultsOnly: cfg.NodeFaultsOnly,
 		Finals: finals, Ledgers: ledgers, LostLedger: sch.lostSnap, Cluster: records,
 	}
 	in.DB = in.merged()

@@ -17,6 +17,7 @@ import (
 	"ticketrelay/clusterrec"
 	"ticketrelay/installation"
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/internal/archetype"
 	"ticketrelay/ledger"
 	"ticketrelay/natsjs"
@@ -120,5 +121,22 @@ func TestAdminStatusMultiHost(t *testing.T) {
 
 	if _, err := a.admin(t, "status", "-multi-host", "-installation", "ops"); !errors.Is(err, app.ErrUsage) {
 		t.Errorf("status -multi-host without -nats: %v; want a usage error", err)
+	}
+}
+
+// A status of the ledger alone connects to nothing: it works under the
+// dispatcher unit's environment, NATS password included, whose -nats-user
+// check belongs to the commands that connect (issue #38).
+func TestAdminStatusIgnoresNATSCredentials(t *testing.T) {
+	a := newAdminDB(t)
+	a.request(t, "req-delivered", "support", string(ledger.StatusDelivered), 1, "", "4711")
+	env := newEnv("TICKETRELAY_NATS_PASSWORD", "secret")
+	out, _, err := runOnce(t, dispatcher.Run, env, "status", "-json", "-db", a.path)
+	if err != nil || !strings.Contains(out, `"delivered": 1`) {
+		t.Fatalf("status -json with a NATS password in the environment: %v\n%s", err, out)
+	}
+	_, _, err = runOnce(t, dispatcher.Run, env, "status", "-multi-host", "-nats", "nats://127.0.0.1:1", "-installation", "ops", "-db", a.path)
+	if !errors.Is(err, app.ErrUsage) || !strings.Contains(err.Error(), "-nats-user") {
+		t.Fatalf("status -multi-host with a password and no -nats-user: %v; want the usage error", err)
 	}
 }
