@@ -177,9 +177,15 @@ func adminStatus(ctx context.Context, l adminStore, fs *flag.FlagSet, natsOpts [
 	var unserved []string
 	for _, t := range s.Targets {
 		note := ""
-		if s.Dispatchers > 0 && !t.Served && t.Waiting+t.InFlight+t.Retrying > 0 {
+		switch {
+		case s.Dispatchers == 0 || t.Served:
+		case t.Waiting+t.InFlight+t.Retrying > 0:
 			note = "not served"
 			unserved = append(unserved, t.Target)
+		default:
+			// A target taken out of the configuration: its past requests
+			// are still in the ledger until -retention prunes them.
+			note = "not configured (past requests only)"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", t.Target, t.Waiting, t.Delivered, t.InFlight, t.Retrying, t.Failed, t.Uncertain, note)
 	}
