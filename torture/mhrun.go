@@ -13,6 +13,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"ticketrelay/clusterrec"
 )
 
 // MultiHostReplayCommand is how a multi-host run is replayed; runMultiHost
@@ -129,6 +131,13 @@ func runMultiHost(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	h.add(Event{Kind: KindPhase, Detail: "faults stopped"})
+	if cfg.NodeFaultsOnly {
+		// The lost host was removed just now: its adoption, seen by the
+		// watcher, is the checker's proof that the watcher sees marks.
+		if !waitAdopted(ctx, h, sch.lost.name, 2*cfg.HostDeadAfter+30*time.Second) {
+			log.Warn("the lost host's adoption was not seen", "host", sch.lost.name)
+		}
+	}
 	log.Info("faults stopped; waiting for the callers")
 	callers.Wait()
 	h.add(Event{Kind: KindPhase, Detail: "callers done"})
@@ -325,6 +334,27 @@ func (cf *conflicter) run(ctx context.Context) {
 			if !cf.c.sleep(ctx, cf.c.between(50*time.Millisecond, 300*time.Millisecond)) {
 				return
 			}
+		}
+	}
+}
+
+// waitAdopted waits until the history holds a mark of host adopted, or
+// timeout passes.
+func waitAdopted(ctx context.Context, h *history, host string, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		for _, e := range h.snapshot() {
+			if e.Kind == KindHostState && e.Component == host && e.Cause == clusterrec.HostAdopted {
+				return true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
 		}
 	}
 }

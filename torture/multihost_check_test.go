@@ -32,7 +32,7 @@ func nodeFaultRun(gapAt time.Duration, extra ...torture.Event) torture.MultiInpu
 		e.Attempt = 0
 		ev = append(ev, e)
 	}
-	return torture.MultiInput{Input: torture.Input{Events: ev}, Hosts: []string{"h1", "h2"}, Lost: "h3", NodeFaultsOnly: true}
+	return torture.MultiInput{Input: torture.Input{Events: ev}, Hosts: []string{"h1", "h2"}, Lost: "h3", NodeFaultsOnly: true, HostDeadAfter: 15 * time.Second}
 }
 
 func propertyOf(t *testing.T, in torture.MultiInput, name string) torture.Property {
@@ -60,6 +60,18 @@ func TestCheckNodeFaultProperties(t *testing.T) {
 		torture.Event{Attempt: 20, Kind: torture.KindHostState, Component: "h3", Cause: "adopted", Detail: "by h2"})
 	if p := propertyOf(t, bad, "no-live-host-adopted"); p.OK || len(p.Violations) != 2 || !strings.Contains(p.Violations[0], "h2") {
 		t.Errorf("no-live-host-adopted of a run that adopted live hosts: %+v", p)
+	}
+	// The lost host's adoption unseen (the watcher saw nothing), or later
+	// than the bound (15 s + five periods of 2.5 s).
+	unseen := nodeFaultRun(0)
+	unseen.Events = unseen.Events[:len(unseen.Events)-2]
+	if p := propertyOf(t, unseen, "no-live-host-adopted"); p.OK || !strings.Contains(p.Violations[0], "no adoption of the host lost for good (h3) was seen") {
+		t.Errorf("no-live-host-adopted of a run whose loss was never seen adopted: %+v", p)
+	}
+	late := nodeFaultRun(0)
+	late.HostDeadAfter = 5 * time.Second
+	if p := propertyOf(t, late, "no-live-host-adopted"); p.OK || !strings.Contains(p.Violations[0], "adopted 17s after its loss, beyond the bound of 9.166666666s") {
+		t.Errorf("no-live-host-adopted of a run whose loss was adopted late: %+v", p)
 	}
 	// Acceptance stopped for 12 s, beyond the 10 s bound.
 	if p := propertyOf(t, nodeFaultRun(8*time.Second), "no-refusal-beyond-failover"); p.OK || !strings.Contains(p.Violations[0], "no create accepted for 12s") {

@@ -27,6 +27,8 @@ type MultiInput struct {
 	// NodeFaultsOnly: the fault phase had NATS node faults only
 	// (Config.NodeFaultsOnly).
 	NodeFaultsOnly bool `json:"node_faults_only,omitempty"`
+	// HostDeadAfter is the hosts' -host-dead-after.
+	HostDeadAfter time.Duration `json:"host_dead_after,omitempty"`
 }
 
 // merged is the installation's requests as one snapshot: every request a
@@ -543,18 +545,34 @@ func (m *multiChecker) noLiveHostAdopted() Property {
 	var v []string
 	seen := map[string]bool{}
 	n := 0
+	var adoptedAt time.Time
 	for _, e := range m.in.Events {
 		if e.Kind != KindHostState {
 			continue
 		}
 		n++
 		lost := e.Component == m.mi.Lost && !lostAt.IsZero() && !e.At.Before(lostAt)
+		if lost && (adoptedAt.IsZero() || e.At.Before(adoptedAt)) {
+			adoptedAt = e.At
+		}
 		if key := e.Component + e.Cause + e.Detail + e.At.String(); !lost && !seen[key] {
 			seen[key] = true
 			v = append(v, fmt.Sprintf("%s: host %s marked %s %s while it was live", e.At.Format("15:04:05.000"), e.Component, e.Cause, e.Detail))
 		}
 	}
-	return property("no-live-host-adopted", v, "%d adoption marks seen, all of the host lost for good (%s) after its loss", n, m.mi.Lost)
+	// The loss itself must be seen adopted, within the documented bound
+	// (-host-dead-after and five heartbeat periods): else the watcher saw
+	// nothing, and the property above proves nothing.
+	bound := m.mi.HostDeadAfter + 5*m.mi.HostDeadAfter/6
+	took := adoptedAt.Sub(lostAt)
+	switch {
+	case adoptedAt.IsZero():
+		v = append(v, fmt.Sprintf("no adoption of the host lost for good (%s) was seen", m.mi.Lost))
+	case bound > 0 && took > bound:
+		v = append(v, fmt.Sprintf("the host lost for good (%s) was adopted %s after its loss, beyond the bound of %s", m.mi.Lost, took.Round(100*time.Millisecond), bound))
+	}
+	return property("no-live-host-adopted", v, "%d adoption marks seen; the host lost for good (%s) adopted %s after its loss (bound %s), no other",
+		n, m.mi.Lost, took.Round(100*time.Millisecond), bound)
 }
 
 // noRefusalBeyondFailover: with node faults only, no live host refuses a
