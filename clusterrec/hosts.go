@@ -61,8 +61,9 @@ type HostsConfig struct {
 	// Every is how often this host beats and looks at the others.
 	// Default 5s.
 	Every time.Duration
-	// DeadAfter is how long without a beat makes a host lost: the other
-	// hosts then publish and deliver what it left. Default 30s.
+	// DeadAfter is how long without a beat, while the bucket was
+	// available to the host that judges (see view), makes a host lost:
+	// the other hosts then publish and deliver what it left. Default 30s.
 	DeadAfter time.Duration
 	// Slack is how far before a lost host's watermark its requests are
 	// looked for. Default 1m.
