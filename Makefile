@@ -192,8 +192,9 @@ torture-powercut: ## power-cut run of the whole system (root, /dev/fuse; same va
 	$(MAKE) torture TORTURE_FLAGS='-powercut $(TORTURE_FLAGS)'
 
 .PHONY: torture-multihost
-torture-multihost: ## long multi-host run: 3 hosts on a 3-node NATS cluster behind a proxy, one lost for good (torture's variables)
+torture-multihost: ## long multi-host runs: 3 hosts on a 3-node NATS cluster behind a proxy, one lost for good; then NATS node faults only (torture's variables)
 	$(MAKE) torture TORTURE_FLAGS='-hosts 3 $(TORTURE_FLAGS)'
+	$(MAKE) torture TORTURE_FLAGS='-hosts 3 -node-faults-only -host-dead-after 15s $(TORTURE_FLAGS)'
 
 # A multi-host installation on loopback (scripts/run-cluster.sh): 3 NATS
 # nodes and two hosts A and B (each a dispatcher + mcp-front + SQLite file

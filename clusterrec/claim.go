@@ -45,11 +45,19 @@ var pace = backoff.Policy{Base: 50 * time.Millisecond, Max: 500 * time.Milliseco
 // until ctx ends; then ErrInProgress if another host still held an
 // unaccepted claim, else ErrUnavailable. Nothing is written on a conflict.
 func (s *Store) Claim(ctx context.Context, t ticket.Ticket, hash string, busy func() bool) (Claim, error) {
-	c := &claimer{s: s, t: t, hash: hash, key: Key(t.Scoped()), nonce: newNonce(), busy: busy}
+	return s.claim(ctx, t, hash, busy, nil)
+}
+
+// claim is Claim; may, if not nil, is asked before this host writes a
+// claim (a new one or one taken over), and its error is the answer:
+// a replay, a conflict or another subject's request are answered from
+// the record whatever may says.
+func (s *Store) claim(ctx context.Context, t ticket.Ticket, hash string, busy func() bool, may func(context.Context) error) (Claim, error) {
+	c := &claimer{s: s, t: t, hash: hash, key: Key(t.Scoped()), nonce: newNonce(), busy: busy, may: may}
 	// Most requests are new: the first try writes without reading (a
 	// conflict is the answer that the key has a record); every later one
-	// reads first.
-	read := false
+	// reads first. A host that may not claim reads first.
+	read := may != nil && may(ctx) != nil
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			select {
@@ -77,6 +85,7 @@ type claimer struct {
 	key   string
 	nonce string
 	busy  func() bool
+	may   func(context.Context) error
 
 	watched    uint64    // the revision of the other host's claim being watched
 	watchStart time.Time // when it was first seen
@@ -124,6 +133,9 @@ func (c *claimer) try(ctx context.Context, read bool) (step, Claim, error) {
 
 // create writes this call's claim where the key has no record.
 func (c *claimer) create(ctx context.Context) (step, Claim, error) {
+	if err := c.mayClaim(ctx); err != nil {
+		return stepDone, Claim{}, err
+	}
 	if err := c.s.room(ctx); err != nil {
 		return stepDone, Claim{}, err
 	}
@@ -141,6 +153,14 @@ func (c *claimer) create(ctx context.Context) (step, Claim, error) {
 	}
 	c.waiting = false
 	return stepNow, Claim{}, nil
+}
+
+// mayClaim asks may, if any, whether this host may write a claim.
+func (c *claimer) mayClaim(ctx context.Context) error {
+	if c.may == nil {
+		return nil
+	}
+	return c.may(ctx)
 }
 
 // decide answers from the record rec at rev.
@@ -169,6 +189,9 @@ func (c *claimer) takeOver(ctx context.Context, rec Record, rev uint64) (step, C
 	if !own && time.Since(c.watchStart) < c.s.cfg.TakeoverAfter {
 		c.waiting = true
 		return stepPause, Claim{}, nil
+	}
+	if err := c.mayClaim(ctx); err != nil {
+		return stepDone, Claim{}, err
 	}
 	taken := rec
 	taken.Host, taken.Nonce, taken.ClaimedAt = c.s.cfg.Host, c.nonce, c.s.now().UTC()

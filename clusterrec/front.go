@@ -66,18 +66,17 @@ func (f *Front) hold(scoped string) (held func() bool, release func()) {
 
 // Create accepts req exactly once across the cluster (see Store.Claim),
 // committing it to this host's ledger when this host holds it. A replay
-// answers from the record, with where the request stands now.
+// answers from the record, with where the request stands now. A host the
+// others adopted refuses to claim (ErrOrphaned), but still answers a
+// replay or a conflict: those need no delivery of its own.
 func (f *Front) Create(ctx context.Context, req ticket.Request) (ledger.Result, error) {
 	scoped := req.Scoped()
 	hash := req.Hash()
 	t := ticket.Ticket{Request: req, ID: ticket.IDFor(scoped), CreatedAt: f.now().UTC()}
-	if err := f.dispatcherAlive(ctx); err != nil {
-		return ledger.Result{}, err
-	}
 	held, release := f.hold(scoped)
 	defer release()
 	cctx, cancel := context.WithTimeout(ctx, f.ClaimTimeout)
-	c, err := f.store.Claim(cctx, t, hash, held)
+	c, err := f.store.claim(cctx, t, hash, held, f.dispatcherAlive)
 	cancel()
 	if err != nil {
 		return ledger.Result{}, err

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -60,8 +61,9 @@ type HostsConfig struct {
 	// Every is how often this host beats and looks at the others.
 	// Default 5s.
 	Every time.Duration
-	// DeadAfter is how long without a beat makes a host lost: the other
-	// hosts then publish and deliver what it left. Default 30s.
+	// DeadAfter is how long without a beat, while the bucket was
+	// available to the host that judges (see view), makes a host lost:
+	// the other hosts then publish and deliver what it left. Default 30s.
 	DeadAfter time.Duration
 	// Slack is how far before a lost host's watermark its requests are
 	// looked for. Default 1m.
@@ -83,6 +85,11 @@ func (c HostsConfig) WithDefaults() HostsConfig {
 // under their own names; its relay publishes them (Nats-Msg-Id drops a
 // copy the lost host had published after all) and the record keeps the
 // delivery to one.
+//
+// A host is lost when it has been silent for DeadAfter while the bucket
+// was available: silence is counted on this host's own view of the
+// bucket (see view), so that a NATS election or a hung node, which stops
+// every host's beats alike, makes no live host look lost.
 type Hosts struct {
 	cfg     HostsConfig
 	store   *Store
@@ -91,6 +98,9 @@ type Hosts struct {
 	log     *slog.Logger
 	now     func() time.Time
 	seen    map[string]bool // hosts this process has seen alive, for the log
+
+	mu   sync.Mutex // guards view: an adoption's lease beats beside the round
+	view view
 }
 
 // NewHosts builds the heartbeat and adoption service of s's host.
@@ -99,7 +109,71 @@ func NewHosts(arch archetype.Archetype, cfg HostsConfig, s *Store, l Committer, 
 	return &Hosts{cfg: cfg.WithDefaults(), store: s, local: l, pending: pending, log: arch.Logger, now: arch.Now, seen: map[string]bool{}}
 }
 
-// Run beats and watches until ctx ends.
+// view is this host's view of the bucket's availability, in the server's
+// time of its own beats: since when it has watched (first), and the
+// stretches in which it could not beat (gaps). Another host's silence
+// counts only the time this host watched and could beat: during a gap the
+// others could not beat either (an election, a hung leader), or this host
+// could not see them (its own node hung, this process stalled).
+type view struct {
+	first, last time.Time
+	gaps        []gap
+}
+
+type gap struct{ from, to time.Time }
+
+// maxGaps bounds the gaps kept; the oldest go first (a host silent since
+// before them is long lost anyway).
+const maxGaps = 256
+
+// beatAt records a beat of this host at the server's time at: a beat
+// later than every and a half after the previous one opens a gap from
+// the moment it was due.
+func (v *view) beatAt(at time.Time, every time.Duration) {
+	switch {
+	case v.first.IsZero():
+		v.first = at
+	case at.Sub(v.last) > every+every/2:
+		v.gaps = append(v.gaps, gap{from: v.last.Add(every), to: at})
+		if len(v.gaps) > maxGaps {
+			v.gaps = v.gaps[len(v.gaps)-maxGaps:]
+		}
+	}
+	if at.After(v.last) {
+		v.last = at
+	}
+}
+
+// silence is how long, up to now, an entry written at since has gone
+// without a newer one while this host watched the bucket available.
+func (v *view) silence(since, now time.Time) time.Duration {
+	if since.Before(v.first) {
+		since = v.first // before it watched, this host knows nothing
+	}
+	d := now.Sub(since)
+	for _, g := range v.gaps {
+		from, to := g.from, g.to
+		if from.Before(since) {
+			from = since
+		}
+		if to.After(now) {
+			to = now
+		}
+		if to.After(from) {
+			d -= to.Sub(from)
+		}
+	}
+	return max(d, 0)
+}
+
+// adoptLease is how long an adopting host's mark, which it renews every
+// heartbeat period while it adopts, stays its own: a mark older than
+// that (the adopter was lost part-way) is taken over by another host.
+func (c HostsConfig) adoptLease() time.Duration { return 3 * c.Every }
+
+// Run beats and watches until ctx ends. A round that failed part-way
+// (the bucket unavailable, an adoption cut off) is tried again at the
+// next period.
 func (h *Hosts) Run(ctx context.Context) error {
 	t := time.NewTicker(h.cfg.Every)
 	defer t.Stop()
@@ -117,38 +191,25 @@ func (h *Hosts) Run(ctx context.Context) error {
 
 // RunOnce beats once and adopts what each lost host left.
 func (h *Hosts) RunOnce(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, max(h.cfg.Every, 30*time.Second))
-	defer cancel()
 	now, err := h.beat(ctx)
 	if err != nil {
 		return err
 	}
-	lister, err := h.store.kv.ListKeysFiltered(ctx, hostPrefix+">")
+	entries, err := h.others(ctx)
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return nil
-		}
-		return fmt.Errorf("hosts: list: %w", err)
+		return err
 	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
+	h.mu.Lock()
+	v := h.view
+	h.mu.Unlock()
 	var errs []error
-	for _, k := range keys {
-		if k == hostPrefix+h.store.Host() {
-			continue
-		}
-		e, err := h.store.kv.Get(ctx, k)
-		if err != nil {
-			continue // expired or deleted meanwhile
-		}
+	for _, e := range entries {
 		var hb Heartbeat
 		if err := json.Unmarshal(e.Value(), &hb); err != nil {
-			errs = append(errs, fmt.Errorf("hosts: %s: %w", k, err))
+			errs = append(errs, fmt.Errorf("hosts: %s: %w", e.Key(), err))
 			continue
 		}
-		silent := now.Sub(e.Created())
+		silent := v.silence(e.Created(), now)
 		switch {
 		case hb.State == HostAdopted && hb.Quiet >= quietRounds:
 		case hb.State == HostAdopted && now.Sub(e.Created()) < h.cfg.Every:
@@ -158,15 +219,84 @@ func (h *Hosts) RunOnce(ctx context.Context) error {
 				h.seen[hb.Host] = true
 				h.log.Info("hosts: a host of the installation is alive", "host", hb.Host, "hostname", hb.Hostname)
 			}
-		case hb.State == HostAdopting && silent < h.cfg.DeadAfter:
-			// Another host is adopting it now.
+		case hb.State == HostAdopting && hb.By != h.store.Host() && silent < h.cfg.adoptLease():
+			// Another host is adopting it now and renews its mark. One
+			// left by this host is a part-way adoption: it goes on now.
 		default:
-			if err := h.adopt(ctx, k, e.Revision(), hb, silent, now); err != nil {
+			if err := h.adopt(ctx, e.Key(), e.Revision(), hb, silent, now); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// others reads the other hosts' heartbeat entries.
+func (h *Hosts) others(ctx context.Context) ([]jetstream.KeyValueEntry, error) {
+	var keys []string
+	err := h.retry(ctx, func(ctx context.Context) error {
+		keys = keys[:0]
+		lister, err := h.store.kv.ListKeysFiltered(ctx, hostPrefix+">")
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for k := range lister.Keys() {
+			keys = append(keys, k)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hosts: list: %w", err)
+	}
+	var entries []jetstream.KeyValueEntry
+	for _, k := range keys {
+		if k == hostPrefix+h.store.Host() {
+			continue
+		}
+		var e jetstream.KeyValueEntry
+		err := h.retry(ctx, func(ctx context.Context) error {
+			var err error
+			e, err = h.store.kv.Get(ctx, k)
+			return err
+		})
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+			continue // deleted (forgotten) since the listing
+		case err != nil:
+			return nil, fmt.Errorf("hosts: %s: %w", k, err)
+		}
+		entries = append(entries, e)
+	}
+	return entries, nil
+}
+
+// retry runs op, each try within one OpTimeout, until it succeeds, it
+// answers that the key is not there, or half of DeadAfter has passed: an
+// operation caught by a lost leader is repeated against the next one as
+// soon as it is elected, rather than waited on until the threshold.
+func (h *Hosts) retry(ctx context.Context, op func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.DeadAfter/2)
+	defer cancel()
+	var err error
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w: %w (gave up after %d tries)", ErrUnavailable, err, attempt)
+			case <-time.After(pace.Delay(attempt)):
+			}
+		}
+		octx, ocancel := context.WithTimeout(ctx, h.store.cfg.OpTimeout)
+		err = op(octx)
+		ocancel()
+		if err == nil || errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) ||
+			errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || ctx.Err() != nil {
+			return err
+		}
+	}
 }
 
 // heartbeat reads host's heartbeat.
@@ -184,7 +314,8 @@ func (s *Store) heartbeat(ctx context.Context, host string) (Heartbeat, bool, er
 	return hb, true, json.Unmarshal(e.Value(), &hb)
 }
 
-// beat writes this host's heartbeat and returns the server's time of it.
+// beat writes this host's heartbeat and returns the server's time of it,
+// as the bucket's stream leader stored it.
 func (h *Hosts) beat(ctx context.Context) (time.Time, error) {
 	wm, ok, err := h.pending(ctx)
 	if err != nil {
@@ -196,30 +327,52 @@ func (h *Hosts) beat(ctx context.Context) (time.Time, error) {
 	name, _ := os.Hostname()
 	b, _ := json.Marshal(Heartbeat{Host: h.store.Host(), Hostname: name, Watermark: wm.UTC(), State: HostLive})
 	key := hostPrefix + h.store.Host()
-	if _, err := h.store.kv.Put(ctx, key, b); err != nil {
-		return time.Time{}, fmt.Errorf("hosts: beat: %w", err)
-	}
-	e, err := h.store.kv.Get(ctx, key)
+	var at time.Time
+	err = h.retry(ctx, func(ctx context.Context) error {
+		rev, err := h.store.kv.Put(ctx, key, b)
+		if err != nil {
+			return err
+		}
+		m, found, err := h.store.leaderGet(ctx, map[string]any{"seq": rev})
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			return fmt.Errorf("%w: the beat's revision %d is not in the stream", ErrUnavailable, rev)
+		}
+		at = m.Time
+		return nil
+	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("hosts: beat: %w", err)
 	}
-	return e.Created(), nil
+	h.mu.Lock()
+	h.view.beatAt(at, h.cfg.Every)
+	h.mu.Unlock()
+	return at, nil
 }
 
 // adopt takes over what lost host hb left: first the right to adopt (a
 // compare-and-set on its heartbeat, so one host adopts at a time), then
 // every unsettled request it holds in the record that was written since
 // the last adoption (the first one: since its watermark). now is the
-// server's time of this round.
+// server's time of this round. While it adopts, this host keeps beating
+// and renews its mark (lease); a mark it cannot renew (the lost host beat
+// again, or another host took the adoption over) ends the adoption.
 func (h *Hosts) adopt(ctx context.Context, key string, rev uint64, hb Heartbeat, silent time.Duration, now time.Time) error {
 	from := hb.Watermark.Add(-h.cfg.Slack)
 	if !hb.AdoptedUpTo.IsZero() {
 		from = hb.AdoptedUpTo.Add(-h.cfg.Every)
 	}
-	first := hb.State != HostAdopted
+	first := hb.State == HostLive
 	hb.State, hb.By = HostAdopting, h.store.Host()
-	b, _ := json.Marshal(hb)
-	if _, err := h.store.kv.Update(ctx, key, b, rev); err != nil {
+	mark, _ := json.Marshal(hb)
+	err := h.retry(ctx, func(ctx context.Context) error {
+		var err error
+		rev, err = h.store.kv.Update(ctx, key, mark, rev)
+		return err
+	})
+	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return nil // it beat again, or another host took it
 		}
@@ -229,32 +382,98 @@ func (h *Hosts) adopt(ctx context.Context, key string, rev uint64, hb Heartbeat,
 		h.log.Warn("hosts: a host is lost; adopting what it left", "host", hb.Host, "hostname", hb.Hostname,
 			"silent", silent.Round(time.Second), "watermark", hb.Watermark)
 	}
-	keys, err := h.recordsSince(ctx, from, hb.Host)
-	if err != nil {
-		return fmt.Errorf("hosts: adopt %s: %w", hb.Host, err)
-	}
+	l := h.lease(ctx, key, rev, mark)
+	keys, err := h.recordsSince(l.ctx, from, hb.Host)
 	adopted := 0
 	for _, k := range keys {
-		ok, err := h.adoptRecord(ctx, k, hb.Host)
 		if err != nil {
-			return fmt.Errorf("hosts: adopt %s: %w", hb.Host, err)
+			break
 		}
-		if ok {
+		var ok bool
+		if ok, err = h.adoptRecord(l.ctx, k, hb.Host); ok {
 			adopted++
 		}
+	}
+	rev, lost := l.end()
+	switch {
+	case lost != nil:
+		h.log.Warn("hosts: adoption ended: the host beat again, or another host took its adoption over",
+			"host", hb.Host, "requests", adopted, "err", lost)
+		return nil
+	case err != nil:
+		return fmt.Errorf("hosts: adopt %s (%d requests adopted so far; tried again next round): %w", hb.Host, adopted, err)
 	}
 	hb.State, hb.AdoptedUpTo = HostAdopted, now
 	if hb.Quiet++; adopted > 0 {
 		hb.Quiet = 0
 	}
-	b, _ = json.Marshal(hb)
-	if _, err := h.store.kv.Put(ctx, key, b); err != nil {
+	b, _ := json.Marshal(hb)
+	err = h.retry(ctx, func(ctx context.Context) error {
+		_, err := h.store.kv.Update(ctx, key, b, rev)
+		return err
+	})
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+		return nil // it beat again meanwhile: it is live, what was adopted stays adopted
+	case err != nil:
 		return fmt.Errorf("hosts: adopt %s: %w", hb.Host, err)
 	}
 	if first || adopted > 0 {
 		h.log.Warn("hosts: adopted a lost host's unpublished requests", "host", hb.Host, "requests", adopted, "looked_at", len(keys))
 	}
 	return nil
+}
+
+// lease renews an adoption's mark (key at rev, holding mark) every
+// heartbeat period, and beats this host's own heartbeat beside it, until
+// end. Its ctx ends when the mark could not be kept.
+type lease struct {
+	ctx  context.Context
+	stop context.CancelFunc
+	done chan struct{}
+	rev  uint64
+	lost error
+}
+
+func (h *Hosts) lease(ctx context.Context, key string, rev uint64, mark []byte) *lease {
+	lctx, stop := context.WithCancel(ctx)
+	l := &lease{ctx: lctx, stop: stop, done: make(chan struct{}), rev: rev}
+	go func() {
+		defer close(l.done)
+		t := time.NewTicker(h.cfg.Every)
+		defer t.Stop()
+		for {
+			select {
+			case <-lctx.Done():
+				return
+			case <-t.C:
+			}
+			if _, err := h.beat(lctx); err != nil && lctx.Err() == nil {
+				h.log.Warn("hosts: beat while adopting failed", "err", err)
+			}
+			err := h.retry(lctx, func(ctx context.Context) error {
+				n, err := h.store.kv.Update(ctx, key, mark, l.rev)
+				if err == nil {
+					l.rev = n
+				}
+				return err
+			})
+			if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+				l.lost = err
+				stop()
+				return
+			}
+		}
+	}()
+	return l
+}
+
+// end stops the lease and returns the mark's last revision, or why the
+// mark was lost.
+func (l *lease) end() (uint64, error) {
+	l.stop()
+	<-l.done
+	return l.rev, l.lost
 }
 
 // recordsSince lists the keys of the records written since from, whose

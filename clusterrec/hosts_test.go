@@ -2,14 +2,18 @@ package clusterrec_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"ticketrelay/clusterrec"
+	"ticketrelay/installation"
 	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
+	"ticketrelay/natsjs"
 	"ticketrelay/ticket"
 )
 
@@ -65,6 +69,15 @@ func TestLostHostIsAdoptedAgainUntilQuiet(t *testing.T) {
 		return refusal != nil
 	}) || !errors.Is(refusal, clusterrec.ErrOrphaned) {
 		t.Fatalf("b's front after its adoption: %v, want ErrOrphaned", refusal)
+	}
+	// It still answers what needs no delivery of its own: a replay of a
+	// request accepted before, and a conflict.
+	if res, err := b.front.Create(ctx, request("left-1", "accepted by b, never published")); err != nil || !res.Replayed {
+		t.Fatalf("a replay on the adopted host: %+v, %v; want replayed", res, err)
+	}
+	var conflict *ledger.ConflictError
+	if _, err := b.front.Create(ctx, request("left-1", "other arguments")); !errors.As(err, &conflict) {
+		t.Fatalf("a conflict on the adopted host: %v, want ConflictError", err)
 	}
 	// A request b's front accepted in the moment before it noticed: the
 	// next rounds adopt it too.
@@ -173,5 +186,130 @@ func TestForgetHostOnlyOnceFinished(t *testing.T) {
 	}
 	if st := seen()["host-b"].Heartbeat.State; st != clusterrec.HostLive {
 		t.Fatalf("b after it beat again: %q, want live", st)
+	}
+}
+
+// A NATS outage stops every host's beats alike: a host that could not
+// beat while nobody could is not lost. Its silence counts only the time
+// the observer itself could beat; once it is really gone, it is adopted
+// -host-dead-after later.
+func TestOutageMakesNoLiveHostLost(t *testing.T) {
+	ctx := ctxT(t)
+	store := filepath.Join(t.TempDir(), "nats")
+	ns, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: store}, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	listen := ns.Addr().String()
+	js := connectJS(t, ns.ClientURL())
+	a, b := newHost(t, js, "host-a", clusterrec.Config{}), newHost(t, js, "host-b", clusterrec.Config{})
+	none := func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil }
+	cfg := clusterrec.HostsConfig{Every: 100 * time.Millisecond, DeadAfter: time.Second, Slack: time.Second}
+	res, err := b.front.Create(ctx, request("b-1", "accepted by b, not yet published"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unpublished := func(context.Context) (time.Time, bool, error) { return res.CreatedAt, true, nil }
+	ha := clusterrec.NewHosts(archetype.Archetype{Logger: discard()}, cfg, a.store, a.l, none)
+	hb := clusterrec.NewHosts(archetype.Archetype{Logger: discard()}, cfg, b.store, b.l, unpublished)
+	for _, h := range []*clusterrec.Hosts{ha, hb, ha, hb} {
+		if err := h.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The outage: the only node is down for twice the dead-after time.
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	down := time.Now()
+	if err := ha.RunOnce(ctx); err == nil {
+		t.Fatal("a round succeeded with the server down")
+	}
+	time.Sleep(2*cfg.DeadAfter - time.Since(down)) // the outage's length, not a wait for a result
+	ns, err = natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: listen, StoreDir: store}, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a's first round after the outage comes before b's first beat: b's
+	// entry is older than the dead-after time.
+	if !testwait.Until(20*time.Second, func() bool { return ha.RunOnce(ctx) == nil }) {
+		t.Fatal("a's rounds never succeeded after the server came back")
+	}
+	stateOf := func(id string) string {
+		hosts, err := a.store.HostsSeen(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hosts {
+			if h.Host == id {
+				return h.Heartbeat.State
+			}
+		}
+		return ""
+	}
+	if st := stateOf("host-b"); st != clusterrec.HostLive {
+		t.Fatalf("b after the outage: %q, want live (it could not beat while nobody could)", st)
+	}
+	if st, err := a.l.Find(ctx, "", "b-1"); err != nil || st.Status != ledger.StatusUnknown {
+		t.Fatalf("a adopted b's request after the outage: %+v, %v", st, err)
+	}
+	// b beats again; then it is gone for good and a adopts it.
+	if err := hb.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !testwait.Until(20*time.Second, func() bool {
+		if err := ha.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return stateOf("host-b") == clusterrec.HostAdopted
+	}) {
+		t.Fatalf("a never adopted b once it was gone: %q", stateOf("host-b"))
+	}
+	if st, err := a.l.Find(ctx, "", "b-1"); err != nil || st.Status == ledger.StatusUnknown {
+		t.Fatalf("a's ledger after adopting b: %+v, %v", st, err)
+	}
+}
+
+// An adoption cut off part-way (its host killed) is taken over by another
+// host once the adopter stops renewing its mark, a few heartbeat periods
+// later: not a whole dead-after time.
+func TestPartWayAdoptionIsTakenOver(t *testing.T) {
+	ctx := ctxT(t)
+	js := embeddedJS(t)
+	a, b := newHost(t, js, "host-a", clusterrec.Config{}), newHost(t, js, "host-b", clusterrec.Config{})
+	none := func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil }
+	// A dead-after time longer than the test: only the lease can end it.
+	cfg := clusterrec.HostsConfig{Every: 100 * time.Millisecond, DeadAfter: 10 * time.Minute, Slack: time.Second}
+	ha := clusterrec.NewHosts(archetype.Archetype{Logger: discard()}, cfg, a.store, a.l, none)
+	if _, err := b.front.Create(ctx, request("b-1", "accepted by b, never published")); err != nil {
+		t.Fatal(err)
+	}
+	// host-c began adopting b and was killed: its mark stays.
+	kv, err := js.KeyValue(ctx, installation.Name("test").Bucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark, _ := json.Marshal(clusterrec.Heartbeat{Host: "host-b", Watermark: time.Now().UTC(), State: clusterrec.HostAdopting, By: "host-c"})
+	if _, err := kv.Put(ctx, "h.host-b", mark); err != nil {
+		t.Fatal(err)
+	}
+	if !testwait.Until(20*time.Second, func() bool {
+		if err := ha.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st, err := a.l.Find(ctx, "", "b-1")
+		return err == nil && st.Status != ledger.StatusUnknown
+	}) {
+		t.Fatal("a never took over host-c's part-way adoption of b")
+	}
+	hosts, err := a.store.HostsSeen(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hosts {
+		if h.Host == "host-b" && (h.Heartbeat.State != clusterrec.HostAdopted || h.By != "host-a") {
+			t.Fatalf("b after a took its adoption over: %+v", h.Heartbeat)
+		}
 	}
 }

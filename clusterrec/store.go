@@ -194,46 +194,64 @@ func (s *Store) Host() string { return s.cfg.Host }
 // is a direct get, which any replica may answer, a lagging one with an
 // older record or none: a decision must see the last write acknowledged.
 func (s *Store) get(ctx context.Context, key string) (rec Record, rev uint64, found bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
-	defer cancel()
-	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + s.cfg.Installation.Bucket() + "." + key})
-	msg, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+s.stream, req)
+	m, found, err := s.leaderGet(ctx, map[string]any{"last_by_subj": "$KV." + s.cfg.Installation.Bucket() + "." + key})
 	if err != nil {
-		return rec, 0, false, fmt.Errorf("%w: read %s: %w", ErrUnavailable, key, err)
+		return rec, 0, false, fmt.Errorf("read %s: %w", key, err)
 	}
-	var resp struct {
-		Message *struct {
-			Seq  uint64 `json:"seq"`
-			Hdrs []byte `json:"hdrs"`
-			Data []byte `json:"data"`
-		} `json:"message"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return rec, 0, false, fmt.Errorf("%w: read %s: %w", ErrUnavailable, key, err)
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+	if !found {
 		return rec, 0, false, nil
-	case resp.Error != nil:
-		return rec, 0, false, fmt.Errorf("%w: read %s: %w", ErrUnavailable, key, resp.Error)
-	case resp.Message == nil:
-		return rec, 0, false, fmt.Errorf("%w: read %s: empty answer", ErrUnavailable, key)
 	}
-	if len(resp.Message.Hdrs) > 0 {
+	if len(m.Hdrs) > 0 {
 		// A delete or purge marker: records are never deleted, but an
 		// operator may have; the request is then unknown.
-		if h, err := nats.DecodeHeadersMsg(resp.Message.Hdrs); err == nil && h.Get("KV-Operation") != "" {
+		if h, err := nats.DecodeHeadersMsg(m.Hdrs); err == nil && h.Get("KV-Operation") != "" {
 			return rec, 0, false, nil
 		}
 	}
-	if err := json.Unmarshal(resp.Message.Data, &rec); err != nil {
+	if err := json.Unmarshal(m.Data, &rec); err != nil {
 		return rec, 0, false, fmt.Errorf("clusterrec: record %s: %w", key, err)
 	}
 	if rec.Format > FormatVersion {
 		return rec, 0, false, fmt.Errorf("clusterrec: record %s has format %d, newer than this build's %d", key, rec.Format, FormatVersion)
 	}
-	return rec, resp.Message.Seq, true, nil
+	return rec, m.Seq, true, nil
+}
+
+// storedMsg is a message of the bucket's stream as its leader returns it.
+type storedMsg struct {
+	Seq  uint64    `json:"seq"`
+	Hdrs []byte    `json:"hdrs"`
+	Data []byte    `json:"data"`
+	Time time.Time `json:"time"`
+}
+
+// leaderGet asks the bucket's stream leader for one message (by
+// "last_by_subj" or "seq"), within one OpTimeout. found is false when the
+// stream has no such message.
+func (s *Store) leaderGet(ctx context.Context, query map[string]any) (storedMsg, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	req, _ := json.Marshal(query)
+	msg, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+s.stream, req)
+	if err != nil {
+		return storedMsg{}, false, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	var resp struct {
+		Message *storedMsg          `json:"message"`
+		Error   *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return storedMsg{}, false, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return storedMsg{}, false, nil
+	case resp.Error != nil:
+		return storedMsg{}, false, fmt.Errorf("%w: %w", ErrUnavailable, resp.Error)
+	case resp.Message == nil:
+		return storedMsg{}, false, fmt.Errorf("%w: empty answer", ErrUnavailable)
+	}
+	return *resp.Message, true, nil
 }
 
 // Get reads the record of a request by its scoped id, from the leader.

@@ -71,7 +71,19 @@ type Config struct {
 	// its dispatcher already dead, before the host is removed: what it
 	// accepts then is in no stream. Default Duration/10.
 	LostOutboxFor time.Duration
+	// NodeFaultsOnly (with Hosts) makes the fault phase NATS node faults
+	// only: the bucket's or the stream's leader, or any node, SIGSTOPped
+	// or SIGKILLed for 4–7 s at a time (several heartbeat periods), one at
+	// a time so that quorum is kept, and no host fault. The checker then
+	// also holds that no live host was adopted and that acceptance never
+	// stopped longer than FailoverBound. The host lost for good is removed
+	// after the fault phase.
+	NodeFaultsOnly bool
 }
+
+// FailoverBound is the longest a NATS node fault that keeps quorum may stop
+// acceptance: the bucket's election (docs/operations.md).
+const FailoverBound = 10 * time.Second
 
 // withDefaults returns c with every zero field set.
 func (c Config) withDefaults() Config {

@@ -49,6 +49,20 @@ func natsPlan(rng *rand.Rand, n int) []natsFault {
 	return plan[:n]
 }
 
+// nodePlan is the seeded order of a run with node faults only: the
+// bucket's leader stopped and killed first (the faults that made live
+// hosts look lost), then SIGSTOP or SIGKILL of a leader or a node at
+// random.
+func nodePlan(rng *rand.Rand, n int) []natsFault {
+	plan := []natsFault{{natsStop, atKVLeader}, {natsKill, atKVLeader}}
+	kinds := []string{natsKill, natsStop}
+	ats := []string{atKVLeader, atKVLeader, atStreamLeader, "0", "1", "2"}
+	for len(plan) < n {
+		plan = append(plan, natsFault{kinds[rng.IntN(len(kinds))], ats[rng.IntN(len(ats))]})
+	}
+	return plan[:n]
+}
+
 // mhScheduler drives the faults of a multi-host run on two tracks: the
 // NATS cluster, and the hosts' processes (with the removal of one host for
 // good half way through).
@@ -70,6 +84,10 @@ type mhScheduler struct {
 func (s *mhScheduler) runNATS(ctx, faults context.Context, d time.Duration) error {
 	n := max(3, int(d/(8*time.Second)))
 	plan := natsPlan(s.natsRNG, n)
+	if s.cfg.NodeFaultsOnly {
+		n = max(3, int(d/(15*time.Second)))
+		plan = nodePlan(s.natsRNG, n)
+	}
 	start := time.Now()
 	slot := d / time.Duration(n+1)
 	for i, f := range plan {
@@ -84,6 +102,10 @@ func (s *mhScheduler) runNATS(ctx, faults context.Context, d time.Duration) erro
 			continue
 		}
 		hold := 1500*time.Millisecond + time.Duration(s.natsRNG.Int64N(int64(2*time.Second)))
+		if s.cfg.NodeFaultsOnly {
+			// Several heartbeat periods, as issue #38 measured them.
+			hold = 4*time.Second + time.Duration(s.natsRNG.Int64N(int64(3*time.Second)))
+		}
 		if err := s.natsFault(ctx, f, hold); err != nil {
 			return err
 		}

@@ -13,13 +13,19 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"ticketrelay/clusterrec"
 )
 
 // MultiHostReplayCommand is how a multi-host run is replayed; runMultiHost
 // fills Report.Replay with it.
 var MultiHostReplayCommand = func(c Config) string {
-	return fmt.Sprintf("make torture SEED=%d TORTURE_DURATION=%s TORTURE_CALLERS=%d TORTURE_FLAGS='-hosts %d -host-dead-after %s -lost-outbox-for %s -requests %d -kills %d -fault-rate %g'",
-		c.Seed, c.Duration, c.Callers, c.Hosts, c.HostDeadAfter, c.LostOutboxFor, c.Requests, c.Kills, c.FaultRate)
+	only := ""
+	if c.NodeFaultsOnly {
+		only = " -node-faults-only"
+	}
+	return fmt.Sprintf("make torture SEED=%d TORTURE_DURATION=%s TORTURE_CALLERS=%d TORTURE_FLAGS='-hosts %d%s -host-dead-after %s -lost-outbox-for %s -requests %d -kills %d -fault-rate %g'",
+		c.Seed, c.Duration, c.Callers, c.Hosts, only, c.HostDeadAfter, c.LostOutboxFor, c.Requests, c.Kills, c.FaultRate)
 }
 
 // runMultiHost is Run with Config.Hosts hosts of one installation on a
@@ -79,7 +85,21 @@ func runMultiHost(ctx context.Context, cfg Config) (Report, error) {
 	sch := &mhScheduler{cl: cl, proxy: proxy, cfg: cfg, natsRNG: rng(2), hostRNG: rng(3), budget: cfg.Kills + 2}
 	trackErrs := make(chan error, 2)
 	go func() { trackErrs <- sch.runNATS(ctx, faults, cfg.Duration) }()
-	go func() { trackErrs <- sch.runHosts(ctx, faults, cfg.Duration) }()
+	go func() {
+		if cfg.NodeFaultsOnly {
+			trackErrs <- nil
+			return
+		}
+		trackErrs <- sch.runHosts(ctx, faults, cfg.Duration)
+	}()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	var watching sync.WaitGroup
+	watching.Go(func() {
+		if err := watchHeartbeats(watchCtx, cl.nats.ClientURLs(), cl.inst, names, h); err != nil {
+			log.Warn("heartbeats not watched", "err", err)
+		}
+	})
 
 	ld := &load{url: proxy.URL, h: h, prefix: fmt.Sprintf("trq-%x", cfg.Seed), faults: faults,
 		deadline: time.Now().Add(cfg.Duration + cfg.Grace), requests: cfg.Requests, pace: 150 * time.Millisecond}
@@ -111,6 +131,13 @@ func runMultiHost(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	h.add(Event{Kind: KindPhase, Detail: "faults stopped"})
+	if cfg.NodeFaultsOnly {
+		// The lost host was removed just now: its adoption, seen by the
+		// watcher, is the checker's proof that the watcher sees marks.
+		if !waitAdopted(ctx, h, sch.lost.name, 2*cfg.HostDeadAfter+30*time.Second) {
+			log.Warn("the lost host's adoption was not seen", "host", sch.lost.name)
+		}
+	}
 	log.Info("faults stopped; waiting for the callers")
 	callers.Wait()
 	h.add(Event{Kind: KindPhase, Detail: "callers done"})
@@ -143,6 +170,8 @@ func runMultiHost(ctx context.Context, cfg Config) (Report, error) {
 		finals[hst.name] = f
 		hostNames = append(hostNames, hst.name)
 	}
+	stopWatch()
+	watching.Wait()
 	h.add(Event{Kind: KindPhase, Detail: "settled"})
 	log.Info("settled; stopping the hosts")
 
@@ -179,9 +208,9 @@ func runMultiHost(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	in := MultiInput{
-		Input:  Input{Events: h.snapshot(), Final: finals[hostNames[0]], Records: fk.records(), Shutdown: shutdown, FakeFaults: fd.counts()},
-		Hosts:  hostNames,
-		Lost:   sch.lost.name,
+		Input: Input{Events: h.snapshot(), Final: finals[hostNames[0]], Records: fk.records(), Shutdown: shutdown, FakeFaults: fd.counts()},
+		Hosts: hostNames,
+		Lost:  sch.lost.name, NodeFaultsOnly: cfg.NodeFaultsOnly, HostDeadAfter: cfg.HostDeadAfter,
 		Finals: finals, Ledgers: ledgers, LostLedger: sch.lostSnap, Cluster: records,
 	}
 	in.DB = in.merged()
@@ -305,6 +334,27 @@ func (cf *conflicter) run(ctx context.Context) {
 			if !cf.c.sleep(ctx, cf.c.between(50*time.Millisecond, 300*time.Millisecond)) {
 				return
 			}
+		}
+	}
+}
+
+// waitAdopted waits until the history holds a mark of host adopted, or
+// timeout passes.
+func waitAdopted(ctx context.Context, h *history, host string, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		for _, e := range h.snapshot() {
+			if e.Kind == KindHostState && e.Component == host && e.Cause == clusterrec.HostAdopted {
+				return true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
 		}
 	}
 }

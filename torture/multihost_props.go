@@ -24,6 +24,11 @@ type MultiInput struct {
 	Ledgers    map[string]Snapshot          // each surviving host's SQLite file at the end
 	LostLedger Snapshot                     // the lost host's, read when it was removed
 	Cluster    map[string]*ClusterRecord    // the cluster record, by request id
+	// NodeFaultsOnly: the fault phase had NATS node faults only
+	// (Config.NodeFaultsOnly).
+	NodeFaultsOnly bool `json:"node_faults_only,omitempty"`
+	// HostDeadAfter is the hosts' -host-dead-after.
+	HostDeadAfter time.Duration `json:"host_dead_after,omitempty"`
 }
 
 // merged is the installation's requests as one snapshot: every request a
@@ -111,6 +116,9 @@ func CheckMulti(in MultiInput) (Result, MultiFigures) {
 	props := []Property{
 		c.answersAgree(), m.acceptedDelivered(), c.keyedExactlyOnce(), c.unkeyedAtMostOnce(),
 		c.ambiguousUncertain(), m.settled(), m.recordsAgree(), m.hostsAgree(), m.lostHost(), m.conflictsDetected(), m.processes(),
+	}
+	if in.NodeFaultsOnly {
+		props = append(props, m.noLiveHostAdopted(), m.noRefusalBeyondFailover())
 	}
 	fig := m.figures()
 	props = append(props, Property{Name: "figures", OK: true, Summary: fig.String()})
@@ -518,4 +526,72 @@ func (m *multiChecker) figures() MultiFigures {
 	f.LongestGap, at, f.LongestGapAfter = m.longestGap()
 	f.LongestGapAfter = fmt.Sprintf("from +%s; faults around it: %s", at.Round(100*time.Millisecond), f.LongestGapAfter)
 	return f
+}
+
+// noLiveHostAdopted: a host is adopted only once it was lost. The one host
+// lost for good may be adopted after its dispatcher was killed; any other
+// adoption is of a live host (checked in a run with node faults only,
+// which has no host fault before the loss).
+func (m *multiChecker) noLiveHostAdopted() Property {
+	var lostAt time.Time
+	for _, e := range m.in.Events {
+		if e.Kind == KindKill && e.Cause == CauseRemoved && strings.HasPrefix(e.Detail, m.mi.Lost) && lostAt.IsZero() {
+			lostAt = e.At
+		}
+		if e.Kind == KindFault && e.Cause == CauseRemoved && e.Component == m.mi.Lost && lostAt.IsZero() {
+			lostAt = e.At
+		}
+	}
+	var v []string
+	seen := map[string]bool{}
+	n := 0
+	var adoptedAt time.Time
+	for _, e := range m.in.Events {
+		if e.Kind != KindHostState {
+			continue
+		}
+		n++
+		lost := e.Component == m.mi.Lost && !lostAt.IsZero() && !e.At.Before(lostAt)
+		if lost && (adoptedAt.IsZero() || e.At.Before(adoptedAt)) {
+			adoptedAt = e.At
+		}
+		if key := e.Component + e.Cause + e.Detail + e.At.String(); !lost && !seen[key] {
+			seen[key] = true
+			v = append(v, fmt.Sprintf("%s: host %s marked %s %s while it was live", e.At.Format("15:04:05.000"), e.Component, e.Cause, e.Detail))
+		}
+	}
+	// The loss itself must be seen adopted, within the documented bound
+	// (-host-dead-after and five heartbeat periods): else the watcher saw
+	// nothing, and the property above proves nothing.
+	bound := m.mi.HostDeadAfter + 5*m.mi.HostDeadAfter/6
+	took := adoptedAt.Sub(lostAt)
+	switch {
+	case adoptedAt.IsZero():
+		v = append(v, fmt.Sprintf("no adoption of the host lost for good (%s) was seen", m.mi.Lost))
+	case bound > 0 && took > bound:
+		v = append(v, fmt.Sprintf("the host lost for good (%s) was adopted %s after its loss, beyond the bound of %s", m.mi.Lost, took.Round(100*time.Millisecond), bound))
+	}
+	return property("no-live-host-adopted", v, "%d adoption marks seen; the host lost for good (%s) adopted %s after its loss (bound %s), no other",
+		n, m.mi.Lost, took.Round(100*time.Millisecond), bound)
+}
+
+// noRefusalBeyondFailover: with node faults only, no live host refuses a
+// create for its dispatcher, and acceptance never stops longer than the
+// failover bound.
+func (m *multiChecker) noRefusalBeyondFailover() Property {
+	var v []string
+	refused := 0
+	for _, e := range m.in.Events {
+		if e.Kind == KindCall && strings.Contains(e.Err, "dispatcher is not running") {
+			refused++
+			v = append(v, fmt.Sprintf("%s: %s refused (its host's dispatcher said not running): %s", e.At.Format("15:04:05.000"), e.RequestID, e.Err))
+		}
+	}
+	gap, at, before := m.longestGap()
+	if gap > FailoverBound {
+		v = append(v, fmt.Sprintf("no create accepted for %s from +%s (bound %s); faults around it: %s", gap.Round(100*time.Millisecond),
+			at.Round(100*time.Millisecond), FailoverBound, before))
+	}
+	return property("no-refusal-beyond-failover", v, "longest time without an acceptance %s (bound %s); %d refusals for a dispatcher not running",
+		gap.Round(100*time.Millisecond), FailoverBound, refused)
 }

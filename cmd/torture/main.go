@@ -34,6 +34,7 @@ func main() {
 	flag.BoolVar(&cfg.LazyNATS, "powercut-lazy-nats", false, "with -powercut: nats-server without sync_interval: always, to show a cut losing acknowledged messages and the stream audit publishing them again")
 	flag.IntVar(&cfg.Hosts, "hosts", 0, "multi-host run: `N` hosts (2 or 3) of one installation on a 3-node NATS cluster, one lost for good half way (0: one host)")
 	flag.DurationVar(&cfg.HostDeadAfter, "host-dead-after", 3*time.Second, "with -hosts: the hosts' -host-dead-after")
+	flag.BoolVar(&cfg.NodeFaultsOnly, "node-faults-only", false, "with -hosts: NATS node faults only (a leader or node stopped or killed for 4-7 s), no host fault; checks that no live host is adopted and acceptance stops no longer than the failover bound")
 	flag.DurationVar(&cfg.LostOutboxFor, "lost-outbox-for", 0, "with -hosts: how long the lost host's front accepts with its dispatcher already dead (0: a tenth of -duration)")
 	verbose := flag.Bool("v", false, "log the harness's progress to stderr")
 	flag.Parse()

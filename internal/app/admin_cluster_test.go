@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"io"
@@ -11,15 +12,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"ticketrelay/clusterrec"
 	"ticketrelay/installation"
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/internal/archetype"
 	"ticketrelay/ledger"
 	"ticketrelay/natsjs"
+	"ticketrelay/ticket"
 )
 
 // `status -multi-host` against a real (embedded, single-node) JetStream
@@ -34,24 +38,8 @@ func TestAdminStatusMultiHost(t *testing.T) {
 	a.request(t, "req-delivered", "support", string(ledger.StatusDelivered), 1, "", "4711")
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ns, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: filepath.Join(t.TempDir(), "nats")}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, js := embeddedCluster(t, log)
 	const inst installation.Name = "ops"
-	if _, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{Installation: inst, Replicas: 1, Owner: natsjs.OwnerCluster}.WithDefaults()); err != nil {
-		t.Fatal(err)
-	}
 	store, err := clusterrec.Open(ctx, archetype.Archetype{Logger: log}, js, clusterrec.Config{Installation: inst, Host: "host-1", Replicas: 1, MaxBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
@@ -120,5 +108,110 @@ func TestAdminStatusMultiHost(t *testing.T) {
 
 	if _, err := a.admin(t, "status", "-multi-host", "-installation", "ops"); !errors.Is(err, app.ErrUsage) {
 		t.Errorf("status -multi-host without -nats: %v; want a usage error", err)
+	}
+}
+
+// A status of the ledger alone connects to nothing: it works under the
+// dispatcher unit's environment, NATS password included, whose -nats-user
+// check belongs to the commands that connect (issue #38).
+func TestAdminStatusIgnoresNATSCredentials(t *testing.T) {
+	a := newAdminDB(t)
+	a.request(t, "req-delivered", "support", string(ledger.StatusDelivered), 1, "", "4711")
+	env := newEnv("TICKETRELAY_NATS_PASSWORD", "secret")
+	out, _, err := runOnce(t, dispatcher.Run, env, "status", "-json", "-db", a.path)
+	if err != nil || !strings.Contains(out, `"delivered": 1`) {
+		t.Fatalf("status -json with a NATS password in the environment: %v\n%s", err, out)
+	}
+	_, _, err = runOnce(t, dispatcher.Run, env, "status", "-multi-host", "-nats", "nats://127.0.0.1:1", "-installation", "ops", "-db", a.path)
+	if !errors.Is(err, app.ErrUsage) || !strings.Contains(err.Error(), "-nats-user") {
+		t.Fatalf("status -multi-host with a password and no -nats-user: %v; want the usage error", err)
+	}
+}
+
+// embeddedCluster is an embedded single-node JetStream holding the stream
+// of installation "ops".
+func embeddedCluster(t *testing.T, log *slog.Logger) (*server.Server, jetstream.JetStream) {
+	t.Helper()
+	ns, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: filepath.Join(t.TempDir(), "nats")}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := natsjs.EnsureStream(context.Background(), js, natsjs.StreamConfig{Installation: "ops", Replicas: 1, Owner: natsjs.OwnerCluster}.WithDefaults()); err != nil {
+		t.Fatal(err)
+	}
+	return ns, js
+}
+
+// status -multi-host counts as the installation does: a request this host
+// accepted and published, which another host's forwarder delivered, is
+// delivered in its counts, not waiting (issue #38: "waiting 1161" with
+// everything delivered, until the audit ran minutes later).
+func TestAdminStatusMultiHostCountsOtherHostsDeliveries(t *testing.T) {
+	a, other := newAdminDB(t), newAdminDB(t)
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ns, js := embeddedCluster(t, log)
+	arch := archetype.Archetype{Logger: log}
+	open := func(host string) *clusterrec.Store {
+		s, err := clusterrec.Open(ctx, arch, js, clusterrec.Config{Installation: "ops", Host: host, Replicas: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	mine, theirs := open("host-1"), open("host-2")
+	req := ticket.Request{RequestID: "req-elsewhere", Tool: "create_ticket", Target: "support", Title: "delivered by host-2", Labels: []string{"ops"}}
+	if err := req.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clusterrec.NewFront(arch, mine, a.l).Create(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE outbox SET published_at = ?, stream_seq = 1`, time.Now().UnixNano())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d := clusterrec.NewDeliveries(theirs, other.l, time.Now)
+	for _, rec := range []ledger.Delivery{
+		{RequestID: "req-elsewhere", Target: "support", State: ledger.DeliveryAttempting, Attempts: 1},
+		{RequestID: "req-elsewhere", Target: "support", State: string(ledger.StatusDelivered), Attempts: 1, Version: 1, ExternalID: "4712"},
+	} {
+		if err := d.RecordDelivery(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts := func(args ...string) ledger.TargetCounts {
+		out, err := a.admin(t, append([]string{"status", "-json"}, args...)...)
+		if err != nil {
+			t.Fatalf("status %v: %v\n%s", args, err, out)
+		}
+		var s struct {
+			Targets []ledger.TargetCounts `json:"targets"`
+		}
+		if err := json.Unmarshal([]byte(out), &s); err != nil || len(s.Targets) != 1 {
+			t.Fatalf("status %v: %v\n%s", args, err, out)
+		}
+		return s.Targets[0]
+	}
+	if c := counts(); c.Waiting != 1 || c.Delivered != 0 {
+		t.Fatalf("the ledger alone before status -multi-host: %+v; want it waiting (the test's premise)", c)
+	}
+	if c := counts("-multi-host", "-nats", ns.ClientURL(), "-installation", "ops"); c.Waiting != 0 || c.Delivered != 1 {
+		t.Errorf("status -multi-host of a request another host delivered: %+v; want delivered", c)
+	}
+	if st := a.find(t, "req-elsewhere"); st.Status != ledger.StatusDelivered || st.ExternalID != "4712" {
+		t.Errorf("the ledger after status -multi-host: %+v", st)
 	}
 }

@@ -346,12 +346,15 @@ func TestStatusShowsUnservedTargets(t *testing.T) {
 	if _, err := a.l.Create(t.Context(), queued(t, "req-waits")); err != nil { // target support
 		t.Fatal(err)
 	}
+	// A target the configuration no longer has, with a past request.
+	a.request(t, "req-old", "local", string(ledger.StatusDelivered), 1, "", "1")
 	out, err := a.admin(t, "status")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, re := range []string{`(?m)^dispatchers running: 1$`, `(?m)^support\s+1\s+0\s+0\s+0\s+0\s+0\s+not served\s*$`,
-		`(?m)^hook\s+0\s+0\s+0\s+0\s+0\s+0\s*$`, `no running dispatcher delivers to support: `} {
+		`(?m)^hook\s+0\s+0\s+0\s+0\s+0\s+0\s*$`, `no running dispatcher delivers to support: `,
+		`(?m)^local\s+0\s+1\s+0\s+0\s+0\s+0\s+not configured \(past requests only\)\s*$`} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("status does not match %s:\n%s", re, out)
 		}

@@ -48,8 +48,10 @@ func runAdmin(ctx context.Context, cmd command, env app.Env) error {
 	if err != nil {
 		return cmd.usage().FlagError(cf.fs, err)
 	}
+	// The NATS credentials are checked only by a command that connects:
+	// the unit's environment may hold them for a status of the ledger.
 	var natsOpts []nats.Option
-	if cf.nats != nil {
+	if cf.nats != nil && (!cmd.ledger || flagValue(cf.fs, "multi-host") == "true") {
 		if err := cf.nats.Check(env.Lookup); err != nil {
 			return err
 		}
@@ -107,11 +109,13 @@ func adminStatus(ctx context.Context, l adminStore, fs *flag.FlagSet, natsOpts [
 	if len(args) > 0 {
 		return fmt.Errorf("%w: status takes no arguments", app.ErrUsage)
 	}
-	s, err := l.Summarize(ctx)
+	// The cluster first: it brings the outcomes other hosts' forwarders
+	// recorded into this ledger before the ledger is counted.
+	cluster, err := clusterStatusOf(ctx, fs, natsOpts, l)
 	if err != nil {
 		return err
 	}
-	cluster, err := clusterStatusOf(ctx, fs, natsOpts)
+	s, err := l.Summarize(ctx)
 	if err != nil {
 		return err
 	}
@@ -136,9 +140,15 @@ func adminStatus(ctx context.Context, l adminStore, fs *flag.FlagSet, natsOpts [
 	var unserved []string
 	for _, t := range s.Targets {
 		note := ""
-		if s.Dispatchers > 0 && !t.Served && t.Waiting+t.InFlight+t.Retrying > 0 {
+		switch {
+		case s.Dispatchers == 0 || t.Served:
+		case t.Waiting+t.InFlight+t.Retrying > 0:
 			note = "not served"
 			unserved = append(unserved, t.Target)
+		default:
+			// A target taken out of the configuration: its past requests
+			// are still in the ledger until -retention prunes them.
+			note = "not configured (past requests only)"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", t.Target, t.Waiting, t.Delivered, t.InFlight, t.Retrying, t.Failed, t.Uncertain, note)
 	}

@@ -38,8 +38,12 @@ func addClusterConnFlags(fs *flag.FlagSet) app.NATSFlags {
 }
 
 // clusterStatusOf looks at the cluster when status runs with -multi-host;
-// nil without it. A view with errors is returned with them.
-func clusterStatusOf(ctx context.Context, fs *flag.FlagSet, natsOpts []nats.Option) (*clusterView, error) {
+// nil without it. A view with errors is returned with them. It also
+// copies into l the settled outcomes of l's published requests that other
+// hosts' forwarders recorded in the cluster record (what the audit does
+// after -audit-after): the ledger then counts them as the installation
+// does, not as waiting or retrying.
+func clusterStatusOf(ctx context.Context, fs *flag.FlagSet, natsOpts []nats.Option, l adminStore) (*clusterView, error) {
 	if flagValue(fs, "multi-host") != "true" {
 		return nil, nil
 	}
@@ -64,11 +68,35 @@ func clusterStatusOf(ctx context.Context, fs *flag.FlagSet, natsOpts []nats.Opti
 		store = nil
 	}
 	v := lookAtCluster(ctx, c.js, store, c.inst, deadAfter, time.Now())
+	if al, ok := l.(clusterrec.AuditLedger); ok && store != nil {
+		if err := mirrorSettled(ctx, store, al); err != nil {
+			errs = append(errs, fmt.Sprintf("outcomes recorded by other hosts: %v (the counts below may show them as waiting)", err))
+		}
+	}
 	if len(errs) > 0 {
 		v.Errors = append(errs, v.Errors...)
 	}
 	return &v, nil
 }
+
+// mirrorSettled walks l's published requests and copies the settled
+// outcome the cluster record holds of each that l does not know settled.
+func mirrorSettled(ctx context.Context, store *clusterrec.Store, l clusterrec.AuditLedger) error {
+	ctx, cancel := context.WithTimeout(ctx, mirrorFor)
+	defer cancel()
+	a := clusterrec.NewAuditStore(store, l, 0, time.Now)
+	for after := int64(0); ; {
+		ps, err := a.PublishedAfter(ctx, after, 1000)
+		if err != nil || len(ps) == 0 {
+			return err
+		}
+		after = ps[len(ps)-1].ID
+	}
+}
+
+// mirrorFor bounds mirrorSettled: status answers even when the bucket
+// does not.
+const mirrorFor = time.Minute
 
 // clusterConn is one operator command's connection to the installation's
 // cluster.
