@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"ticketrelay/internal/testclock"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,24 +23,8 @@ import (
 	"ticketrelay/ticket"
 )
 
-// clock is an injected, settable clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 14, 9, 26, 53, 589793000, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+func newClock() *testclock.Clock {
+	return testclock.New(time.Date(2026, 3, 14, 9, 26, 53, 589793000, time.UTC))
 }
 
 // env is one process's view of a database: DB, writer, ledger, metrics.
@@ -49,7 +34,7 @@ type env struct {
 	w     *ledger.Writer
 	l     *ledger.Ledger
 	m     *metrics.Writer
-	clock *clock
+	clock *testclock.Clock
 }
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -8,8 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
+	"ticketrelay/internal/testclock"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
@@ -25,34 +25,16 @@ import (
 
 const resource = "https://tickets.example/mcp"
 
-// clock is a test clock that moves only when told.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 type fixture struct {
 	is  *mcpauthtest.Issuer
-	clk *clock
+	clk *testclock.Clock
 	m   *metrics.OAuth
 	v   *mcpauth.Validator
 }
 
 func newFixture(t *testing.T, edit func(*mcpauth.Config)) *fixture {
 	t.Helper()
-	f := &fixture{is: mcpauthtest.NewIssuer(t), clk: &clock{t: time.Now().Truncate(time.Second)}}
+	f := &fixture{is: mcpauthtest.NewIssuer(t), clk: testclock.New(time.Now().Truncate(time.Second))}
 	f.m = metrics.NewOAuth(prometheus.NewRegistry(), mcpauth.Outcomes)
 	cfg := mcpauth.Config{Issuer: f.is.URL(), Audience: resource, Now: f.clk.Now, Metrics: f.m}
 	if edit != nil {

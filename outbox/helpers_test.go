@@ -292,24 +292,6 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	testwait.For(t, timeout, what, cond)
 }
 
-// clock is an injected, settable clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // publishedAt is outbox.PublishedAt for the row of requestID.
 func publishedAt(t *testing.T, db *sql.DB, requestID string) (time.Time, bool, error) {
 	t.Helper()

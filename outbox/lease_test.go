@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"path/filepath"
 	"testing"
+	"ticketrelay/internal/testclock"
 	"time"
 
 	"ticketrelay/internal/testwait"
@@ -15,7 +16,7 @@ func TestLeaseExpiryAndRelease(t *testing.T) {
 	b := startBroker(t)
 	js := b.connect(t)
 	path := filepath.Join(t.TempDir(), "tickets.db")
-	c := &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	c := testclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	na := newNode(t, "a", path, js, outbox.RelayConfig{}, time.Now)
 	nb := newNode(t, "b", path, js, outbox.RelayConfig{}, time.Now)
 	a := &outbox.Lease{Name: "test", Holder: "a", TTL: 10 * time.Second, Tx: na.w, Now: c.Now}
@@ -60,7 +61,7 @@ func TestLeaseTakenFromADeadHolder(t *testing.T) {
 	b := startBroker(t)
 	js := b.connect(t)
 	path := filepath.Join(t.TempDir(), "tickets.db")
-	c := &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	c := testclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	n := newNode(t, "n", path, js, outbox.RelayConfig{}, time.Now)
 	acquire := func(l *outbox.Lease) bool {
 		t.Helper()
@@ -152,7 +153,7 @@ func TestRelayTakesOverExpiredLease(t *testing.T) {
 	b := startBroker(t)
 	js := b.connect(t)
 	path := filepath.Join(t.TempDir(), "tickets.db")
-	c := &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	c := testclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	const ttl = time.Second
 	n := newNode(t, "relay-b", path, js, outbox.RelayConfig{LeaseTTL: ttl}, c.Now)
 	db := raw(t, path)
