@@ -121,7 +121,10 @@ func NewIssuer(t testing.TB) *Issuer {
 		writeJSON(w, code, body)
 	})
 	mux.HandleFunc("POST /register", is.register)
-	is.srv = httptest.NewServer(mux)
+	// Started after is.srv is set: the handlers read it, and a client in
+	// another process learns the URL with no synchronization of ours.
+	is.srv = httptest.NewUnstartedServer(mux)
+	is.srv.Start()
 	t.Cleanup(is.srv.Close)
 	return is
 }
