@@ -28,10 +28,21 @@ import (
 	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/testio"
 	"ticketrelay/internal/testwait"
+	"ticketrelay/mcpauth/mcpauthtest"
 )
 
 // connected is what claude mcp get prints of a server it connected to.
 const connected = "Status: ✔ Connected"
+
+// needsAuth is what claude mcp get prints of a server that asks the user
+// to sign in with an identity provider Claude Code can register with.
+const needsAuth = "Status: ! Needs authentication"
+
+// The sign-in lines: every `claude mcp add/get` line of security.md's
+// section on signing in with an identity provider. They configure nothing
+// but the URL and are run against an mcp-front that accepts the access
+// tokens of a test issuer, not static tokens.
+const signInPage, signInSection = "security.md", "## Signing in with an identity provider"
 
 // docAddr is the address the docs give mcp-front (make run's LISTEN).
 const docAddr = "127.0.0.1:8080"
@@ -318,9 +329,15 @@ func TestREADMEWebhookWalkthrough(t *testing.T) {
 	delivered("walk-2")
 }
 
-// claudeLine is a `claude mcp` command line given in a doc.
+// claudeLine is a `claude mcp` command line given in a doc, under the
+// page's `## ` heading section.
 type claudeLine struct {
-	where, line string
+	where, section, line string
+}
+
+// signIn reports whether l stands in security.md's sign-in section.
+func (l claudeLine) signIn() bool {
+	return strings.HasPrefix(l.where, signInPage+":") && l.section == signInSection
 }
 
 // claudeLines collects every `claude mcp add` and `claude mcp get` line of
@@ -339,7 +356,7 @@ func claudeLines(t *testing.T) []claudeLine {
 			t.Fatal(err)
 		}
 		sc := bufio.NewScanner(f)
-		inBlock, n := false, 0
+		inBlock, n, section := false, 0, ""
 		var span strings.Builder // an inline span may wrap onto the next line
 		for sc.Scan() {
 			n++
@@ -350,9 +367,12 @@ func claudeLines(t *testing.T) []claudeLine {
 			}
 			if inBlock {
 				if c := strings.TrimSpace(l); strings.HasPrefix(c, "claude mcp ") {
-					lines = append(lines, claudeLine{page + ":" + strconv.Itoa(n), c})
+					lines = append(lines, claudeLine{page + ":" + strconv.Itoa(n), section, c})
 				}
 				continue
+			}
+			if strings.HasPrefix(l, "## ") {
+				section = l
 			}
 			span.WriteString(" " + strings.TrimSpace(l))
 			text := span.String()
@@ -363,7 +383,7 @@ func claudeLines(t *testing.T) []claudeLine {
 			for _, m := range inlineCode.FindAllStringSubmatch(text, -1) {
 				c := strings.TrimSpace(m[1])
 				if strings.HasPrefix(c, "claude mcp add ") || strings.HasPrefix(c, "claude mcp get ") {
-					lines = append(lines, claudeLine{page + ":" + strconv.Itoa(n), c})
+					lines = append(lines, claudeLine{page + ":" + strconv.Itoa(n), section, c})
 				}
 			}
 		}
@@ -397,7 +417,9 @@ func serverName(line string) string {
 // says connected for each server added, and the README's example of
 // its output is what it prints. The bearer-token line is checked against
 // an mcp-front that requires the token, and the same line with another
-// token must not connect.
+// token must not connect. The sign-in lines are run against an mcp-front
+// that signs users in with a test issuer (-auth-resource, -oauth-issuer):
+// there `claude mcp get` says the server needs authentication.
 func TestClaudeCodeCommandLines(t *testing.T) {
 	claude := os.Getenv(claudeEnv)
 	if claude == "" {
@@ -414,6 +436,26 @@ func TestClaudeCodeCommandLines(t *testing.T) {
 	}
 	if adds < 3 || gets < 1 {
 		t.Fatalf("found %d add and %d get lines in the docs; want the README's http and stdio lines, security.md's token line and a get: %+v", adds, gets, lines)
+	}
+	signInAdds := 0
+	for _, l := range lines {
+		if !l.signIn() || !strings.HasPrefix(l.line, "claude mcp add ") {
+			continue
+		}
+		signInAdds++
+		// Claude Code asks for sign-in over SSE too, though mcp-front
+		// speaks streamable HTTP only: the transport is checked here.
+		words := shellWords.FindAllString(l.line, -1)
+		transport := slices.IndexFunc(words, func(w string) bool { return w == "--transport" || w == "-t" })
+		if transport < 0 || transport+1 == len(words) || words[transport+1] != "http" {
+			t.Errorf("%s: %q: mcp-front is added with --transport http", l.where, l.line)
+		}
+		if slices.ContainsFunc(words, func(w string) bool { return w == "--header" || w == "-H" || w == "TOKEN" }) {
+			t.Errorf("%s: %q: a sign-in line configures nothing but the URL", l.where, l.line)
+		}
+	}
+	if signInAdds == 0 {
+		t.Fatalf("%s has no `claude mcp add` line under %q: the line that adds a server users sign in to", signInPage, signInSection)
 	}
 
 	work := t.TempDir() // make run's directory: bin/, data/
@@ -433,15 +475,37 @@ func TestClaudeCodeCommandLines(t *testing.T) {
 	}
 	auth := startSystem(t, authDir, "-auth-tokens-file", tokens)
 
+	// The sign-in example's mcp-front: its -auth-resource is its own URL,
+	// so its port is chosen before it starts (the later -listen wins).
+	issuer := mcpauthtest.NewIssuer(t)
+	signInAddr, err := e2eproc.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	signInURL := "http://" + signInAddr + "/mcp"
+	signInFront := startSystem(t, t.TempDir(), "-listen", signInAddr,
+		"-auth-resource", signInURL, "-oauth-issuer", issuer.URL(), "-oauth-scopes", "tickets")
+	if signInFront.url != signInURL {
+		t.Fatalf("the sign-in mcp-front serves %s, want %s", signInFront.url, signInURL)
+	}
+
 	home := t.TempDir()
 	env := []string{"HOME=" + home, "PATH=" + filepath.Dir(claude) + string(os.PathListSeparator) + os.Getenv("PATH"),
 		"DISABLE_AUTOUPDATER=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "XDG_CONFIG_HOME=" + filepath.Join(home, ".config")}
 	atDocAddr := func(text string) string { return strings.ReplaceAll(text, "http://"+docAddr+"/mcp", s.url) }
-	substitute := func(line, url, tok string) string {
+	substitute := func(line, name, url, tok string) string {
 		line = atDocAddr(line)
-		line = regexp.MustCompile(`\bNAME\b`).ReplaceAllString(line, "tickets-auth")
+		line = regexp.MustCompile(`\bNAME\b`).ReplaceAllString(line, name)
 		line = regexp.MustCompile(`\bURL\b`).ReplaceAllString(line, url)
 		return regexp.MustCompile(`\bTOKEN\b`).ReplaceAllString(line, tok)
+	}
+	// A line as run, and what claude mcp get must then say: the sign-in
+	// lines name a server of their own, the sign-in mcp-front.
+	asRun := func(l claudeLine) (run, want string) {
+		if l.signIn() {
+			return substitute(l.line, "tickets-signin", signInFront.url, ""), needsAuth
+		}
+		return substitute(l.line, "tickets-auth", auth.url, token), connected
 	}
 	get := func(name string) string { return bash(t, work, "claude mcp get "+name, env...) }
 
@@ -450,7 +514,7 @@ func TestClaudeCodeCommandLines(t *testing.T) {
 		if !strings.HasPrefix(l.line, "claude mcp add ") {
 			continue
 		}
-		run := substitute(l.line, auth.url, token)
+		run, want := asRun(l)
 		name := serverName(run)
 		if name == "" {
 			t.Fatalf("%s: no server name in %q", l.where, l.line)
@@ -460,21 +524,22 @@ func TestClaudeCodeCommandLines(t *testing.T) {
 		}
 		bash(t, work, run, env...)
 		added[name] = run
-		if out := get(name); !strings.Contains(out, connected) {
-			t.Errorf("%s: after %q, claude mcp get %s does not connect:\n%s", l.where, run, name, out)
+		if out := get(name); !strings.Contains(out, want) {
+			t.Errorf("%s: after %q, claude mcp get %s does not say %q:\n%s", l.where, run, name, want, out)
 		}
 	}
 	for _, l := range lines {
 		if !strings.HasPrefix(l.line, "claude mcp get ") {
 			continue
 		}
-		name := serverName(l.line)
-		if _, ok := added[name]; !ok {
-			t.Errorf("%s: %q names %s, which no line of the docs adds", l.where, l.line, name)
+		run, want := asRun(l)
+		name := serverName(run)
+		if _, ok := added[name]; !ok || l.signIn() != (name == "tickets-signin") {
+			t.Errorf("%s: %q names %s, which no line of its section adds", l.where, l.line, name)
 			continue
 		}
-		if out := bash(t, work, substitute(l.line, auth.url, token), env...); !strings.Contains(out, connected) {
-			t.Errorf("%s: %q does not connect:\n%s", l.where, l.line, out)
+		if out := bash(t, work, run, env...); !strings.Contains(out, want) {
+			t.Errorf("%s: %q does not say %q:\n%s", l.where, run, want, out)
 		}
 	}
 
@@ -498,8 +563,8 @@ func TestClaudeCodeCommandLines(t *testing.T) {
 	// The token line with another token: mcp-front refuses it, so a
 	// connection above means the header reached it.
 	for _, l := range lines {
-		if strings.Contains(l.line, "TOKEN") {
-			wrong := strings.Replace(substitute(l.line, auth.url, "not-the-token"), "tickets-auth", "tickets-wrong-token", 1)
+		if strings.Contains(l.line, "TOKEN") && !l.signIn() {
+			wrong := substitute(l.line, "tickets-wrong-token", auth.url, "not-the-token")
 			bash(t, work, wrong, env...)
 			if out := get("tickets-wrong-token"); strings.Contains(out, connected) {
 				t.Errorf("%s: with another token, %q still connects: the token is not what authenticates it:\n%s", l.where, wrong, out)

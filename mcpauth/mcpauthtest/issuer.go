@@ -1,6 +1,7 @@
 // Package mcpauthtest is an OAuth issuer for tests: it serves its metadata
-// (RFC 8414) and its JWKS on a loopback httptest server, signs access
-// tokens with keys of its own, rotates them, and can stop answering.
+// (RFC 8414), its JWKS and a dynamic client registration endpoint (RFC
+// 7591) on a loopback httptest server, signs access tokens with keys of its
+// own, rotates them, and can stop answering.
 package mcpauthtest
 
 import (
@@ -63,6 +64,7 @@ type Issuer struct {
 	jwks   atomic.Int64
 	intro  func(form map[string][]string) (int, any) // the introspection endpoint's answer
 	Intros atomic.Int64                              // introspection requests
+	Regs   atomic.Int64                              // clients registered
 }
 
 // NewIssuer starts an issuer publishing one RS256 key, stopped when the
@@ -75,9 +77,10 @@ func NewIssuer(t testing.TB) *Issuer {
 		if is.isDown(w) {
 			return
 		}
-		writeJSON(w, map[string]any{
+		writeJSON(w, http.StatusOK, map[string]any{
 			"issuer": is.URL(), "authorization_endpoint": is.URL() + "/authorize", "token_endpoint": is.URL() + "/token",
 			"jwks_uri": is.URL() + "/jwks", "introspection_endpoint": is.URL() + "/introspect",
+			"registration_endpoint":    is.URL() + "/register",
 			"response_types_supported": []string{"code"}, "code_challenge_methods_supported": []string{"S256"},
 		})
 	})
@@ -115,17 +118,53 @@ func NewIssuer(t testing.TB) *Issuer {
 		if answer != nil {
 			code, body = answer(r.PostForm)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		json.NewEncoder(w).Encode(body)
+		writeJSON(w, code, body)
 	})
-	is.srv = httptest.NewServer(mux)
+	mux.HandleFunc("POST /register", is.register)
+	// Started after is.srv is set: the handlers read it, and a client in
+	// another process learns the URL with no synchronization of ours.
+	is.srv = httptest.NewUnstartedServer(mux)
+	is.srv.Start()
 	t.Cleanup(is.srv.Close)
 	return is
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
+// register is RFC 7591's endpoint, open to anyone as MCP clients expect:
+// client metadata for the authorization code flow (redirect_uris given)
+// gets 201 with a new client_id and the metadata echoed, and a
+// client_secret unless the client authenticates with "none".
+func (is *Issuer) register(w http.ResponseWriter, r *http.Request) {
+	if is.isDown(w) {
+		return
+	}
+	var md map[string]any
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&md); err != nil || md == nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_client_metadata", "error_description": "the body is not a JSON object"})
+		return
+	}
+	uris, _ := md["redirect_uris"].([]any)
+	for _, u := range uris {
+		if s, ok := u.(string); !ok || s == "" {
+			uris = nil
+			break
+		}
+	}
+	if len(uris) == 0 {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_redirect_uri", "error_description": "redirect_uris must be a list of URIs"})
+		return
+	}
+	md["client_id"] = fmt.Sprintf("client-%d", is.Regs.Add(1))
+	md["client_id_issued_at"] = time.Now().Unix()
+	if md["token_endpoint_auth_method"] != "none" {
+		md["client_secret"] = rand.Text()
+		md["client_secret_expires_at"] = 0
+	}
+	writeJSON(w, http.StatusCreated, md)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(v)
 }
 
