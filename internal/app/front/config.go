@@ -27,6 +27,16 @@ func bindings(f *config.File) ([]mcptools.Binding, error) {
 	return out, nil
 }
 
+// access is the configuration's grants as the tools hold callers to them;
+// nil without grants (every caller may call every tool).
+func access(f *config.File) *mcptools.Access {
+	grants := make([]mcptools.Grant, len(f.Grants))
+	for i, g := range f.Grants {
+		grants[i] = mcptools.Grant{Subject: g.Subject, Group: g.Group, Scope: g.Scope, Anonymous: g.Anonymous, Tools: g.Allowed()}
+	}
+	return mcptools.NewAccess(grants)
+}
+
 // toolNames lists the configured tools with their targets, for the
 // start-up log.
 func toolNames(f *config.File) string {
