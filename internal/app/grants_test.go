@@ -90,6 +90,9 @@ func TestFrontGrants(t *testing.T) {
 	r := start(t, front.Run, env, "-listen", listen, "-metrics-listen", "127.0.0.1:0", "-config", writeFile(t, "grants.yaml", grantsConfig),
 		"-auth-resource", resource, "-oauth-scopes", "tickets", "-create-db", "-db", db)
 	metricsAddr := r.addrs["metrics"]
+	if !strings.Contains(r.stderr.String(), `grants="scope tickets.write->create_incident+create_ticket+find_request, scope tickets->find_request, `) {
+		t.Errorf("the start-up log does not list the grants:\n%s", r.stderr)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

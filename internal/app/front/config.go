@@ -46,3 +46,17 @@ func toolNames(f *config.File) string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// grantNames lists the grants, each whom it names and the tools it gives,
+// for the start-up log: "none" without grants (every caller may call
+// every tool).
+func grantNames(f *config.File) string {
+	if f.Grants == nil {
+		return "none"
+	}
+	names := make([]string, len(f.Grants))
+	for i, g := range f.Grants {
+		names[i] = g.Who() + "->" + strings.Join(g.Allowed(), "+")
+	}
+	return strings.Join(names, ", ")
+}

@@ -185,7 +185,7 @@ func (f *front) serve(ctx context.Context) error {
 // mcp-front serves: once nothing is left to fail at start, so that a
 // refused start stays one line.
 func (f *front) logConfig() {
-	app.LogConfig(f.log, f.o.Config, f.cfg, "tools", toolNames(f.cfg))
+	app.LogConfig(f.log, f.o.Config, f.cfg, "tools", toolNames(f.cfg), "grants", grantNames(f.cfg))
 }
 
 // serveStdio serves MCP on stdin and stdout until the client closes
