@@ -30,6 +30,9 @@ type File struct {
 	KeyNamespace string   `yaml:"key_namespace"`
 	Targets      []Target `yaml:"targets"`
 	Tools        []Tool   `yaml:"tools"`
+	// Grants say which caller may call which tool (see Grant); none (the
+	// key left out): every caller may call every tool.
+	Grants []Grant `yaml:"grants,omitempty"`
 }
 
 // Target is one downstream, as written in the file.
@@ -130,6 +133,9 @@ func Parse(b []byte, lookup func(string) (string, bool)) (*File, error) {
 	if len(f.Tools) != len(at.tools) {
 		at.tools = nil
 	}
+	if len(f.Grants) != len(at.grants) {
+		at.grants = nil
+	}
 	if len(f.Targets) == 0 {
 		f.Targets = Default().Targets
 	}
@@ -173,7 +179,7 @@ func (f *File) validate(lookup func(string) (string, bool), at spots, ps *proble
 		seen[t.Name] = true
 		t.def = def
 	}
-	tools := map[string]bool{"find_request": true}
+	tools := map[string]bool{FindRequestTool: true}
 	for i, t := range f.Tools {
 		ts := at.tool(i)
 		if !toolNameRE.MatchString(t.Name) {
@@ -189,6 +195,7 @@ func (f *File) validate(lookup func(string) (string, bool), at spots, ps *proble
 	if len(f.Tools) == 0 {
 		ps.add(at.top["tools"], "no tools: define at least one tool bound to a target")
 	}
+	f.validateGrants(tools, at, ps)
 }
 
 // Def is the target's resolved definition (secrets read from the

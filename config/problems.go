@@ -58,6 +58,16 @@ func (ps *problems) add(line int, format string, args ...any) {
 	*ps = append(*ps, Problem{Line: line, Msg: oneLine(fmt.Sprintf(format, args...))})
 }
 
+// within reports whether a problem is on a line from first to last.
+func (ps problems) within(first, last int) bool {
+	for _, p := range ps {
+		if first <= p.Line && p.Line <= last {
+			return true
+		}
+	}
+	return false
+}
+
 // err sorts the problems by line (the file's own problems first, then the
 // file-wide ones) and returns them as an *Error.
 func (ps problems) err() *Error {
@@ -177,9 +187,10 @@ var (
 // knownKeys are the keys of each part of the file, for a misspelled key's
 // suggestion.
 var knownKeys = map[string][]string{
-	"File":   {"key_namespace", "targets", "tools"},
+	"File":   {"key_namespace", "targets", "tools", "grants"},
 	"Target": {"name", "kind", "endpoint", "timeout", "rate_limit", "options"},
 	"Tool":   {"name", "description", "target"},
+	"Grant":  {"subject", "group", "scope", "anonymous", "tools", "targets"},
 }
 
 // typeProblem turns one of the YAML decoder's type errors into a problem
@@ -208,7 +219,7 @@ func (s spots) typeProblem(e string) Problem {
 // target's kind written beside options instead of under it is pointed out.
 // named: the problem already names the target or tool.
 func unknownKey(key, in, kind string, named bool) string {
-	what := map[string]string{"File": " at the top level", "Target": " in a target", "Tool": " in a tool"}[in]
+	what := map[string]string{"File": " at the top level", "Target": " in a target", "Tool": " in a tool", "Grant": " in a grant"}[in]
 	if named {
 		what = ""
 	}
@@ -239,12 +250,16 @@ func typeHint(tag, value, goType string) string {
 		return "targets: want a list of targets, each item starting with \"- name:\""
 	case "[]config.Tool":
 		return "tools: want a list of tools, each item starting with \"- name:\""
-	case "config.Target", "config.Tool", "config.File":
+	case "[]config.Grant":
+		return "grants: want a list of grants, each item starting with \"- subject:\", \"- group:\", \"- scope:\" or \"- anonymous: true\""
+	case "config.Target", "config.Tool", "config.Grant", "config.File":
 		return fmt.Sprintf("want keys and values (key: value), not a %s", yamlKind(tag))
 	case "map[string]string":
 		return fmt.Sprintf("options: want keys and values (key: value), not a %s", yamlKind(tag))
 	case "string":
 		return fmt.Sprintf("want a single value, not a %s", yamlKind(tag))
+	case "bool":
+		return fmt.Sprintf("anonymous: %q: want true or false", value)
 	}
 	return ""
 }

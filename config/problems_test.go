@@ -92,7 +92,7 @@ tool:
 		`line 9: target name "Sup": use 1-63 lowercase letters, digits, '-' or '_'`,
 		`line 11: target "Sup" (zendesk): endpoint is not an http(s) URL with a host`,
 		`line 14: target "Sup" (zendesk): environment variable ZD (options.token_env) is not set`,
-		`line 15: unknown key "tool" at the top level (known: key_namespace, targets, tools); did you mean "tools"?`,
+		`line 15: unknown key "tool" at the top level (known: key_namespace, targets, tools, grants); did you mean "tools"?`,
 		`no tools: define at least one tool bound to a target`,
 	}
 	got := problemsOf(t, y, env())

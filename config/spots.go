@@ -12,6 +12,7 @@ type spots struct {
 	top     map[string]int // top-level key → its line
 	targets []itemSpots
 	tools   []itemSpots
+	grants  []itemSpots
 }
 
 // itemSpots are the lines of one target or tool.
@@ -39,6 +40,13 @@ func (s spots) target(i int) itemSpots {
 func (s spots) tool(i int) itemSpots {
 	if i < len(s.tools) {
 		return s.tools[i]
+	}
+	return itemSpots{}
+}
+
+func (s spots) grant(i int) itemSpots {
+	if i < len(s.grants) {
+		return s.grants[i]
 	}
 	return itemSpots{}
 }
@@ -91,6 +99,8 @@ func spotsOf(doc *yaml.Node) spots {
 			s.targets = itemsOf(v)
 		case "tools":
 			s.tools = itemsOf(v)
+		case "grants":
+			s.grants = itemsOf(v)
 		}
 	}
 	return s

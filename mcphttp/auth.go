@@ -1,6 +1,7 @@
 package mcphttp
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -8,10 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +23,7 @@ import (
 
 	"ticketrelay/internal/loggate"
 	"ticketrelay/mcpauth"
+	"ticketrelay/rpcguard"
 )
 
 // MinTokenLen is the shortest bearer token accepted in configuration.
@@ -166,6 +170,13 @@ type AuthConfig struct {
 	// that a client asks for them when it signs in. Static tokens carry
 	// every scope.
 	Scopes []string
+	// StepUp, if set, is the OAuth scope a signed-in caller lacks for a
+	// call of tool, which the configuration's grants give to that scope
+	// ("" if it lacks none, or none it could obtain: mcptools.Access
+	// StepUpScope). A tools/call it names a scope for is answered 403
+	// insufficient_scope naming Scopes and that scope, so that the client
+	// asks the user for it and calls again; nothing reaches the tools.
+	StepUp func(ti *auth.TokenInfo, tool string) string
 	// FailureLimit bounds, per client address (IPv4, or IPv6 /64), the
 	// requests refused for want of a valid token: once its bucket is empty,
 	// an address gets 429 before its token is even looked at, until the
@@ -292,6 +303,56 @@ func requireToken(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refus
 	})
 }
 
+// stepUp answers 403 insufficient_scope to a tools/call whose tool the
+// configuration grants to an OAuth scope the signed-in caller lacks
+// (cfg.StepUp): the MCP authorization specification's step-up, which a
+// client answers by asking the user for the scope. It runs after checkBody,
+// which read the message. The connection stays open: the client calls
+// again on it once it holds the scope.
+func stepUp(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refused func(string), next http.Handler) http.Handler {
+	if cfg == nil || cfg.StepUp == nil {
+		return next
+	}
+	metadataURL := ""
+	if len(cfg.AuthorizationServers) > 0 {
+		metadataURL, _, _ = ResourceMetadataLocation(cfg.Resource)
+	}
+	logs := loggate.New(loggate.Every, maxTrackedClients, now)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		msg, parsed := r.Context().Value(messageKey{}).(rpcguard.Message)
+		ti := auth.TokenInfoFromContext(r.Context())
+		if !parsed || msg.Method != "tools/call" || ti == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body) // checkBody's copy, in memory
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var call struct {
+			Params struct {
+				Name string `json:"name"`
+			} `json:"params"`
+		}
+		if err != nil || json.Unmarshal(body, &call) != nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		scope := cfg.StepUp(ti, call.Params.Name)
+		if scope == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		refused(RefusedInsufficientScope)
+		if pass, held := logs.Pass(ti.UserID); pass {
+			log.Warn("tool call refused: the access token lacks the scope its grant needs", "subject", ti.UserID,
+				"tool", call.Params.Name, "needs", scope, "refused_since_last_warning", held)
+		}
+		scopes := append(slices.Clone(cfg.Scopes), scope)
+		challenge(w, http.StatusForbidden, "insufficient_scope", fmt.Sprintf(
+			"%s needs the scope %s, which the access token lacks: sign in again asking for it. Nothing was done.",
+			call.Params.Name, scope), scopes, metadataURL, false)
+	})
+}
+
 // unauthorized answers 401 with the bearer challenge (RFC 6750) for why
 // the token was refused, naming the scopes to ask for and pointing at the
 // resource metadata if there is any (the MCP authorization specification),
@@ -301,7 +362,7 @@ func unauthorized(w http.ResponseWriter, reason string, scopes []string, metadat
 	if reason != "no bearer token" {
 		errCode = "invalid_token"
 	}
-	challenge(w, http.StatusUnauthorized, errCode, reason, scopes, metadataURL)
+	challenge(w, http.StatusUnauthorized, errCode, reason, scopes, metadataURL, true)
 }
 
 // insufficientScope answers 403 to a valid access token without every
@@ -309,10 +370,12 @@ func unauthorized(w http.ResponseWriter, reason string, scopes []string, metadat
 // the user for them (the MCP authorization specification's step-up).
 func insufficientScope(w http.ResponseWriter, scopes []string, metadataURL string) {
 	challenge(w, http.StatusForbidden, "insufficient_scope",
-		"the access token lacks a scope this server needs: "+strings.Join(scopes, " "), scopes, metadataURL)
+		"the access token lacks a scope this server needs: "+strings.Join(scopes, " "), scopes, metadataURL, true)
 }
 
-func challenge(w http.ResponseWriter, status int, errCode, description string, scopes []string, metadataURL string) {
+// challenge answers status with a bearer challenge; closing, it closes the
+// connection after the answer (a refusal before any work).
+func challenge(w http.ResponseWriter, status int, errCode, description string, scopes []string, metadataURL string, closing bool) {
 	c := `Bearer realm="ticketrelay"`
 	if errCode != "" {
 		c += fmt.Sprintf(", error=%q", errCode)
@@ -324,7 +387,9 @@ func challenge(w http.ResponseWriter, status int, errCode, description string, s
 		c += fmt.Sprintf(", resource_metadata=%q", metadataURL)
 	}
 	w.Header().Set("WWW-Authenticate", c)
-	closeAfter(w)
+	if closing {
+		closeAfter(w)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	if errCode == "" {

@@ -59,9 +59,10 @@ const CodeRateLimited = -32000
 // rebinding on loopback (403), the Origin check (403 on a foreign
 // Origin, any method), bearer-token authentication (with its per-address
 // failure limit), the per-client rate limit, the body checks (413 over the
-// limit, 408 too slow, JSON-RPC parse errors for garbage), the session
-// limit (400 for a message other than initialize without a session), then
-// the SDK's handlers (whose own plain-text 400s become JSON-RPC errors). Requests for protocol 2026-07-28 go to a stateless
+// limit, 408 too slow, JSON-RPC parse errors for garbage), the step-up
+// (403 insufficient_scope for a tool call whose grant needs a scope the
+// access token lacks), the session limit (400 for a message other than
+// initialize without a session), then the SDK's handlers (whose own plain-text 400s become JSON-RPC errors). Requests for protocol 2026-07-28 go to a stateless
 // SDK handler; older ones to a handler with sessions, resumable streams and
 // keepalive (or to the stateless one as well, with Stateless).
 //
@@ -88,7 +89,7 @@ func NewHandler(srv *mcp.Server, cfg Config) *Handler {
 // checks wraps route in this layer's checks and limits, in the order
 // Handler describes (the first to run is the outermost).
 func checks(cfg Config, route http.Handler) http.Handler {
-	chain := checkBody(cfg.MaxBodyBytes, cfg.BodyTimeout, cfg.Refused, route)
+	chain := checkBody(cfg.MaxBodyBytes, cfg.BodyTimeout, cfg.Refused, stepUp(cfg.Auth, cfg.Logger, cfg.Now, cfg.Refused, route))
 	if cfg.RateLimit.PerSecond > 0 {
 		chain = newRateLimiter(cfg.RateLimit, cfg.Now, cfg.Logger, cfg.Refused).wrap(chain)
 	}

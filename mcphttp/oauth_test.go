@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -189,5 +191,67 @@ func TestOAuthFailuresThrottled(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Errorf("a valid token from the throttled address: HTTP %d, want 429", resp.StatusCode)
+	}
+}
+
+// TestStepUp: a tools/call whose tool AuthConfig.StepUp names a scope for
+// is answered 403 insufficient_scope naming -oauth-scopes and that scope,
+// on a connection that stays open, counted, and reaches no tool; a call it
+// names none for goes through.
+func TestStepUp(t *testing.T) {
+	e := newTenv(t)
+	is := mcpauthtest.NewIssuer(t)
+	v, err := mcpauth.New(mcpauth.Config{Issuer: is.URL(), Audience: testResource,
+		Metrics: metrics.NewOAuth(prometheus.NewRegistry(), mcpauth.Outcomes)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	var refused []string
+	var mu sync.Mutex
+	ts, _ := e.serve(t, Config{
+		Auth: &AuthConfig{OAuth: v, Resource: testResource, AuthorizationServers: []string{is.URL()}, Scopes: []string{"tickets"},
+			StepUp: func(ti *auth.TokenInfo, tool string) string {
+				mu.Lock()
+				defer mu.Unlock()
+				asked = append(asked, tool)
+				if p, ok := mcpauth.FromTokenInfo(ti); ok && !p.HasScopes([]string{"tickets.write"}) {
+					return "tickets.write"
+				}
+				return ""
+			}},
+		Refused: func(r string) { mu.Lock(); refused = append(refused, r); mu.Unlock() },
+	})
+	mint := func(scope string) http.Header {
+		c := is.Claims("ada", testResource, time.Now())
+		c["scope"] = scope
+		return http.Header{"Authorization": {"Bearer " + is.Mint(c)}}
+	}
+
+	reader := &wire{t: t, url: ts.URL, header: mint("tickets")}
+	reader.initialize()
+	resp := reader.do(reader.req(http.MethodPost, createBody(1, newRID(), "x", "")))
+	resp.Body.Close()
+	if c := resp.Header.Get("WWW-Authenticate"); resp.StatusCode != http.StatusForbidden ||
+		!strings.Contains(c, `error="insufficient_scope"`) || !strings.Contains(c, `scope="tickets tickets.write"`) ||
+		!strings.Contains(c, `resource_metadata=`) || resp.Header.Get("Connection") == "close" {
+		t.Errorf("without tickets.write: HTTP %d, WWW-Authenticate %q, Connection %q", resp.StatusCode, c, resp.Header.Get("Connection"))
+	}
+	if n := e.tickets(t); n != 0 {
+		t.Errorf("a refused call wrote %d tickets", n)
+	}
+
+	writer := &wire{t: t, url: ts.URL, header: mint("tickets tickets.write")}
+	writer.initialize()
+	if m := readResponse(t, writer.do(writer.req(http.MethodPost, createBody(1, newRID(), "x", "")))); m.Result == nil {
+		t.Errorf("with tickets.write: %+v", m)
+	}
+	if n := e.tickets(t); n != 1 {
+		t.Errorf("tickets after the allowed call: %d, want 1", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(asked) != "[create_ticket create_ticket]" || fmt.Sprint(refused) != "[insufficient_scope]" {
+		t.Errorf("StepUp asked for %v (want only the two calls, not initialize), refusals %v", asked, refused)
 	}
 }

@@ -44,6 +44,12 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvWith(t, nil)
+}
+
+// newEnvWith is newEnv with the tools holding callers to access.
+func newEnvWith(t *testing.T, access *mcptools.Access) *env {
+	t.Helper()
 	ctx := context.Background()
 	db, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "tickets.db"))
 	if err != nil {
@@ -62,6 +68,7 @@ func newEnv(t *testing.T) *env {
 			{Tool: unkeyedTool, Description: "Post a ticket to the webhook.", Target: unkeyedTgt, Kind: "webhook",
 				Capabilities: downstream.Capabilities{DedupeKey: false, Lookup: downstream.LookupNone}},
 		},
+		Access: access,
 	}, l, m, testLogger())
 	if err != nil {
 		t.Fatalf("mcptools.New: %v", err)

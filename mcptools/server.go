@@ -38,6 +38,9 @@ type Config struct {
 	Name     string // implementation name; default "ticketrelay"
 	Version  string
 	Bindings []Binding
+	// Access holds each caller to its grants; nil: every caller may call
+	// every tool.
+	Access *Access
 }
 
 // Requests is the part of a store the tools use: accept a request exactly
@@ -72,8 +75,19 @@ func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Serve
 		Logger:       loggate.SDKLogger(log),
 		Capabilities: capabilities(),
 	})
-	// byProtocol is outermost: a method it refuses is no tool call to count.
-	srv.AddReceivingMiddleware(byProtocol(), measure(m))
+	known := []string{FindRequestTool}
+	for _, b := range cfg.Bindings {
+		known = append(known, b.Tool)
+	}
+	if cfg.Access != nil {
+		for _, t := range known {
+			m.ToolRefused.WithLabelValues(t) // exported at 0 from the start
+		}
+	}
+	// byProtocol is outermost: a method it refuses is no tool call to
+	// count, and it shapes the list byGrant filtered. A call byGrant
+	// refuses reaches no handler, so measure does not count it either.
+	srv.AddReceivingMiddleware(byProtocol(), cfg.Access.byGrant(known, m), measure(m))
 	for _, b := range cfg.Bindings {
 		srv.AddTool(createTool(b), s.createHandler(b))
 	}

@@ -12,6 +12,9 @@ type Front struct {
 	Conflicts    *prometheus.CounterVec   // tool
 	Rejected     *prometheus.CounterVec   // tool, reason
 	HTTPRefused  *prometheus.CounterVec   // reason
+	// ToolRefused counts the calls refused because the configuration's
+	// grants do not give the tool to the caller, by tool.
+	ToolRefused *prometheus.CounterVec // tool
 	// HTTPSessionsEvicted counts the sessions closed for having made no
 	// call since their initialize, by reason.
 	HTTPSessionsEvicted *prometheus.CounterVec // reason
@@ -53,11 +56,13 @@ func NewFront(reg prometheus.Registerer) *Front {
 			"Calls rejected by validation before anything was written, by tool and argument.", "tool", "argument"),
 		HTTPRefused: newCounterVec("http_refused_total",
 			"HTTP requests refused by mcp-front's own checks and limits, by reason (bad_session_id, foreign_origin, body_too_large, body_timeout, bad_message, unauthenticated, insufficient_scope, auth_throttled, rate_limited, session_limit, client_session_limit, foreign_host, no_session, reinitialize).", "reason"),
+		ToolRefused: newCounterVec("tool_calls_refused_total",
+			"Tool calls refused, nothing written, because no grant of the configuration gives the tool to the caller (a tool error, or over HTTP a 403 insufficient_scope step-up), by tool.", "tool"),
 		HTTPSessionsEvicted: newCounterVec("http_sessions_evicted_total",
 			"MCP sessions closed by mcp-front for having made no call since their initialize, by reason (unused_timeout; table_full, client_full: to admit a new session at -max-sessions or at a client's share).", "reason"),
 		Writer: newWriter(),
 	}
-	reg.MustRegister(f.ToolCalls, f.CallDuration, f.Replays, f.Conflicts, f.Rejected, f.HTTPRefused, f.HTTPSessionsEvicted)
+	reg.MustRegister(f.ToolCalls, f.CallDuration, f.Replays, f.Conflicts, f.Rejected, f.HTTPRefused, f.ToolRefused, f.HTTPSessionsEvicted)
 	f.Writer.register(reg)
 	return f
 }

@@ -27,12 +27,36 @@ func bindings(f *config.File) ([]mcptools.Binding, error) {
 	return out, nil
 }
 
+// access is the configuration's grants as the tools hold callers to them;
+// nil without grants (every caller may call every tool).
+func access(f *config.File) *mcptools.Access {
+	grants := make([]mcptools.Grant, len(f.Grants))
+	for i, g := range f.Grants {
+		grants[i] = mcptools.Grant{Subject: g.Subject, Group: g.Group, Scope: g.Scope, Anonymous: g.Anonymous, Tools: g.Allowed()}
+	}
+	return mcptools.NewAccess(grants)
+}
+
 // toolNames lists the configured tools with their targets, for the
 // start-up log.
 func toolNames(f *config.File) string {
 	names := make([]string, len(f.Tools))
 	for i, t := range f.Tools {
 		names[i] = t.Name + "->" + t.Target
+	}
+	return strings.Join(names, ", ")
+}
+
+// grantNames lists the grants, each whom it names and the tools it gives,
+// for the start-up log: "none" without grants (every caller may call
+// every tool).
+func grantNames(f *config.File) string {
+	if f.Grants == nil {
+		return "none"
+	}
+	names := make([]string, len(f.Grants))
+	for i, g := range f.Grants {
+		names[i] = g.Who() + "->" + strings.Join(g.Allowed(), "+")
 	}
 	return strings.Join(names, ", ")
 }

@@ -82,6 +82,7 @@ type front struct {
 	reg       *prometheus.Registry
 	m         *metrics.Front
 	srv       *mcp.Server
+	access    *mcptools.Access // nil: no grants
 
 	app.Closers // what build made, undone by Close
 }
@@ -103,6 +104,7 @@ func (f *front) build(ctx context.Context) error {
 	if f.bindings, err = bindings(cfg); err != nil {
 		return err
 	}
+	f.access = access(cfg)
 	f.reg = app.NewRegistry()
 	if !f.o.Stdio {
 		if err := f.checkAuth(); err != nil {
@@ -116,7 +118,7 @@ func (f *front) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if f.srv, err = mcptools.New(mcptools.Config{Version: app.Version, Bindings: f.bindings}, requests, f.m, f.log); err != nil {
+	if f.srv, err = mcptools.New(mcptools.Config{Version: app.Version, Bindings: f.bindings, Access: f.access}, requests, f.m, f.log); err != nil {
 		return err
 	}
 	if f.o.BenchNoopTool {
@@ -183,7 +185,7 @@ func (f *front) serve(ctx context.Context) error {
 // mcp-front serves: once nothing is left to fail at start, so that a
 // refused start stays one line.
 func (f *front) logConfig() {
-	app.LogConfig(f.log, f.o.Config, f.cfg, "tools", toolNames(f.cfg))
+	app.LogConfig(f.log, f.o.Config, f.cfg, "tools", toolNames(f.cfg), "grants", grantNames(f.cfg))
 }
 
 // serveStdio serves MCP on stdin and stdout until the client closes

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
+
 	"ticketrelay/internal/app"
 	"ticketrelay/mcpauth"
 	"ticketrelay/mcphttp"
@@ -37,6 +39,9 @@ func (f *front) checkAuth() error {
 	case !loopback:
 		f.log.Warn("serving beyond loopback WITHOUT authentication (-insecure)", "listen", f.o.Listen)
 	}
+	if auth == nil && f.access != nil && !f.access.HoldsAnonymous() {
+		f.log.Warn("the configuration's grants do not apply: without authentication every caller is anonymous, and no grant names anonymous callers")
+	}
 	f.auth, f.validator = auth, v
 	return nil
 }
@@ -59,6 +64,15 @@ func (f *front) serveHTTP(ctx context.Context) error {
 	}
 	hc := f.o.httpConfig()
 	hc.Auth = f.auth
+	if f.auth != nil && f.access != nil {
+		f.auth.StepUp = func(ti *auth.TokenInfo, tool string) string {
+			scope := f.access.StepUpScope(ti, tool)
+			if scope != "" {
+				f.m.ToolRefused.WithLabelValues(tool).Inc()
+			}
+			return scope
+		}
+	}
 	hc.Refused = func(reason string) { f.m.HTTPRefused.WithLabelValues(reason).Inc() }
 	hc.Evicted = func(reason string) { f.m.HTTPSessionsEvicted.WithLabelValues(reason).Inc() }
 	hc.Logger = f.log
