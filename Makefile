@@ -29,7 +29,9 @@ build: ## build bin/mcp-front and bin/dispatcher
 # dispatcher's data directory is held by another dispatcher (DATA); 4, a
 # port is in use (the variables that choose that process's ports); 2, a
 # command-line error; anything else, see its error above. A process that
-# failed on its own while the first one did is reported too. A clean exit
+# had already exited on its own when make run came to stop it is reported
+# too; one make run stops is not, whatever its stop looked like (stopped in
+# its start-up, it may end with an error of its own). A clean exit
 # (both got the terminal's Ctrl-C) ends make cleanly. Needs bash for wait -n.
 # SIGTERM, not SIGINT: a background job starts with SIGINT ignored, so a
 # SIGINT sent before the process installed its handler would be lost; both
@@ -57,7 +59,7 @@ run: ## run both processes on DATA; ports: LISTEN, FRONT_METRICS, DISPATCHER_MET
 	 wait -n -p gone $$d $$f; rc=$$?; \
 	 if [ "$$gone" = "$$d" ]; then gone=dispatcher other=mcp-front o=$$f; else gone=mcp-front other=dispatcher o=$$d; fi; \
 	 [ $$rc -eq 0 ] || echo "make run: stopping $$other" >&2; \
-	 kill -TERM $$o 2>/dev/null; wait $$o; orc=$$?; \
+	 if kill -0 $$o 2>/dev/null; then kill -TERM $$o; wait $$o; orc=0; else wait $$o; orc=$$?; fi; \
 	 why $$gone $$rc; why $$other $$orc; \
 	 exit $$rc
 
