@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/internal/app/front"
 	"ticketrelay/internal/testwait"
+	"ticketrelay/ledger"
 	"ticketrelay/mcpauth"
 	"ticketrelay/mcpauth/mcpauthtest"
 	"ticketrelay/ticket"
@@ -117,5 +119,43 @@ tools:
 	}
 	if tk := byTitle["Nightly build broke"]; tk.Requester != nil || tk.Desc != "See CI.\n\n---\nFiled by an agent for bot via ticketrelay" {
 		t.Errorf("the static token's ticket reached Zendesk as %+v", tk)
+	}
+}
+
+// TestStatusNamesTheCaller: dispatcher status names who asked for each
+// uncertain request (the operator may have to ask them whether the ticket
+// arrived), escaped, and -json carries the caller object.
+func TestStatusNamesTheCaller(t *testing.T) {
+	a := newAdminDB(t)
+	ctx := context.Background()
+	caller := ticket.Caller{Subject: "idp.example.com/u1", Name: "Ada", Email: "ada@example.com"}
+	req := ticket.Request{RequestID: "req-unc", Subject: caller.Subject, Caller: caller, Tool: "create_ticket", Target: "alerts", Title: "Pager"}
+	if err := req.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.l.Create(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	d := ledger.Delivery{RequestID: req.Scoped(), Target: "alerts", State: string(ledger.StatusUncertain), Attempts: 1, LastError: "attempt 1 ended without an answer"}
+	if err := a.l.RecordDelivery(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	out, err := a.admin(t, "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "caller idp.example.com/u1 (ada@example.com)") {
+		t.Errorf("status does not name the caller:\n%s", out)
+	}
+	js, err := a.admin(t, "status", "-json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s ledger.Summary
+	if err := json.Unmarshal([]byte(js), &s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Uncertain) != 1 || s.Uncertain[0].Caller == nil || *s.Uncertain[0].Caller != caller {
+		t.Errorf("status -json's uncertain requests carry no caller:\n%s", js)
 	}
 }
