@@ -49,6 +49,10 @@ type Target struct {
 	// Options are the kind's own settings (see kindOptions); an option
 	// ending in _env names an environment variable that holds a secret.
 	Options map[string]string `yaml:"options"`
+	// Caller is what the target's tickets say of who asked: none (the
+	// default), footer (a line at the end of the body) or field (the
+	// API's own field; zendesk only). See downstream.CallerMode.
+	Caller string `yaml:"caller"`
 
 	def targets.Def // resolved by Parse
 }

@@ -181,6 +181,11 @@ func (t Target) resolve(lookup func(string) (string, bool), at itemSpots, ps *pr
 			d.RateLimit = rl
 		}
 	}
+	if mode, err := downstream.ParseCallerMode(strings.TrimSpace(t.Caller)); err != nil {
+		ps.add(at.key("caller"), "%s: %v", where, err)
+	} else {
+		d.Caller = mode
+	}
 	meant := t.unknownOptions(opts, where, at, ps)
 	for _, o := range opts {
 		t.resolveOption(&d, o, meant[o.name], lookup, where, at, ps)

@@ -142,7 +142,9 @@ func (a *attempt) deliver(ctx context.Context, p ledger.Prior) error {
 	d := downstream.Delivery{
 		Key:     downstream.Key(a.f.cfg.KeyNamespace, a.requestID),
 		Attempt: prev.Attempts + 1,
-		Ticket:  p.Ticket,
+		// From the caller recorded with the ticket: every attempt, on any
+		// host, sends the same content.
+		Ticket: downstream.Present(a.f.cfg.Callers[a.t.Name()], p.Ticket),
 	}
 	rec := ledger.Delivery{RequestID: a.requestID, Target: a.t.Name(), Attempts: d.Attempt, Throttled: prev.Throttled, Version: prev.Version}
 

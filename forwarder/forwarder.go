@@ -56,6 +56,9 @@ type Config struct {
 	// RateLimits paces the calls to the targets they name (Deliver and
 	// Find; see downstream.RateLimit). A target not named has no limit.
 	RateLimits map[string]downstream.RateLimit
+	// Callers is what the tickets of the targets they name say of who
+	// asked (downstream.Present); a target not named says nothing.
+	Callers map[string]downstream.CallerMode
 	// ConsumerCheck is how often each target's consumer is looked up, and
 	// created again if it is gone: a consumer deleted while this process
 	// was disconnected from the server sends no notice. Default 30s.

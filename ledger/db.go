@@ -266,6 +266,12 @@ var migrations = []migrate.Step{
 		WHEN last_error GLOB 'settled as not delivered*' THEN 'settled'
 		ELSE 'permanent' END
 	WHERE state = 'failed';`},
+	// 12: who asked, beside the subject (ticket.Caller): the display name
+	// and email the caller's token carried, recorded with the ticket so
+	// that every delivery of it says the same. Rows from before have none
+	// and are named by their subject.
+	{Version: 12, SQL: `ALTER TABLE requests ADD COLUMN caller_name TEXT NOT NULL DEFAULT '';
+	ALTER TABLE requests ADD COLUMN caller_email TEXT NOT NULL DEFAULT '';`},
 }
 
 // migrateRetrying runs runMigrations, retrying SQLITE_BUSY for about 10 s. When

@@ -161,9 +161,9 @@ func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash
 	// The ticket is stored in the ledger row, and the outbox row takes its
 	// id: one insert at a random key per create (see migration 3).
 	ins, err := tx.ExecContext(ctx,
-		`INSERT INTO requests (request_id, subject, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(request_id) DO NOTHING`,
-		scoped, req.Subject, req.Tool, req.Target, hash, t.ID, string(stored), now.UnixNano(),
+		`INSERT INTO requests (request_id, subject, caller_name, caller_email, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(request_id) DO NOTHING`,
+		scoped, req.Subject, req.Caller.Name, req.Caller.Email, req.Tool, req.Target, hash, t.ID, string(stored), now.UnixNano(),
 		req.Title, req.Body, req.Priority, string(labels))
 	if err != nil {
 		return Result{}, false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)

@@ -140,7 +140,7 @@ func readPriors(ctx context.Context, db *DB, batch []*priorCall) error {
 		return err
 	}
 	rows, err := db.query(ctx, `
-		SELECT j.key, r.id IS NOT NULL, r.tool, r.target, r.ticket_id, r.title, r.body, r.priority, r.labels, r.created_at,
+		SELECT j.key, r.id IS NOT NULL, r.subject, r.caller_name, r.caller_email, r.tool, r.target, r.ticket_id, r.title, r.body, r.priority, r.labels, r.created_at,
 			d.target, d.state, d.attempts, d.throttled, d.next_attempt_at, d.last_error, d.failure, d.external_id, d.external_url, d.updated_at, d.version
 		FROM json_each(?) j LEFT JOIN requests r ON r.request_id = j.value LEFT JOIN deliveries d ON d.id = r.id`, string(list))
 	if err != nil {
@@ -153,11 +153,12 @@ func readPriors(ctx context.Context, db *DB, batch []*priorCall) error {
 		i                                                    int
 		accepted                                             bool
 		tool, target, ticketID, title, body, priority        sql.NullString
+		subject, callerName, callerEmail                     sql.NullString
 		labels                                               sql.RawBytes // reused from row to row
 		dTarget, state, lastErr, failure, extID, extURL      sql.NullString
 		created, attempts, throttled, next, updated, version sql.NullInt64
 	)
-	dest := []any{&i, &accepted, &tool, &target, &ticketID, &title, &body, &priority, &labels, &created,
+	dest := []any{&i, &accepted, &subject, &callerName, &callerEmail, &tool, &target, &ticketID, &title, &body, &priority, &labels, &created,
 		&dTarget, &state, &attempts, &throttled, &next, &lastErr, &failure, &extID, &extURL, &updated, &version}
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
@@ -174,7 +175,8 @@ func readPriors(ctx context.Context, db *DB, batch []*priorCall) error {
 		p.Accepted = true
 		p.Ticket = ticket.Ticket{
 			Request: ticket.Request{RequestID: c.requestID, Tool: tool.String, Target: target.String,
-				Title: title.String, Body: body.String, Priority: priority.String},
+				Title: title.String, Body: body.String, Priority: priority.String,
+				Caller: callerOf(subject.String, callerName.String, callerEmail.String)},
 			ID:        ticketID.String,
 			CreatedAt: time.Unix(0, created.Int64).UTC(),
 		}

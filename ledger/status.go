@@ -51,6 +51,9 @@ type RequestStatus struct {
 	ExternalID    string     `json:"external_id,omitempty"`     // the downstream's id of the item, once delivered
 	ExternalURL   string     `json:"external_url,omitempty"`    // a link to it, once delivered
 	UpdatedAt     *time.Time `json:"updated_at,omitempty"`      // when the delivery record last changed
+	// Caller is who asked, as recorded with the ticket; nil for the
+	// anonymous local caller.
+	Caller *ticket.Caller `json:"caller,omitempty"`
 	// Detail says what the status means and what to do next. The ledger
 	// leaves it empty: the front that answers the agent writes it from the
 	// fields above and below.
@@ -148,7 +151,7 @@ func (l *Ledger) find(ctx context.Context, shown, scoped, where string, args ...
 // does a replayed create, inside the writer's transaction, where it reads
 // the ledger row anyway.
 const (
-	statusColumns = `r.id, r.ticket_id, r.tool, r.target, r.created_at,
+	statusColumns = `r.id, r.subject, r.caller_name, r.caller_email, r.ticket_id, r.tool, r.target, r.created_at,
 		d.state, d.attempts, d.throttled, d.next_attempt_at, d.last_error, d.failure, d.external_id, d.external_url, d.updated_at`
 	statusJoins = `FROM requests r LEFT JOIN deliveries d ON d.id = r.id`
 )
@@ -157,6 +160,7 @@ const (
 // fields as they are.
 type statusRow struct {
 	id, created                            int64
+	caller                                 ticket.Caller
 	published                              time.Time // zero: not published
 	attempts, throttled, next, upd         sql.NullInt64
 	state, lastErr, failure, extID, extURL sql.NullString
@@ -164,7 +168,7 @@ type statusRow struct {
 
 // dest is the Scan destination of statusColumns, filling st and r.
 func (r *statusRow) dest(st *RequestStatus) []any {
-	return []any{&r.id, &st.TicketID, &st.Tool, &st.Target, &r.created,
+	return []any{&r.id, &r.caller.Subject, &r.caller.Name, &r.caller.Email, &st.TicketID, &st.Tool, &st.Target, &r.created,
 		&r.state, &r.attempts, &r.throttled, &r.next, &r.lastErr, &r.failure, &r.extID, &r.extURL, &r.upd}
 }
 
@@ -178,6 +182,7 @@ func (r *statusRow) readPublished(ctx context.Context, q outbox.Querier) error {
 // fill sets st's status and delivery fields from the row.
 func (r *statusRow) fill(st *RequestStatus) {
 	st.AcceptedAt = timePtr(r.created)
+	st.Caller = r.caller.OrNil()
 	if !r.published.IsZero() {
 		st.PublishedAt = timePtr(r.published.UnixNano())
 	}
@@ -231,7 +236,7 @@ func (st *RequestStatus) settle(d *Delivery) {
 // (nil: none yet).
 func StatusOf(t ticket.Ticket, accepted time.Time, published *time.Time, d *Delivery) RequestStatus {
 	st := RequestStatus{RequestID: t.RequestID, TicketID: t.ID, Tool: t.Tool, Target: t.Target,
-		AcceptedAt: &accepted, PublishedAt: published, scoped: t.Scoped()}
+		AcceptedAt: &accepted, PublishedAt: published, Caller: t.Caller.OrNil(), scoped: t.Scoped()}
 	st.settle(d)
 	return st
 }
@@ -259,6 +264,12 @@ func (l *Ledger) addServed(ctx context.Context, st *RequestStatus) error {
 // OperatorName is the name the dispatcher's commands take for st: its
 // scoped id (ticket.ScopedID).
 func (st RequestStatus) OperatorName() string { return cmp.Or(st.scoped, st.RequestID) }
+
+// callerOf is the caller of a ledger row: its subject, and the name and
+// email recorded with it.
+func callerOf(subject, name, email string) ticket.Caller {
+	return ticket.Caller{Subject: subject, Name: name, Email: email}
+}
 
 func timePtr(ns int64) *time.Time {
 	t := time.Unix(0, ns).UTC()

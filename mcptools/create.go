@@ -72,6 +72,9 @@ type createResult struct {
 	ExternalID  string `json:"external_id,omitempty"`
 	ExternalURL string `json:"external_url,omitempty"`
 	Detail      string `json:"detail,omitempty"`
+	// Caller is who asked, as the first call recorded it: a replay from
+	// another client of the same user answers the first call's.
+	Caller *ticket.Caller `json:"caller,omitempty"`
 }
 
 // acceptedDetail is the detail of a first call's answer.
@@ -84,6 +87,9 @@ func acceptedDetail(target string) string {
 // of it now: the status, where it was delivered, what it means.
 func (c *createResult) now(st ledger.RequestStatus) {
 	c.Status, c.ExternalID, c.ExternalURL, c.Detail = st.Status, st.ExternalID, st.ExternalURL, Advise(st)
+	if st.Caller != nil {
+		c.Caller = st.Caller
+	}
 }
 
 // current is the answer to a replayed call: the first call's result with
@@ -106,6 +112,7 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 			return invalid(o, err), nil
 		}
 		r.Subject = callerSubject(req)
+		r.Caller = callerRecord(req)
 		res, err := s.ledger.Create(ctx, r)
 		if err != nil {
 			return s.notCreated(ctx, o, b.Tool, r.RequestID, err), nil
@@ -121,7 +128,7 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 		if res.Replayed {
 			return jsonResult(s.current(res))
 		}
-		return jsonResult(createResult{Result: res, Detail: accepted})
+		return jsonResult(createResult{Result: res, Detail: accepted, Caller: r.Caller.OrNil()})
 	}
 }
 

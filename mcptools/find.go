@@ -6,6 +6,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"ticketrelay/mcpauth"
 	"ticketrelay/metrics"
 	"ticketrelay/ticket"
 )
@@ -40,6 +41,20 @@ func callerSubject(req *mcp.CallToolRequest) string {
 		return req.Extra.TokenInfo.UserID
 	}
 	return ""
+}
+
+// callerRecord is who makes the call, as the ticket records it: the
+// subject the request belongs to and, for a signed-in user, the display
+// name and email their token carries. The token itself stays here.
+func callerRecord(req *mcp.CallToolRequest) ticket.Caller {
+	if req.Extra == nil || req.Extra.TokenInfo == nil {
+		return ticket.Caller{}
+	}
+	c := ticket.Caller{Subject: req.Extra.TokenInfo.UserID}
+	if p, ok := mcpauth.FromTokenInfo(req.Extra.TokenInfo); ok {
+		c.Name, c.Email = p.Name, p.Email
+	}
+	return c.Clean()
 }
 
 // requestIDFormat is what a request_id looks like, for find_request's errors.

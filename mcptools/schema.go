@@ -60,12 +60,19 @@ func schemaTime(desc string) map[string]any {
 
 // Fields shared by the create tools' answer and find_request's.
 var (
-	requestIDOut   = schemaString("The request_id of the call, as given.")
-	ticketIDOut    = schemaString("ticketrelay's id of the ticket, derived from request_id: the same on every repeat of the call.")
-	targetOut      = schemaString("The target the ticket is delivered to.")
-	externalIDOut  = schemaString("The target's id of the item it created, once delivered.")
-	externalURLOut = schemaString("A link to the item the target created, once delivered (if the target gives one).")
-	detailOut      = schemaString("What the status means and what to do next.")
+	requestIDOut    = schemaString("The request_id of the call, as given.")
+	ticketIDOut     = schemaString("ticketrelay's id of the ticket, derived from request_id: the same on every repeat of the call.")
+	targetOut       = schemaString("The target the ticket is delivered to.")
+	externalIDOut   = schemaString("The target's id of the item it created, once delivered.")
+	externalURLOut  = schemaString("A link to the item the target created, once delivered (if the target gives one).")
+	detailOut       = schemaString("What the status means and what to do next.")
+	callerOutSchema = map[string]any{"type": "object", "required": []string{"subject"},
+		"description": "Who asked for the ticket, as recorded when it was accepted (absent for the caller without a token).",
+		"properties": map[string]any{
+			"subject": schemaString("The subject of the caller's token: a static token's name, or the signed-in user's issuer/sub."),
+			"name":    schemaString("The display name the signed-in user's token carried, if any."),
+			"email":   schemaString("The email the signed-in user's token carried, if any."),
+		}}
 )
 
 var createOutputSchema = map[string]any{
@@ -84,6 +91,7 @@ var createOutputSchema = map[string]any{
 		"external_id":  externalIDOut,
 		"external_url": externalURLOut,
 		"detail":       detailOut,
+		"caller":       callerOutSchema,
 	},
 }
 
@@ -113,6 +121,7 @@ var findOutputSchema = map[string]any{
 		"external_id":     externalIDOut,
 		"external_url":    externalURLOut,
 		"updated_at":      schemaTime("When the delivery record last changed."),
+		"caller":          callerOutSchema,
 		"detail":          detailOut,
 	},
 }

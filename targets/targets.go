@@ -47,6 +47,9 @@ type Def struct {
 	// RateLimit paces the calls to the API (zero: none; the forwarder
 	// enforces it, see RateLimits).
 	RateLimit downstream.RateLimit
+	// Caller is what the target's tickets say of who asked ("": none);
+	// CallerField only for kinds with such a field (see kind.CallerField).
+	Caller downstream.CallerMode
 
 	Path          string            // local: the file (default DATA/tickets.jsonl)
 	Email         string            // zendesk, jira: the API token's user
@@ -73,7 +76,10 @@ type kind struct {
 	DefaultEndpoint string
 	// HTTP: the kind calls an HTTP API (Endpoint and Timeout apply).
 	HTTP bool
-	open func(d Def, hc downstream.HTTPConfig) (downstream.Target, error)
+	// CallerField: the API has a field for who asked a ticket that
+	// downstream.CallerField fills (Zendesk's requester).
+	CallerField bool
+	open        func(d Def, hc downstream.HTTPConfig) (downstream.Target, error)
 }
 
 // kinds lists every adapter by kind name.
@@ -84,7 +90,7 @@ var kinds = map[string]kind{
 			return webhook.New(webhook.Config{Name: d.Name, URL: d.Endpoint, SigningSecret: d.SigningSecret, Token: d.Token,
 				NoDedupe: d.NoDedupe, HTTPConfig: hc})
 		}},
-	"zendesk": {Capabilities: zendesk.Capabilities, HTTP: true,
+	"zendesk": {Capabilities: zendesk.Capabilities, HTTP: true, CallerField: true,
 		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
 			return zendesk.New(zendesk.Config{Name: d.Name, BaseURL: d.Endpoint, Email: d.Email, Token: d.Token, HTTPConfig: hc})
 		}},
@@ -126,6 +132,30 @@ func KindNames() []string {
 	return out
 }
 
+// callerFieldKinds are the kinds that take caller: field, sorted.
+func callerFieldKinds() []string {
+	var out []string
+	for _, name := range KindNames() {
+		if kinds[name].CallerField {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// CallerModes maps each target of defs to its caller option (what the
+// forwarder applies, forwarder.Config.Callers); a target not named says
+// nothing of its caller.
+func CallerModes(defs []Def) map[string]downstream.CallerMode {
+	out := map[string]downstream.CallerMode{}
+	for _, d := range defs {
+		if d.Caller != "" && d.Caller != downstream.CallerNone {
+			out[d.Name] = d.Caller
+		}
+	}
+	return out
+}
+
 // DefaultDefs is the zero-config set: one local target.
 func DefaultDefs() []Def { return []Def{{Name: DefaultName, Kind: "local"}} }
 
@@ -161,6 +191,12 @@ func (d Def) ValidateShape() error {
 	}
 	if _, ok := kinds[d.Kind]; !ok {
 		bad("kind", "target %q: unknown kind %q (known: %s)", d.Name, d.Kind, strings.Join(KindNames(), ", "))
+	}
+	if k, ok := kinds[d.Kind]; ok && d.Caller == downstream.CallerField && !k.CallerField {
+		bad("caller", "target %q (%s): caller: field is not available for this kind, whose API has no field for who asked; "+
+			"use footer or none (field: %s)", d.Name, d.Kind, strings.Join(callerFieldKinds(), ", "))
+	} else if _, err := downstream.ParseCallerMode(string(d.Caller)); err != nil {
+		bad("caller", "target %q: %w", d.Name, err)
 	}
 	if d.Timeout < 0 {
 		bad("timeout", "target %q: timeout %v is negative", d.Name, d.Timeout)

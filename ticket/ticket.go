@@ -77,6 +77,69 @@ type Request struct {
 	Body     string   `json:"body"`
 	Priority string   `json:"priority"`
 	Labels   []string `json:"labels,omitempty"`
+	// Caller is who asked, as the front knew them when it accepted the
+	// request: recorded with the ticket, and what a target configured to
+	// say so shows (downstream.Present). Not part of Hash: the same user's
+	// retry from another client is the same request, and answers the
+	// caller of its first call.
+	Caller Caller `json:"caller,omitzero"`
+}
+
+// Caller is who asked for a ticket: the subject of the caller's token and,
+// where the token carried them, a display name and an email. The zero
+// Caller is the anonymous local caller (no tokens, or stdio).
+type Caller struct {
+	Subject string `json:"subject"`
+	Name    string `json:"name,omitempty"`
+	Email   string `json:"email,omitempty"`
+}
+
+// IsZero reports the anonymous caller.
+func (c Caller) IsZero() bool { return c == Caller{} }
+
+// OrNil is c as an answer carries it: nil for the anonymous caller.
+func (c Caller) OrNil() *Caller {
+	if c.IsZero() {
+		return nil
+	}
+	return &c
+}
+
+// Clean is c as a ticket may show it: control and invisible characters
+// (Invisible) dropped, so that a name cannot break a footer's line or read
+// otherwise than it is spelled, and each field cut to MaxCallerLen
+// characters. The token's issuer vouches for the values, not for their
+// shape.
+func (c Caller) Clean() Caller {
+	clean := func(s string) string {
+		s = strings.Map(func(r rune) rune {
+			if unicode.IsControl(r) || Invisible(r) || r == utf8.RuneError {
+				return -1
+			}
+			return r
+		}, s)
+		if utf8.RuneCountInString(s) > MaxCallerLen {
+			s = string([]rune(s)[:MaxCallerLen])
+		}
+		return strings.TrimSpace(s)
+	}
+	return Caller{Subject: c.Subject, Name: clean(c.Name), Email: clean(c.Email)}
+}
+
+// MaxCallerLen bounds a caller's name and email, in characters.
+const MaxCallerLen = 256
+
+// Display is how a ticket names its caller to a reader: the email, else
+// the display name, else the subject (a static token's caller has only
+// that); "" for the anonymous caller.
+func (c Caller) Display() string {
+	switch {
+	case c.Email != "":
+		return c.Email
+	case c.Name != "":
+		return c.Name
+	}
+	return c.Subject
 }
 
 // ValidateRequestID checks a caller-supplied idempotency key: 1 to 255
@@ -220,7 +283,7 @@ func checkText(arg, s string, maxChars int, multiline bool) error {
 // number spelling in the caller's JSON do not matter.
 func (r *Request) Hash() string {
 	c := *r
-	c.RequestID, c.Subject = "", ""
+	c.RequestID, c.Subject, c.Caller = "", "", Caller{}
 	b, err := json.Marshal(&c) // struct field order is fixed; cannot fail
 	if err != nil {
 		panic(err)

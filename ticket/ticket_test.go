@@ -447,3 +447,18 @@ func TestGoldenHashAndID(t *testing.T) {
 		})
 	}
 }
+
+// The caller is not an argument: the same user's retry from another client
+// hashes the same. Clean keeps a name on one line.
+func TestCallerOutsideTheHash(t *testing.T) {
+	a := ticket.Request{RequestID: "r", Tool: "t", Target: "x", Title: "T", Priority: "normal"}
+	b := a
+	b.Caller = ticket.Caller{Subject: "s", Name: "Alice", Email: "a@example.com"}
+	if a.Hash() != b.Hash() {
+		t.Fatal("the caller changed the arguments' hash")
+	}
+	c := ticket.Caller{Subject: "s", Name: "Al\nice\u202e\x1b[31m", Email: " a@example.com "}.Clean()
+	if c.Name != "Alice[31m" || c.Email != "a@example.com" || c.Subject != "s" {
+		t.Fatalf("Clean = %+v", c)
+	}
+}

@@ -10,6 +10,7 @@
 package zendesk
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -25,6 +26,7 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/downstream/internal/rest"
+	"ticketrelay/ticket"
 )
 
 // Window is how long Zendesk remembers an Idempotency-Key.
@@ -88,6 +90,26 @@ type newTicket struct {
 	Priority   string   `json:"priority,omitempty"`
 	Tags       []string `json:"tags,omitempty"`
 	ExternalID string   `json:"external_id"`
+	// Requester is who asked (the target's caller option field): Zendesk
+	// finds the end user by email, or creates one with this name.
+	Requester *requester `json:"requester,omitempty"`
+}
+
+// requester is the documented requester object of a ticket created
+// through the API.
+type requester struct {
+	Name  string `json:"name"`
+	Email string `json:"email"`
+}
+
+// requesterOf is the requester for caller c; nil, leaving the API token's
+// user as the requester, for a caller without an email (downstream.Present
+// gives such a caller a footer instead).
+func requesterOf(c ticket.Caller) *requester {
+	if c.Email == "" {
+		return nil
+	}
+	return &requester{Name: cmp.Or(c.Name, c.Email), Email: c.Email}
 }
 
 type ticketJSON struct {
@@ -121,6 +143,7 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 	}
 	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.api.Base+"/api/v2/tickets", map[string]newTicket{"ticket": {
 		Subject: d.Ticket.Title, Comment: comment{Body: body}, Priority: d.Ticket.Priority, Tags: tags, ExternalID: d.Key,
+		Requester: requesterOf(d.Ticket.Caller),
 	}})
 	if err != nil {
 		return downstream.Receipt{}, err

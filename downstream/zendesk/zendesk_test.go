@@ -11,6 +11,7 @@ import (
 	"ticketrelay/downstream/downstreamtest"
 	"ticketrelay/downstream/zendesk"
 	"ticketrelay/downstream/zendesk/zendesktest"
+	"ticketrelay/ticket"
 )
 
 const email, token = "bot@acme.test", "api-token-1"
@@ -196,4 +197,43 @@ func TestNewRejectsIncompleteConfig(t *testing.T) {
 			t.Errorf("New(%+v) accepted it", c)
 		}
 	}
+}
+
+// With caller: field the ticket's requester is the caller (Zendesk finds
+// the end user by email or creates one with the name); a resend carries
+// the same requester, so Zendesk's key store replays it instead of
+// answering a key reused with another body; without a caller the API
+// token's user stays the requester.
+func TestRequesterIsTheCaller(t *testing.T) {
+	tg, f, _, d := setup(t)
+	ctx := context.Background()
+	d.Ticket = downstream.Present(downstream.CallerField,
+		withCaller(d.Ticket, ticket.Caller{Subject: "idp/u1", Name: "Alice Example", Email: "alice@example.com"}))
+	if _, err := tg.Deliver(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tg.Deliver(ctx, d); err != nil {
+		t.Fatalf("resend: %v", err)
+	}
+	if f.Count() != 1 || f.Lookups("hit") != 1 {
+		t.Fatalf("%d tickets, %d key hits after a resend; want 1 and 1", f.Count(), f.Lookups("hit"))
+	}
+	want := zendesktest.Requester{Name: "Alice Example", Email: "alice@example.com"}
+	if r := f.Tickets()[0].Requester; r == nil || *r != want {
+		t.Fatalf("requester = %+v, want %+v", r, want)
+	}
+
+	plain := downstreamtest.NewDelivery("req-plain")
+	plain.Ticket.CreatedAt = d.Ticket.CreatedAt
+	if _, err := tg.Deliver(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.Tickets()[1].Requester; r != nil {
+		t.Fatalf("a ticket without a caller sent requester %+v", r)
+	}
+}
+
+func withCaller(tk ticket.Ticket, c ticket.Caller) ticket.Ticket {
+	tk.Caller = c
+	return tk
 }

@@ -42,6 +42,15 @@ type Ticket struct {
 	Tags       []string  `json:"tags"`
 	Status     string    `json:"status"`
 	CreatedAt  time.Time `json:"created_at"`
+	// Requester is the requester object the create call sent, if any
+	// (Zendesk answers a requester_id; the fake keeps what it was sent).
+	Requester *Requester `json:"requester,omitempty"`
+}
+
+// Requester is a create call's requester object.
+type Requester struct {
+	Name  string `json:"name"`
+	Email string `json:"email"`
 }
 
 type keyed struct {
@@ -146,13 +155,21 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 			Comment struct {
 				Body string `json:"body"`
 			} `json:"comment"`
-			Priority   string   `json:"priority"`
-			Tags       []string `json:"tags"`
-			ExternalID string   `json:"external_id"`
+			Priority   string     `json:"priority"`
+			Tags       []string   `json:"tags"`
+			ExternalID string     `json:"external_id"`
+			Requester  *Requester `json:"requester"`
 		} `json:"ticket"`
 	}
 	if err := json.Unmarshal(body, &in); err != nil {
 		downstreamtest.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "Unprocessable JSON", "description": err.Error()})
+		return
+	}
+	if r := in.Ticket.Requester; r != nil && (!strings.Contains(r.Email, "@") || strings.TrimSpace(r.Name) == "") {
+		downstreamtest.WriteJSON(w, http.StatusUnprocessableEntity, map[string]any{
+			"error": "RecordInvalid", "description": "Record validation errors",
+			"details": map[string]any{"requester": []map[string]string{{"description": "Requester: is invalid", "error": "InvalidValue"}}},
+		})
 		return
 	}
 	if strings.TrimSpace(in.Ticket.Comment.Body) == "" {
@@ -175,7 +192,7 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	tk := Ticket{
 		ID: id, URL: fmt.Sprintf("%s/api/v2/tickets/%d.json", f.srv, id), ExternalID: in.Ticket.ExternalID,
 		Subject: in.Ticket.Subject, Desc: in.Ticket.Comment.Body, Priority: in.Ticket.Priority, Tags: in.Ticket.Tags,
-		Status: "new", CreatedAt: now,
+		Status: "new", CreatedAt: now, Requester: in.Ticket.Requester,
 	}
 	f.tickets = append(f.tickets, tk)
 	if key != "" {

@@ -23,6 +23,7 @@ import (
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/outbox"
+	"ticketrelay/ticket"
 )
 
 // adminStore is the part of the ledger the operator commands use.
@@ -163,7 +164,8 @@ func adminStatus(ctx context.Context, l adminStore, fs *flag.FlagSet, natsOpts [
 	if len(s.Uncertain) > 0 {
 		fmt.Fprintf(out, "\nuncertain requests (check the target, then `dispatcher resolve ID -delivered EXTERNAL_ID` or `-failed`):\n")
 		for _, u := range s.Uncertain {
-			fmt.Fprintf(out, "  %s  ticket %s  target %s  attempts %d\n    %s\n", u.RequestID, u.TicketID, u.Target, u.Attempts, downstream.Printable(u.LastError)) // text a downstream answered; -json escapes it
+			fmt.Fprintf(out, "  %s  ticket %s  target %s  attempts %d%s\n    %s\n", u.RequestID, u.TicketID, u.Target, u.Attempts,
+				callerText(u.Caller), downstream.Printable(u.LastError)) // text a downstream answered; -json escapes it
 		}
 	}
 	printBrokerHint(out, flagValue(fs, "data"))
@@ -171,6 +173,20 @@ func adminStatus(ctx context.Context, l adminStore, fs *flag.FlagSet, natsOpts [
 		printCluster(out, cluster)
 	}
 	return clusterErr(cluster)
+}
+
+// callerText names who asked for a request on its status line: the
+// operator may need to ask them whether the ticket arrived. A token's name
+// and email are the issuer's text, so they are printed escaped.
+func callerText(c *ticket.Caller) string {
+	if c == nil {
+		return ""
+	}
+	who := c.Subject
+	if d := c.Display(); d != c.Subject {
+		who += " (" + d + ")"
+	}
+	return "  caller " + downstream.Printable(who)
 }
 
 // withOperatorDetail writes each uncertain request's detail for the

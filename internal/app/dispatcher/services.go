@@ -52,6 +52,7 @@ func (d *dispatcher) buildServices(ctx context.Context) error {
 		MaxAttempts:     d.o.MaxAttempts,
 		Retry:           backoff.Policy{Base: d.o.RetryBase, Max: d.o.RetryMax},
 		RateLimits:      targets.RateLimits(d.cfg.Defs()),
+		Callers:         targets.CallerModes(d.cfg.Defs()),
 		ConsumerCheck:   time.Second, // a deleted or changed consumer is put back within seconds
 		Retention:       d.o.retention().Keep,
 		Backlog:         app.DrainingGC,
