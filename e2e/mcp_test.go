@@ -30,6 +30,14 @@ type createResult struct {
 	ExternalID  string    `json:"external_id"`
 	ExternalURL string    `json:"external_url"`
 	Detail      string    `json:"detail"`
+	Caller      *caller   `json:"caller,omitempty"`
+}
+
+// caller is who asked for a request, as the answers name it.
+type caller struct {
+	Subject string `json:"subject"`
+	Name    string `json:"name,omitempty"`
+	Email   string `json:"email,omitempty"`
 }
 
 // findResult is the part of find_request's answer the tests look at.

@@ -53,6 +53,9 @@ func TestSubjectsWithTheSameRequestIDsStayApart(t *testing.T) {
 		if a.TicketID == b.TicketID {
 			t.Fatalf("%s: both subjects got ticket %s", id, a.TicketID)
 		}
+		if a.Caller == nil || a.Caller.Subject != "alice" || b.Caller == nil || b.Caller.Subject != "bob" {
+			t.Fatalf("%s: callers %+v and %+v; want alice's and bob's", id, a.Caller, b.Caller)
+		}
 		first[id] = [2]createResult{a, b}
 	}
 	// A retry replays the caller's own; other arguments conflict with the
