@@ -4,33 +4,16 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
+	"ticketrelay/internal/testclock"
 	"time"
 )
 
 // Clock is a settable clock shared by a fake and the adapter under test.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type Clock = testclock.Clock
 
 // NewClock starts at t.
-func NewClock(t time.Time) *Clock { return &Clock{t: t} }
-
-// Now returns the current time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock forward.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func NewClock(t time.Time) *Clock { return testclock.New(t) }
 
 // StartServer starts an HTTP/1.1 server on 127.0.0.1 at a free port and
 // closes it when the test ends.

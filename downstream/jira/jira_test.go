@@ -53,7 +53,7 @@ func TestSearchLagsBehindCreate(t *testing.T) {
 	if _, found, err := tg.Find(context.Background(), d); err != nil || found {
 		t.Fatalf("Find right after create = %v, %v; the fake's search should lag", found, err)
 	}
-	clock.Advance(31 * time.Second)
+	clock.Add(31 * time.Second)
 	got, found, err := tg.Find(context.Background(), d)
 	if err != nil || !found || got != r {
 		t.Fatalf("Find after the lag = %+v, %v, %v; want %+v", got, found, err, r)

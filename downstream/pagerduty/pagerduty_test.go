@@ -167,11 +167,11 @@ func lateResend(t *testing.T, withAPIKey bool) (*pagerdutytest.Fake, downstream.
 	if f.Count() != 1 {
 		t.Fatalf("the lost trigger opened %d alerts, want 1", f.Count())
 	}
-	clock.Advance(30 * time.Second)
+	clock.Add(30 * time.Second)
 	if !f.Resolve(d.Key) {
 		t.Fatal("no open alert to resolve")
 	}
-	clock.Advance(pagerduty.LookupAfter)
+	clock.Add(pagerduty.LookupAfter)
 	d.Attempt = 2
 	r, err := tg.Deliver(context.Background(), d)
 	if err != nil {
@@ -232,7 +232,7 @@ func TestLookupFindsAnIncidentOlderThanAMonth(t *testing.T) {
 		t.Fatalf("first delivery: receipt %+v, %d lookups; want the dedup_key and no lookup", first, len(f.Lookups()))
 	}
 	f.Resolve(d.Key)
-	clock.Advance(40 * 24 * time.Hour)
+	clock.Add(40 * 24 * time.Hour)
 	d.Attempt = 1 // a redrive counts again
 	r, err := tg.Deliver(context.Background(), d)
 	if err != nil {
@@ -255,7 +255,7 @@ func TestLookupMissBeforeTheIncidentAppearsStillDedups(t *testing.T) {
 	if _, err := tg.Deliver(context.Background(), d); err == nil {
 		t.Fatal("lost answer succeeded")
 	}
-	clock.Advance(time.Second)
+	clock.Add(time.Second)
 	d.Attempt = 2
 	r, err := tg.Deliver(context.Background(), d)
 	if err != nil {
@@ -323,7 +323,7 @@ func TestFind(t *testing.T) {
 	// Two incidents with the key (triggered, resolved, triggered again),
 	// and one with another key: Find answers the first.
 	for i, req := range []string{"req-find", "req-other", "req-find"} {
-		clock.Advance(time.Minute)
+		clock.Add(time.Minute)
 		if _, err := tg.Deliver(context.Background(), downstreamtest.NewDelivery(req)); err != nil {
 			t.Fatal(err)
 		}

@@ -135,7 +135,7 @@ func TestResendIsSignedAnew(t *testing.T) {
 	if _, err := tg.Deliver(context.Background(), d); err == nil {
 		t.Fatal("lost response succeeded")
 	}
-	clock.Advance(time.Hour)
+	clock.Add(time.Hour)
 	d.Attempt = 2
 	if _, err := tg.Deliver(context.Background(), d); err != nil {
 		t.Fatalf("resend an hour later: %v", err)

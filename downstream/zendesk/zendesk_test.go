@@ -81,7 +81,7 @@ func TestResendInsideWindowIsReplayed(t *testing.T) {
 	if _, err := tg.Deliver(context.Background(), d); err == nil {
 		t.Fatal("lost response succeeded")
 	}
-	clock.Advance(90 * time.Minute)
+	clock.Add(90 * time.Minute)
 	d.Attempt = 2
 	r, err := tg.Deliver(context.Background(), d)
 	if err != nil {
@@ -100,7 +100,7 @@ func TestResendAfterWindowLooksUpFirst(t *testing.T) {
 	if _, err := tg.Deliver(context.Background(), d); err == nil {
 		t.Fatal("lost response succeeded")
 	}
-	clock.Advance(3 * time.Hour)
+	clock.Add(3 * time.Hour)
 	d.Attempt = 2
 	r, err := tg.Deliver(context.Background(), d)
 	if err != nil {
@@ -146,7 +146,7 @@ func TestFakeForgetsKeysAfterTheWindow(t *testing.T) {
 	if f.Count() != 1 {
 		t.Fatalf("%d tickets inside the window, want 1", f.Count())
 	}
-	clock.Advance(2 * time.Hour)
+	clock.Add(2 * time.Hour)
 	post()
 	if f.Count() != 2 {
 		t.Fatalf("the fake remembered the key past 2 hours (%d tickets)", f.Count())
@@ -161,7 +161,7 @@ func TestResendAfterWindowCreatesWhenAbsent(t *testing.T) {
 	if _, err := tg.Deliver(context.Background(), d); err == nil {
 		t.Fatal("reset succeeded")
 	}
-	clock.Advance(2 * time.Hour)
+	clock.Add(2 * time.Hour)
 	d.Attempt = 2
 	if _, err := tg.Deliver(context.Background(), d); err != nil {
 		t.Fatal(err)

@@ -80,7 +80,7 @@ func TestPruneRemovesOnlyExpiredSettledRequests(t *testing.T) {
 	for id := range states {
 		rowIDs[id] = count(t, db, `SELECT id FROM requests WHERE request_id = ?`, id)
 	}
-	e.clock.Advance(25 * time.Hour)
+	e.clock.Add(25 * time.Hour)
 	e.create(t, "young-delivered")
 	e.settle(t, "young-delivered", string(ledger.StatusDelivered))
 
@@ -136,7 +136,7 @@ func TestPruneInBatches(t *testing.T) {
 		e.create(t, id)
 		e.settle(t, id, string(ledger.StatusDelivered))
 	}
-	e.clock.Advance(time.Hour)
+	e.clock.Add(time.Hour)
 	before := batches(t, e.m.BatchSize)
 	p, err := maintenance.NewPruner(maintenance.RetentionConfig{Keep: 30 * time.Minute, Batch: 5}, e.l, discard(),
 		metrics.NewDispatcher(prometheus.NewRegistry()), e.clock.Now)
