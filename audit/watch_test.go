@@ -109,7 +109,12 @@ func TestWatcherRepublishesWhatThePurgedOrDeletedStreamLost(t *testing.T) {
 	if err := w.js.DeleteStream(ctx, w.cfg.Name); err != nil {
 		t.Fatal(err)
 	}
-	wt.Round(ctx)
+	// The broker may refuse the first re-create while it still removes the
+	// deleted stream's directory; the next round puts the stream back.
+	testwait.For(t, 10*time.Second, "a round to put the stream back", func() bool {
+		wt.Round(ctx)
+		return testutil.ToFloat64(w.m.StreamRepairs.WithLabelValues(natsjs.RepairStreamMissing)) > 0
+	})
 	if got := testutil.ToFloat64(w.m.StreamRepairs.WithLabelValues(natsjs.RepairStreamMissing)); got != 1 {
 		t.Fatalf("stream_missing repairs %v, want 1", got)
 	}
@@ -246,8 +251,18 @@ func TestWatcherScansAgainWhenBatchesInFlightAreMarked(t *testing.T) {
 	if err := w.js.DeleteStream(ctx, w.cfg.Name); err != nil {
 		t.Fatal(err)
 	}
-	wt.Round(ctx) // puts the stream back and scans: late-mark is not marked published yet
-	if got := testutil.ToFloat64(w.m.StreamRepairs.WithLabelValues(natsjs.RepairStreamMissing)); got != 1 {
+	// A round puts the stream back and scans: late-mark is not marked
+	// published yet (its batch is held). The broker may refuse the first
+	// re-create while it still removes the deleted stream's directory; the
+	// next round puts it back, as Run's would a second later.
+	repairs := func() float64 {
+		return testutil.ToFloat64(w.m.StreamRepairs.WithLabelValues(natsjs.RepairStreamMissing))
+	}
+	testwait.For(t, 10*time.Second, "a round to put the stream back", func() bool {
+		wt.Round(ctx)
+		return repairs() > 0
+	})
+	if got := repairs(); got != 1 {
 		t.Fatalf("stream_missing repairs %v, want 1", got)
 	}
 	if r := w.row(t, "late-mark"); r.published {
