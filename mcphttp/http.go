@@ -23,7 +23,7 @@ import (
 // sessions in every mode; older ones get sessions unless Config.Stateless.
 const (
 	SessionProtocol   = "2025-11-25"
-	StatelessProtocol = "2026-07-28"
+	StatelessProtocol = rpcguard.ModernProtocol
 )
 
 // Words passed to Config.Refused: why this layer refused a request.

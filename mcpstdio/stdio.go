@@ -42,7 +42,7 @@ const DrainTimeout = 60 * time.Second
 // specification asks for, and the session goes on. Blank lines are skipped.
 //
 // Both eras of the protocol are served on one stream, as over HTTP: a
-// request that names protocol ModernProtocol or later in its _meta, and
+// request that names protocol rpcguard.ModernProtocol or later in its _meta, and
 // server/discover, go to the server whenever they come; any other call but
 // ping before initialize is answered -32600 (go-sdk would answer code 0).
 //
@@ -141,13 +141,8 @@ func guardLines(in io.Reader, next io.Writer, out *lockedWriter, log *slog.Logge
 // (SEP-2575).
 const MethodDiscover = "server/discover"
 
-// ModernProtocol is the first protocol version whose requests carry their
-// version in _meta instead of a session opened by initialize. Versions are
-// dates, so they compare as strings.
-const ModernProtocol = "2026-07-28"
-
 // modernRequest reports whether line, a JSON-RPC request, names a protocol
-// version of ModernProtocol or later in params._meta, as go-sdk decides it
+// version of rpcguard.ModernProtocol or later in params._meta, as go-sdk decides it
 // (a later version it does not serve it answers with the versions it does).
 func modernRequest(line []byte) bool {
 	version := ""
@@ -158,7 +153,7 @@ func modernRequest(line []byte) bool {
 			})
 		})
 	})
-	return version >= ModernProtocol
+	return version >= rpcguard.ModernProtocol
 }
 
 // member calls fn with the value of the first member of object b named

@@ -8,6 +8,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"ticketrelay/rpcguard"
 )
 
 // Protocol versions at which what the tools answer changes shape. Versions
@@ -15,7 +17,7 @@ import (
 const (
 	// modernProtocol and later carry their version in each request's _meta;
 	// their list results carry ttlMs and cacheScope.
-	modernProtocol = "2026-07-28"
+	modernProtocol = rpcguard.ModernProtocol
 	// latestLegacy is what the SDK negotiates in initialize for a version
 	// it does not serve there.
 	latestLegacy = "2025-11-25"
