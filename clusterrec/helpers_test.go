@@ -15,6 +15,7 @@ import (
 	"ticketrelay/clusterrec"
 	"ticketrelay/forwarder"
 	"ticketrelay/internal/archetype"
+	"ticketrelay/internal/e2eproc"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
@@ -45,16 +46,7 @@ func embeddedJS(t *testing.T) jetstream.JetStream {
 
 func connectJS(t *testing.T, url string) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
+	return e2eproc.JetStream(t, url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 }
 
 // host is one host of a multi-host installation: its own ledger, and the

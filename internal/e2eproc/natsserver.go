@@ -72,11 +72,11 @@ func StartNATSServer(t testing.TB, dir, name, bin, store string, syncAlways bool
 	return p, "nats://" + addr
 }
 
-// JetStream is a JetStream client of the server url, closed at the end of
-// the test.
-func JetStream(t testing.TB, url string) jetstream.JetStream {
+// JetStream is a JetStream client of the server url, connected with opts,
+// closed at the end of the test.
+func JetStream(t testing.TB, url string, opts ...nats.Option) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/natscluster"
 	"ticketrelay/internal/testwait"
 )
@@ -32,16 +33,7 @@ func connect(t *testing.T, urls string, opts ...nats.Option) jetstream.JetStream
 		nats.PingInterval(500 * time.Millisecond), nats.MaxPingsOutstanding(2),
 		nats.Timeout(attemptTimeout),
 	}, opts...)
-	nc, err := nats.Connect(urls, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
+	return e2eproc.JetStream(t, urls, opts...)
 }
 
 // setup creates an R3 stream ORDERS (orders.>) and an R3 bucket claims.
