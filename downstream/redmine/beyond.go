@@ -121,14 +121,14 @@ func (t *Target) UpdateFields() []downstream.Field {
 
 // state is what an update reads and sets of an issue.
 type state struct {
-	ID       int64 `json:"id"`
-	Status   struct {
+	ID     int64 `json:"id"`
+	Status struct {
 		ID       int  `json:"id"`
 		IsClosed bool `json:"is_closed"`
 	} `json:"status"`
-	Priority   struct{ ID int } `json:"priority"`
+	Priority   struct{ ID int }  `json:"priority"`
 	AssignedTo *struct{ ID int } `json:"assigned_to"`
-	Journals   []journal        `json:"journals"`
+	Journals   []journal         `json:"journals"`
 }
 
 func (s state) assignee() string {
