@@ -319,6 +319,9 @@ type UpdateHarness struct {
 	Missing string
 	// BadRefs are references the adapter must refuse without a call.
 	BadRefs []string
+	// NoReopen: the API cannot reopen a closed ticket (PagerDuty): setting
+	// status open on one is a Permanent error.
+	NoReopen bool
 }
 
 // RunUpdates is the conformance suite of downstream.Updater.
@@ -351,6 +354,14 @@ func RunUpdates(t *testing.T, newHarness func(t *testing.T) UpdateHarness) {
 			}
 		}
 		if !slices.Contains(u.UpdateFields(), downstream.FieldStatus) {
+			return
+		}
+		if h.NoReopen {
+			e := updateErr(t, u, downstream.UpdateDelivery{Key: downstream.Key("test", "u-reopen"), Attempt: 1, Ticket: ref,
+				Set: downstream.Update{Status: downstream.StatusOpen}})
+			if e.Class != downstream.Permanent || h.Read(ref).Status != downstream.StatusClosed {
+				t.Fatalf("reopening where the API cannot: %s error (%v), status now %q; want permanent, still closed", e.Class, e, h.Read(ref).Status)
+			}
 			return
 		}
 		for _, st := range []downstream.Status{downstream.StatusOpen, downstream.StatusOpen, downstream.StatusClosed} {
