@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"ticketrelay/ticket"
@@ -32,6 +33,9 @@ type CommentDelivery struct {
 	Attempt int    // 1 for the first attempt
 	Ticket  string // the reference (see TicketParser)
 	Body    string
+	// AcceptedAt is when ticketrelay accepted the request: the same on
+	// every attempt (zero: unknown).
+	AcceptedAt time.Time
 }
 
 // CommentReceipt is the downstream's confirmation of a comment.
@@ -142,6 +146,9 @@ type UpdateDelivery struct {
 	Attempt int
 	Ticket  string // the reference (see TicketParser)
 	Set     Update
+	// AcceptedAt is when ticketrelay accepted the request: the same on
+	// every attempt (zero: unknown).
+	AcceptedAt time.Time
 }
 
 // Updater is implemented by targets that update tickets.
@@ -211,6 +218,15 @@ func joinFields(fs []Field) string {
 
 func permanent(format string, args ...any) *Error {
 	return &Error{Class: Permanent, Err: fmt.Errorf(format, args...)}
+}
+
+// CheckRef is the reference check of a target whose tickets are named by
+// the receiver's own ids: 1 to MaxKeyLen visible characters, no spaces.
+func CheckRef(kind, name, ref string) error {
+	if ref == "" || len(ref) > MaxKeyLen || strings.ContainsFunc(ref, func(r rune) bool { return r <= ' ' || Printable(string(r)) != string(r) }) {
+		return BadTicket(kind, name, ref, fmt.Sprintf("the id or URL its create answered (1 to %d visible characters, no spaces)", MaxKeyLen))
+	}
+	return nil
 }
 
 // BadTicket is the Permanent error of a reference a target cannot read.
