@@ -83,6 +83,28 @@ func FitComment(body, tail string, limit int) string {
 	return body + tail
 }
 
+// PrepareComment is what an AddComment starts with: the ticket c reads in
+// d's reference, and a comment with something to say. Either error is
+// Permanent.
+func PrepareComment(c Commenter, d CommentDelivery) (Receipt, error) {
+	r, err := c.ParseTicket(d.Ticket)
+	if err != nil {
+		return Receipt{}, err
+	}
+	return r, CheckComment(d)
+}
+
+// PrepareUpdate is what an Update starts with: the ticket u reads in d's
+// reference, and d's update checked against u's fields (CheckUpdate).
+func PrepareUpdate(u Updater, name string, d UpdateDelivery) (Receipt, Update, error) {
+	r, err := u.ParseTicket(d.Ticket)
+	if err != nil {
+		return Receipt{}, Update{}, err
+	}
+	set, err := CheckUpdate(name, u.UpdateFields(), d.Set)
+	return r, set, err
+}
+
 // CheckComment refuses a comment with nothing to say (Permanent).
 func CheckComment(d CommentDelivery) error {
 	if strings.TrimSpace(d.Body) == "" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -450,4 +451,15 @@ func updateErr(t *testing.T, u downstream.Updater, d downstream.UpdateDelivery) 
 	defer cancel()
 	r, err := u.Update(ctx, d)
 	return wantError(t, "Update", r, err)
+}
+
+// ID reads a reference that is a number (an issue's or a ticket's, as a
+// receipt gives it), failing the test otherwise.
+func ID(t testing.TB, ref string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(ref, 10, 64)
+	if err != nil {
+		t.Fatalf("reference %q: %v", ref, err)
+	}
+	return n
 }

@@ -91,11 +91,8 @@ func (c comment) receipt() downstream.CommentReceipt {
 
 // AddComment implements downstream.Commenter.
 func (t *Target) AddComment(ctx context.Context, d downstream.CommentDelivery) (downstream.CommentReceipt, error) {
-	is, err := t.ParseTicket(d.Ticket)
+	is, err := downstream.PrepareComment(t, d)
 	if err != nil {
-		return downstream.CommentReceipt{}, err
-	}
-	if err := downstream.CheckComment(d); err != nil {
 		return downstream.CommentReceipt{}, err
 	}
 	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.repo+"/issues/"+is.ExternalID+"/comments",
@@ -192,11 +189,7 @@ func (s issueState) assignees() []string {
 
 // Update implements downstream.Updater.
 func (t *Target) Update(ctx context.Context, d downstream.UpdateDelivery) (downstream.Receipt, error) {
-	ref, err := t.ParseTicket(d.Ticket)
-	if err != nil {
-		return downstream.Receipt{}, err
-	}
-	u, err := downstream.CheckUpdate(t.cfg.Name, t.UpdateFields(), d.Set)
+	ref, u, err := downstream.PrepareUpdate(t, t.cfg.Name, d)
 	if err != nil {
 		return downstream.Receipt{}, err
 	}

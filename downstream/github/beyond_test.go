@@ -13,15 +13,6 @@ import (
 	"ticketrelay/downstream/github/githubtest"
 )
 
-func number(t *testing.T, ref string) int64 {
-	t.Helper()
-	n, err := strconv.ParseInt(ref, 10, 64)
-	if err != nil {
-		t.Fatalf("reference %q: %v", ref, err)
-	}
-	return n
-}
-
 func TestCommentConformance(t *testing.T) {
 	downstreamtest.RunComments(t, func(t *testing.T) downstreamtest.CommentHarness {
 		f := githubtest.New(t, "acme", "support", token)
@@ -30,14 +21,14 @@ func TestCommentConformance(t *testing.T) {
 			Faults:    &f.CommentFaults,
 			NewTicket: func() string { return strconv.FormatInt(f.AddIssue("Printer on fire"), 10) },
 			Comments: func(ref string) []string {
-				is, _ := f.Issue(number(t, ref))
+				is, _ := f.Issue(downstreamtest.ID(t, ref))
 				var out []string
 				for _, c := range is.Comments {
 					out = append(out, c.Body)
 				}
 				return out
 			},
-			Seed:     func(ref string, n int) { f.AddComments(number(t, ref), n) },
+			Seed:     func(ref string, n int) { f.AddComments(downstreamtest.ID(t, ref), n) },
 			PageSize: github.CommentsPerPage,
 			Missing:  "4242",
 			BadRefs: []string{"abc", "0", "#", "acme/other#1", "other/support#1", "https://github.com/acme/support/issues/1",
@@ -49,7 +40,7 @@ func TestCommentConformance(t *testing.T) {
 
 func readIssue(t *testing.T, f *githubtest.Fake) func(string) downstream.Update {
 	return func(ref string) downstream.Update {
-		is, ok := f.Issue(number(t, ref))
+		is, ok := f.Issue(downstreamtest.ID(t, ref))
 		if !ok {
 			t.Fatalf("no issue %s", ref)
 		}
@@ -119,7 +110,7 @@ func TestUpdateKeepsTheKeyLabel(t *testing.T) {
 		Set: downstream.Update{Labels: &[]string{}}}); err != nil {
 		t.Fatal(err)
 	}
-	is, _ := f.Issue(number(t, r.ExternalID))
+	is, _ := f.Issue(downstreamtest.ID(t, r.ExternalID))
 	if !slices.Equal(is.Labels, []string{github.KeyLabel(d.Key)}) || len(is.Comments) != 1 {
 		t.Fatalf("issue %+v: want the key label alone and one comment", is)
 	}

@@ -105,11 +105,8 @@ func (t *Target) commentReceipt(key, id string) downstream.CommentReceipt {
 
 // AddComment implements downstream.Commenter.
 func (t *Target) AddComment(ctx context.Context, d downstream.CommentDelivery) (downstream.CommentReceipt, error) {
-	is, err := t.ParseTicket(d.Ticket)
+	is, err := downstream.PrepareComment(t, d)
 	if err != nil {
-		return downstream.CommentReceipt{}, err
-	}
-	if err := downstream.CheckComment(d); err != nil {
 		return downstream.CommentReceipt{}, err
 	}
 	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.issueURL(is.ExternalID)+"/comment", map[string]any{"body": commentDoc(d)})
@@ -186,11 +183,7 @@ type issueState struct {
 
 // Update implements downstream.Updater.
 func (t *Target) Update(ctx context.Context, d downstream.UpdateDelivery) (downstream.Receipt, error) {
-	ref, err := t.ParseTicket(d.Ticket)
-	if err != nil {
-		return downstream.Receipt{}, err
-	}
-	u, err := downstream.CheckUpdate(t.cfg.Name, t.UpdateFields(), d.Set)
+	ref, u, err := downstream.PrepareUpdate(t, t.cfg.Name, d)
 	if err != nil {
 		return downstream.Receipt{}, err
 	}

@@ -53,11 +53,8 @@ func atoi(s string) int {
 
 // AddComment implements downstream.Commenter.
 func (t *Target) AddComment(ctx context.Context, d downstream.CommentDelivery) (downstream.CommentReceipt, error) {
-	tk, err := t.ParseTicket(d.Ticket)
+	tk, err := downstream.PrepareComment(t, d)
 	if err != nil {
-		return downstream.CommentReceipt{}, err
-	}
-	if err := downstream.CheckComment(d); err != nil {
 		return downstream.CommentReceipt{}, err
 	}
 	line, err := t.write(Line{Key: d.Key, Comment: &CommentLine{Ticket: tk.ExternalID, Body: d.Body}})
@@ -79,11 +76,7 @@ func (t *Target) UpdateFields() []downstream.Field { return downstream.Fields }
 
 // Update implements downstream.Updater.
 func (t *Target) Update(ctx context.Context, d downstream.UpdateDelivery) (downstream.Receipt, error) {
-	tk, err := t.ParseTicket(d.Ticket)
-	if err != nil {
-		return downstream.Receipt{}, err
-	}
-	u, err := downstream.CheckUpdate(t.name, t.UpdateFields(), d.Set)
+	tk, u, err := downstream.PrepareUpdate(t, t.name, d)
 	if err != nil {
 		return downstream.Receipt{}, err
 	}

@@ -187,13 +187,10 @@ type note struct {
 
 // AddComment implements downstream.Commenter: a note on the incident.
 func (t *Target) AddComment(ctx context.Context, d downstream.CommentDelivery) (downstream.CommentReceipt, error) {
-	if _, err := t.parse(d.Ticket); err != nil {
+	if _, err := downstream.PrepareComment(t, d); err != nil {
 		return downstream.CommentReceipt{}, err
 	}
 	if err := t.needREST(); err != nil {
-		return downstream.CommentReceipt{}, err
-	}
-	if err := downstream.CheckComment(d); err != nil {
 		return downstream.CommentReceipt{}, err
 	}
 	in, err := t.incident(ctx, d.Ticket)

@@ -61,11 +61,8 @@ func noteTail(key string) string { return "\n\n" + downstream.Marker(key) }
 // journal; the receipt's id is the journal's, read back by FindComment
 // (empty if that read fails: the note is made all the same).
 func (t *Target) AddComment(ctx context.Context, d downstream.CommentDelivery) (downstream.CommentReceipt, error) {
-	is, err := t.ParseTicket(d.Ticket)
+	is, err := downstream.PrepareComment(t, d)
 	if err != nil {
-		return downstream.CommentReceipt{}, err
-	}
-	if err := downstream.CheckComment(d); err != nil {
 		return downstream.CommentReceipt{}, err
 	}
 	notes := downstream.FitComment(d.Body, noteTail(d.Key), MaxNotes)
@@ -145,11 +142,7 @@ func (s state) assignee() string {
 // workflow does not allow, without an error: the issue is read back, and a
 // field that did not take is a Permanent error saying why.
 func (t *Target) Update(ctx context.Context, d downstream.UpdateDelivery) (downstream.Receipt, error) {
-	ref, err := t.ParseTicket(d.Ticket)
-	if err != nil {
-		return downstream.Receipt{}, err
-	}
-	u, err := downstream.CheckUpdate(t.cfg.Name, t.UpdateFields(), d.Set)
+	ref, u, err := downstream.PrepareUpdate(t, t.cfg.Name, d)
 	if err != nil {
 		return downstream.Receipt{}, err
 	}

@@ -12,15 +12,6 @@ import (
 	"ticketrelay/downstream/redmine/redminetest"
 )
 
-func issueID(t *testing.T, ref string) int64 {
-	t.Helper()
-	n, err := strconv.ParseInt(ref, 10, 64)
-	if err != nil {
-		t.Fatalf("reference %q: %v", ref, err)
-	}
-	return n
-}
-
 func TestCommentConformance(t *testing.T) {
 	downstreamtest.RunComments(t, func(t *testing.T) downstreamtest.CommentHarness {
 		f := redminetest.New(t, apiKey, "support", field)
@@ -28,8 +19,8 @@ func TestCommentConformance(t *testing.T) {
 			Target:    newTarget(t, f.URL(), apiKey),
 			Faults:    &f.Notes,
 			NewTicket: func() string { return strconv.FormatInt(f.AddIssue("Printer on fire"), 10) },
-			Comments:  func(ref string) []string { return f.NotesOf(issueID(t, ref)) },
-			Seed:      func(ref string, n int) { f.AddNotes(issueID(t, ref), n) },
+			Comments:  func(ref string) []string { return f.NotesOf(downstreamtest.ID(t, ref)) },
+			Seed:      func(ref string, n int) { f.AddNotes(downstreamtest.ID(t, ref), n) },
 			// Redmine lists every journal in one answer.
 			PageSize: 25,
 			Missing:  "4242",
@@ -42,7 +33,7 @@ func TestCommentConformance(t *testing.T) {
 
 func readState(f *redminetest.Fake, t *testing.T) func(string) downstream.Update {
 	return func(ref string) downstream.Update {
-		is, ok := f.Issue(issueID(t, ref))
+		is, ok := f.Issue(downstreamtest.ID(t, ref))
 		if !ok {
 			t.Fatalf("no issue %s", ref)
 		}
@@ -122,11 +113,11 @@ func TestUpdateKeepsStatusInCategory(t *testing.T) {
 		}
 	}
 	set(downstream.StatusOpen)
-	if is, _ := f.Issue(issueID(t, ref)); is.StatusID != 1 || len(is.Journals) != 0 {
+	if is, _ := f.Issue(downstreamtest.ID(t, ref)); is.StatusID != 1 || len(is.Journals) != 0 {
 		t.Fatalf("setting open on a new issue: status %d, %d journals; want New, untouched", is.StatusID, len(is.Journals))
 	}
 	set(downstream.StatusClosed)
-	if is, _ := f.Issue(issueID(t, ref)); is.StatusID != 6 {
+	if is, _ := f.Issue(downstreamtest.ID(t, ref)); is.StatusID != 6 {
 		t.Fatalf("closing with closed_status_id 6: status %d", is.StatusID)
 	}
 }

@@ -53,10 +53,7 @@ func (t *Target) ParseTicket(ref string) (downstream.Receipt, error) {
 
 // AddComment implements downstream.Commenter.
 func (t *Target) AddComment(ctx context.Context, d downstream.CommentDelivery) (downstream.CommentReceipt, error) {
-	if _, err := t.ParseTicket(d.Ticket); err != nil {
-		return downstream.CommentReceipt{}, err
-	}
-	if err := downstream.CheckComment(d); err != nil {
+	if _, err := downstream.PrepareComment(t, d); err != nil {
 		return downstream.CommentReceipt{}, err
 	}
 	r, err := t.post(ctx, d.Key, CommentEventType, d.AcceptedAt, Comment{Ticket: d.Ticket, Body: d.Body})
@@ -68,10 +65,7 @@ func (t *Target) UpdateFields() []downstream.Field { return downstream.Fields }
 
 // Update implements downstream.Updater.
 func (t *Target) Update(ctx context.Context, d downstream.UpdateDelivery) (downstream.Receipt, error) {
-	if _, err := t.ParseTicket(d.Ticket); err != nil {
-		return downstream.Receipt{}, err
-	}
-	u, err := downstream.CheckUpdate(t.cfg.Name, t.UpdateFields(), d.Set)
+	_, u, err := downstream.PrepareUpdate(t, t.cfg.Name, d)
 	if err != nil {
 		return downstream.Receipt{}, err
 	}

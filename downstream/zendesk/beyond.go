@@ -72,11 +72,8 @@ func commentTail(key string) string { return "\n\n" + downstream.Marker(key) }
 
 // AddComment implements downstream.Commenter.
 func (t *Target) AddComment(ctx context.Context, d downstream.CommentDelivery) (downstream.CommentReceipt, error) {
-	tk, err := t.ParseTicket(d.Ticket)
+	tk, err := downstream.PrepareComment(t, d)
 	if err != nil {
-		return downstream.CommentReceipt{}, err
-	}
-	if err := downstream.CheckComment(d); err != nil {
 		return downstream.CommentReceipt{}, err
 	}
 	var ans struct {
@@ -163,11 +160,7 @@ func (t *Target) UpdateFields() []downstream.Field { return downstream.Fields }
 
 // Update implements downstream.Updater.
 func (t *Target) Update(ctx context.Context, d downstream.UpdateDelivery) (downstream.Receipt, error) {
-	tk, err := t.ParseTicket(d.Ticket)
-	if err != nil {
-		return downstream.Receipt{}, err
-	}
-	u, err := downstream.CheckUpdate(t.cfg.Name, t.UpdateFields(), d.Set)
+	tk, u, err := downstream.PrepareUpdate(t, t.cfg.Name, d)
 	if err != nil {
 		return downstream.Receipt{}, err
 	}

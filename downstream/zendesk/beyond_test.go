@@ -13,15 +13,6 @@ import (
 	"ticketrelay/downstream/zendesk/zendesktest"
 )
 
-func ticketID(t *testing.T, ref string) int64 {
-	t.Helper()
-	n, err := strconv.ParseInt(ref, 10, 64)
-	if err != nil {
-		t.Fatalf("reference %q: %v", ref, err)
-	}
-	return n
-}
-
 func TestCommentConformance(t *testing.T) {
 	downstreamtest.RunComments(t, func(t *testing.T) downstreamtest.CommentHarness {
 		f := zendesktest.New(t, email, token, nil)
@@ -30,14 +21,14 @@ func TestCommentConformance(t *testing.T) {
 			Faults:    &f.CommentFaults,
 			NewTicket: func() string { return strconv.FormatInt(f.AddTicket("Printer on fire"), 10) },
 			Comments: func(ref string) []string {
-				tk, _ := f.Ticket(ticketID(t, ref))
+				tk, _ := f.Ticket(downstreamtest.ID(t, ref))
 				var out []string
 				for _, c := range tk.Comments[1:] { // the first is the description
 					out = append(out, c.Body)
 				}
 				return out
 			},
-			Seed:     func(ref string, n int) { f.AddComments(ticketID(t, ref), n) },
+			Seed:     func(ref string, n int) { f.AddComments(downstreamtest.ID(t, ref), n) },
 			PageSize: zendesktest.MaxComments,
 			Missing:  "4242",
 			BadRefs:  []string{"abc", "0", "https://other.zendesk.com/agent/tickets/1", f.URL() + "/agent/users/1", "OPS-1"},
@@ -53,7 +44,7 @@ func TestUpdateConformance(t *testing.T) {
 			Target:    newTarget(t, f.URL(), token, nil),
 			NewTicket: func() string { return strconv.FormatInt(f.AddTicket("Printer on fire", "printer"), 10) },
 			Read: func(ref string) downstream.Update {
-				tk, _ := f.Ticket(ticketID(t, ref))
+				tk, _ := f.Ticket(downstreamtest.ID(t, ref))
 				u := downstream.Update{Status: downstream.StatusOpen, Priority: tk.Priority, Assignee: new("")}
 				if tk.Status == "solved" || tk.Status == "closed" {
 					u.Status = downstream.StatusClosed
