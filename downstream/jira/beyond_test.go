@@ -80,7 +80,7 @@ func TestUpdateConformance(t *testing.T) {
 
 // An update keeps the key label the create put on the issue: Find needs
 // it. Labels with spaces become Jira's (underscores), as on a create.
-func TestUpdateKeepsKeyLabelAndCategory(t *testing.T) {
+func TestUpdateKeepsKeyLabel(t *testing.T) {
 	f := jiratest.New(t, email, token, "OPS", 0, nil)
 	tg := newTarget(t, f.URL(), token, nil)
 	ctx := context.Background()
