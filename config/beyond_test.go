@@ -12,7 +12,7 @@ func TestCommentAndUpdateOptions(t *testing.T) {
 	const y = `
 targets:
   - {name: rm, kind: redmine, endpoint: 'https://rm.example', options: {api_key_env: K, project: p, open_status_id: 2, closed_status_id: 6}}
-  - {name: ji, kind: jira, endpoint: 'https://acme.atlassian.net', options: {email: a@b.c, token_env: K, project: OPS, priority_names: 'urgent=Blocker, low=Minor'}}
+  - {name: ji, kind: jira, endpoint: 'https://acme.atlassian.net', options: {email: a@b.c, token_env: K, project: OPS, priority_names: 'urgent=Blocker, low=Minor', fields: '{"components":[{"name":"Backend"}],"customfield_10010":"ops"}'}}
   - {name: zd, kind: zendesk, endpoint: 'https://acme.zendesk.com', options: {email: a@b.c, token_env: K, public_comments: true}}
   - {name: pd, kind: pagerduty, options: {routing_key_env: K, api_token_env: K, from: bot@acme.test, web_url: 'https://acme.pagerduty.com', priority_ids: 'urgent=PABC123'}}
   - {name: sl, kind: slack, options: {webhook_url_env: HOOK, bot_token_env: K, channel: C0123ABCD, workspace_url: 'https://acme.slack.com'}}
@@ -35,8 +35,8 @@ tools:
 	if d := defs[byName["rm"]]; d.OpenStatusID != 2 || d.ClosedStatusID != 6 {
 		t.Errorf("redmine statuses: %+v", d)
 	}
-	if d := defs[byName["ji"]]; d.PriorityRefs["urgent"] != "Blocker" || d.PriorityRefs["low"] != "Minor" {
-		t.Errorf("jira priority_names: %+v", d.PriorityRefs)
+	if d := defs[byName["ji"]]; d.PriorityRefs["urgent"] != "Blocker" || d.PriorityRefs["low"] != "Minor" || string(d.Fields["customfield_10010"]) != `"ops"` {
+		t.Errorf("jira priority_names and fields: %+v, %v", d.PriorityRefs, d.Fields)
 	}
 	if d := defs[byName["zd"]]; !d.PublicComments {
 		t.Errorf("zendesk public_comments: %+v", d)
@@ -51,6 +51,8 @@ tools:
 	for _, c := range []struct{ name, yaml, want string }{
 		{"jira blank priority name", "targets:\n  - {name: j, kind: jira, endpoint: 'https://a', options: {email: a@b.c, token_env: K, project: OPS, priority_names: 'urgent='}}\n",
 			`options.priority_names: "urgent=": want priority=id pairs`},
+		{"jira fixed summary", "targets:\n  - {name: j, kind: jira, endpoint: 'https://a', options: {email: a@b.c, token_env: K, project: OPS, fields: '{\"summary\":\"x\"}'}}\n",
+			`options.fields: field "summary" is filled from the ticket`},
 		{"zendesk public_comments not a bool", "targets:\n  - {name: z, kind: zendesk, endpoint: 'https://a', options: {email: a@b.c, token_env: K, public_comments: yes-please}}\n",
 			`options.public_comments: "yes-please" is not true or false`},
 		{"pagerduty from without a key", "targets:\n  - {name: p, kind: pagerduty, options: {routing_key_env: K, from: bot@acme.test}}\n",

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"ticketrelay/downstream"
+	"ticketrelay/downstream/jira"
 	"ticketrelay/targets"
 	"ticketrelay/ticket"
 )
@@ -108,6 +109,7 @@ var kindOptions = map[string][]option{
 		{name: "project", required: true, set: func(d *targets.Def, v string) { d.Project = v }},
 		{name: "issue_type", set: func(d *targets.Def, v string) { d.IssueType = v }},
 		{name: "priority_names", parse: func(d *targets.Def, v string) (err error) { d.PriorityRefs, err = priorityPairs(v); return err }},
+		{name: "fields", parse: func(d *targets.Def, v string) (err error) { d.Fields, err = jira.ParseFields(v); return err }},
 	},
 	"redmine": {
 		{name: "api_key_env", required: true, secret: func(d *targets.Def, s downstream.Secret) { d.Token = s }},

@@ -6,6 +6,7 @@
 package targets
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -68,13 +69,14 @@ type Def struct {
 	CustomFieldID int               // redmine: issue custom field holding the dedupe key (0: a subject marker)
 	PriorityIDs   map[string]int    // redmine: ticket priority → Redmine priority id (unmapped: Redmine's default)
 	// What comments and updates need (decisions 0170-0176).
-	OpenStatusID, ClosedStatusID int               // redmine: statuses an update reopens or closes to (0: Redmine's first open, first closed)
-	PriorityRefs                 map[string]string // jira: ticket priority → priority name; pagerduty: → priority id
-	PublicComments               bool              // zendesk: comments are public replies, not internal notes
-	From                         string            // pagerduty: the user notes and updates are made as
-	WebURL                       string            // pagerduty: the account's web address; slack: the workspace's
-	BotToken                     downstream.Secret // slack: bot token for thread replies
-	Channel                      string            // slack: channel id a bare ts refers to
+	OpenStatusID, ClosedStatusID int                        // redmine: statuses an update reopens or closes to (0: Redmine's first open, first closed)
+	PriorityRefs                 map[string]string          // jira: ticket priority → priority name; pagerduty: → priority id
+	PublicComments               bool                       // zendesk: comments are public replies, not internal notes
+	From                         string                     // pagerduty: the user notes and updates are made as
+	WebURL                       string                     // pagerduty: the account's web address; slack: the workspace's
+	BotToken                     downstream.Secret          // slack: bot token for thread replies
+	Channel                      string                     // slack: channel id a bare ts refers to
+	Fields                       map[string]json.RawMessage // jira: fixed values of other fields on every create
 }
 
 // kind describes one adapter.
@@ -115,7 +117,7 @@ var kinds = map[string]kind{
 	"jira": {Capabilities: jira.Capabilities, HTTP: true,
 		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
 			return jira.New(jira.Config{Name: d.Name, BaseURL: d.Endpoint, Email: d.Email, Token: d.Token,
-				Project: d.Project, IssueType: d.IssueType, PriorityNames: d.PriorityRefs, HTTPConfig: hc})
+				Project: d.Project, IssueType: d.IssueType, PriorityNames: d.PriorityRefs, Fields: d.Fields, HTTPConfig: hc})
 		}},
 	"redmine": {Capabilities: redmine.Capabilities, HTTP: true,
 		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {

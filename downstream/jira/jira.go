@@ -43,6 +43,9 @@ type Config struct {
 	Project string
 	// IssueType is the issue type name (default "Task").
 	IssueType string
+	// Fields are fixed values of other fields, sent with every create
+	// (see ParseFields).
+	Fields map[string]json.RawMessage
 	// PriorityNames maps ticket priorities (low, normal, high, urgent) to
 	// Jira priority names for updates; one not in it gets
 	// DefaultPriorityNames' (Jira's default scheme).
@@ -79,6 +82,11 @@ func New(cfg Config) (*Target, error) {
 				cfg.Name, p, n, strings.Join(ticket.Priorities, ", "))
 		}
 	}
+	for name := range cfg.Fields {
+		if slices.Contains(Managed, name) {
+			return nil, fmt.Errorf("jira %q: field %q is filled from the ticket; it cannot be fixed", cfg.Name, name)
+		}
+	}
 	if cfg.IssueType == "" {
 		cfg.IssueType = "Task"
 	}
@@ -109,6 +117,9 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 		"issuetype": map[string]string{"name": t.cfg.IssueType},
 		"summary":   summary,
 		"labels":    labels,
+	}
+	for name, v := range t.cfg.Fields {
+		fields[name] = v
 	}
 	text := strings.TrimSpace(d.Ticket.Body)
 	if text != "" {

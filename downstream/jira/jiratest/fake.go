@@ -5,6 +5,11 @@
 //     {"errorMessages":[],"errors":{"field":"message"}} (unknown project or
 //     issue type, blank or over-long summary, a description that is not an
 //     Atlassian Document, a label with a space)
+//   - fields beyond those: components by name or id (Components, else 400
+//     "Component name 'X' is not valid"), assignee {accountId} (Users),
+//     custom fields on the screen (CustomFields, else 400 "Field 'X'
+//     cannot be set. It is not on the appropriate screen, or unknown.");
+//     kept in Issue.Extra
 //   - POST /rest/api/3/search/jql is eventually consistent: an issue becomes
 //     visible to search Lag after it was created (injectable clock); the
 //     fake understands `project = "P" AND labels = "L"` queries
@@ -53,7 +58,8 @@ type Issue struct {
 	Labels    []string
 	Desc      map[string]any
 	CreatedAt time.Time
-	Status    string // a name of Statuses
+	Extra     map[string]json.RawMessage // the other fields the create set
+	Status    string                     // a name of Statuses
 	Priority  string
 	Assignee  string // an account id, "" none
 	Comments  []Comment
@@ -102,6 +108,13 @@ var (
 
 // Users are the account ids issues may be assigned to.
 var Users = []string{"5b10a2844c20165700ede21g", "557058:f58131cb-b67d-43c7-b30d-6b58d40bd077"}
+
+// Components are the project's components; CustomFields the custom
+// fields on its create screen.
+var (
+	Components   = []string{"Backend", "Frontend"}
+	CustomFields = []string{"customfield_10010"}
+)
 
 // MaxComments is the most comments the fake lists on one page.
 const MaxComments = 100
@@ -202,12 +215,42 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 			Description json.RawMessage       `json:"description"`
 		} `json:"fields"`
 	}
-	if err := json.Unmarshal(body, &in); err != nil {
+	var raw struct {
+		Fields map[string]json.RawMessage `json:"fields"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil || json.Unmarshal(body, &raw) != nil {
 		errs(w, http.StatusBadRequest, nil, "Unexpected character in the request body")
 		return
 	}
 	fl := in.Fields
 	bad := map[string]string{}
+	extra := map[string]json.RawMessage{}
+	for name, v := range raw.Fields {
+		switch name {
+		case "project", "issuetype", "summary", "labels", "description":
+			continue
+		case "components":
+			var cs []struct{ Name, ID string }
+			if json.Unmarshal(v, &cs) != nil {
+				bad[name] = "Operation value must be an array"
+			}
+			for _, c := range cs {
+				if !slices.Contains(Components, c.Name) && c.ID == "" {
+					bad[name] = fmt.Sprintf("Component name '%s' is not valid", c.Name)
+				}
+			}
+		case "assignee":
+			var a struct{ AccountID string }
+			if json.Unmarshal(v, &a) != nil || !slices.Contains(Users, a.AccountID) {
+				bad[name] = fmt.Sprintf("User '%s' cannot be assigned issues.", a.AccountID)
+			}
+		default:
+			if !slices.Contains(CustomFields, name) {
+				bad[name] = fmt.Sprintf("Field '%s' cannot be set. It is not on the appropriate screen, or unknown.", name)
+			}
+		}
+		extra[name] = v
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !slices.Contains(f.projects, fl.Project.Key) {
@@ -239,7 +282,8 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	}
 	n := len(f.issues) + 1
 	is := Issue{ID: fmt.Sprint(10000 + n), Key: fmt.Sprintf("%s-%d", fl.Project.Key, n), Project: fl.Project.Key,
-		Type: fl.IssueType.Name, Summary: fl.Summary, Labels: fl.Labels, Desc: desc, CreatedAt: f.now(), Status: "To Do", Priority: DefaultPriority}
+		Type: fl.IssueType.Name, Summary: fl.Summary, Labels: fl.Labels, Desc: desc, CreatedAt: f.now(), Status: "To Do", Priority: DefaultPriority,
+		Extra: extra}
 	f.issues = append(f.issues, is)
 	downstreamtest.WriteJSON(w, http.StatusCreated, map[string]string{"id": is.ID, "key": is.Key, "self": f.srv + "/rest/api/3/issue/" + is.ID})
 }
