@@ -295,7 +295,8 @@ func (t *Target) put(ctx context.Context, id string, in map[string]any) error {
 	return t.missing(t.call(req, nil), id)
 }
 
-// missing says what a 404 on an issue means: message says "project".
+// missing says what a 404 on an issue means (Redmine answers it with no
+// body; the create path's message would name the project).
 func (t *Target) missing(err error, id string) error {
 	var e *downstream.Error
 	if errors.As(err, &e) && e.StatusCode == http.StatusNotFound {

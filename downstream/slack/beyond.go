@@ -150,13 +150,15 @@ func (t *Target) webCall(req *http.Request, out any) error {
 
 // AddComment implements downstream.Commenter: a reply in the thread.
 func (t *Target) AddComment(ctx context.Context, d downstream.CommentDelivery) (downstream.CommentReceipt, error) {
-	if _, err := downstream.PrepareComment(t, d); err != nil {
+	msg, err := downstream.PrepareComment(t, d)
+	if err != nil {
 		return downstream.CommentReceipt{}, err
 	}
 	if err := t.needToken(); err != nil {
 		return downstream.CommentReceipt{}, err
 	}
-	th, _ := t.parse(d.Ticket) // parsed above
+	channel, ts, _ := strings.Cut(msg.ExternalID, "/") // ParseTicket's CHANNEL/TS
+	th := thread{channel: channel, ts: ts}
 	req, err := t.web.NewJSONRequest(ctx, http.MethodPost, t.apiBase+"/chat.postMessage", map[string]any{
 		"channel": th.channel, "thread_ts": th.ts, "text": downstream.FitComment(escape(d.Body), "", MaxText),
 		"metadata": map[string]any{"event_type": MetadataType, "event_payload": map[string]string{"marker": downstream.Marker(d.Key)}},
