@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"ticketrelay/downstream"
+	"ticketrelay/downstream/jira"
 	"ticketrelay/targets"
 	"ticketrelay/ticket"
 )
@@ -83,7 +84,9 @@ var kindOptions = map[string][]option{
 			return nil
 		}},
 	},
-	"zendesk": {optEmail, optTokenEnv},
+	"zendesk": {optEmail, optTokenEnv,
+		{name: "public_comments", parse: func(d *targets.Def, v string) (err error) { d.PublicComments, err = boolean(v); return err }},
+	},
 	"pagerduty": {
 		{name: "routing_key_env", required: true, secret: func(d *targets.Def, s downstream.Secret) { d.RoutingKey = s }},
 		{name: "source", set: func(d *targets.Def, v string) { d.Source = v }},
@@ -91,6 +94,10 @@ var kindOptions = map[string][]option{
 		// up instead of paging again after the alert was resolved.
 		{name: "api_token_env", secret: func(d *targets.Def, s downstream.Secret) { d.APIToken = s }},
 		{name: "api_endpoint", set: func(d *targets.Def, v string) { d.APIEndpoint = v }},
+		// Notes and updates: the REST API, as this user.
+		{name: "from", set: func(d *targets.Def, v string) { d.From = v }},
+		{name: "web_url", set: func(d *targets.Def, v string) { d.WebURL = v }},
+		{name: "priority_ids", parse: func(d *targets.Def, v string) (err error) { d.PriorityRefs, err = priorityPairs(v); return err }},
 	},
 	"github": {
 		{name: "owner", required: true, set: func(d *targets.Def, v string) { d.Owner = v }},
@@ -101,6 +108,8 @@ var kindOptions = map[string][]option{
 		optEmail, optTokenEnv,
 		{name: "project", required: true, set: func(d *targets.Def, v string) { d.Project = v }},
 		{name: "issue_type", set: func(d *targets.Def, v string) { d.IssueType = v }},
+		{name: "priority_names", parse: func(d *targets.Def, v string) (err error) { d.PriorityRefs, err = priorityPairs(v); return err }},
+		{name: "fields", parse: func(d *targets.Def, v string) (err error) { d.Fields, err = jira.ParseFields(v); return err }},
 	},
 	"redmine": {
 		{name: "api_key_env", required: true, secret: func(d *targets.Def, s downstream.Secret) { d.Token = s }},
@@ -108,9 +117,16 @@ var kindOptions = map[string][]option{
 		{name: "tracker_id", parse: func(d *targets.Def, v string) (err error) { d.TrackerID, err = positive(v); return err }},
 		{name: "custom_field_id", parse: func(d *targets.Def, v string) (err error) { d.CustomFieldID, err = positive(v); return err }},
 		{name: "priority_ids", parse: func(d *targets.Def, v string) (err error) { d.PriorityIDs, err = priorityIDs(v); return err }},
+		{name: "open_status_id", parse: func(d *targets.Def, v string) (err error) { d.OpenStatusID, err = positive(v); return err }},
+		{name: "closed_status_id", parse: func(d *targets.Def, v string) (err error) { d.ClosedStatusID, err = positive(v); return err }},
 	},
 	"slack": {
 		{name: "webhook_url_env", required: true, secret: func(d *targets.Def, s downstream.Secret) { d.WebhookURL = s }},
+		// Thread replies: the Web API with a bot token.
+		{name: "bot_token_env", secret: func(d *targets.Def, s downstream.Secret) { d.BotToken = s }},
+		{name: "channel", set: func(d *targets.Def, v string) { d.Channel = v }},
+		{name: "api_endpoint", set: func(d *targets.Def, v string) { d.APIEndpoint = v }},
+		{name: "workspace_url", set: func(d *targets.Def, v string) { d.WebURL = v }},
 	},
 }
 
@@ -129,23 +145,46 @@ func positive(v string) (int, error) {
 // priorityIDs parses "low=1, normal=2, high=3, urgent=4": ticket
 // priorities to the downstream's ids.
 func priorityIDs(v string) (map[string]int, error) {
+	pairs, err := priorityPairs(v)
+	if err != nil {
+		return nil, err
+	}
 	m := map[string]int{}
-	for item := range strings.SplitSeq(v, ",") {
-		name, id, ok := strings.Cut(strings.TrimSpace(item), "=")
-		name = strings.TrimSpace(name)
-		if !ok || !slices.Contains(ticket.Priorities, name) {
-			return nil, fmt.Errorf("%q: want priority=id pairs separated by commas, priorities among %s", item, strings.Join(ticket.Priorities, ", "))
-		}
-		if _, dup := m[name]; dup {
-			return nil, fmt.Errorf("priority %q is mapped twice", name)
-		}
-		n, err := positive(strings.TrimSpace(id))
+	for _, name := range slices.Sorted(maps.Keys(pairs)) {
+		n, err := positive(pairs[name])
 		if err != nil {
 			return nil, fmt.Errorf("priority %s: %w", name, err)
 		}
 		m[name] = n
 	}
 	return m, nil
+}
+
+// priorityPairs parses "low=Low, urgent=Highest": ticket priorities to the
+// downstream's names or ids.
+func priorityPairs(v string) (map[string]string, error) {
+	m := map[string]string{}
+	for item := range strings.SplitSeq(v, ",") {
+		name, ref, ok := strings.Cut(strings.TrimSpace(item), "=")
+		name, ref = strings.TrimSpace(name), strings.TrimSpace(ref)
+		if !ok || !slices.Contains(ticket.Priorities, name) || ref == "" {
+			return nil, fmt.Errorf("%q: want priority=id pairs separated by commas, priorities among %s", item, strings.Join(ticket.Priorities, ", "))
+		}
+		if _, dup := m[name]; dup {
+			return nil, fmt.Errorf("priority %q is mapped twice", name)
+		}
+		m[name] = ref
+	}
+	return m, nil
+}
+
+// boolean parses true or false.
+func boolean(v string) (bool, error) {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%q is not true or false", v)
+	}
+	return b, nil
 }
 
 // resolve checks t's keys against its kind and reads its secrets,

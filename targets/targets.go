@@ -6,6 +6,7 @@
 package targets
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -67,6 +68,15 @@ type Def struct {
 	TrackerID     int               // redmine: tracker of new issues (0: the project's first)
 	CustomFieldID int               // redmine: issue custom field holding the dedupe key (0: a subject marker)
 	PriorityIDs   map[string]int    // redmine: ticket priority → Redmine priority id (unmapped: Redmine's default)
+	// What comments and updates need (decisions 0170-0176).
+	OpenStatusID, ClosedStatusID int                        // redmine: statuses an update reopens or closes to (0: Redmine's first open, first closed)
+	PriorityRefs                 map[string]string          // jira: ticket priority → priority name; pagerduty: → priority id
+	PublicComments               bool                       // zendesk: comments are public replies, not internal notes
+	From                         string                     // pagerduty: the user notes and updates are made as
+	WebURL                       string                     // pagerduty: the account's web address; slack: the workspace's
+	BotToken                     downstream.Secret          // slack: bot token for thread replies
+	Channel                      string                     // slack: channel id a bare ts refers to
+	Fields                       map[string]json.RawMessage // jira: fixed values of other fields on every create
 }
 
 // kind describes one adapter.
@@ -92,12 +102,13 @@ var kinds = map[string]kind{
 		}},
 	"zendesk": {Capabilities: zendesk.Capabilities, HTTP: true, CallerField: true,
 		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
-			return zendesk.New(zendesk.Config{Name: d.Name, BaseURL: d.Endpoint, Email: d.Email, Token: d.Token, HTTPConfig: hc})
+			return zendesk.New(zendesk.Config{Name: d.Name, BaseURL: d.Endpoint, Email: d.Email, Token: d.Token,
+				PublicComments: d.PublicComments, HTTPConfig: hc})
 		}},
 	"pagerduty": {Capabilities: pagerduty.Capabilities, HTTP: true, DefaultEndpoint: pagerduty.DefaultBaseURL,
 		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
 			return pagerduty.New(pagerduty.Config{Name: d.Name, BaseURL: d.Endpoint, RoutingKey: d.RoutingKey, Source: d.Source,
-				APIToken: d.APIToken, APIBaseURL: d.APIEndpoint, HTTPConfig: hc})
+				APIToken: d.APIToken, APIBaseURL: d.APIEndpoint, From: d.From, WebURL: d.WebURL, PriorityIDs: d.PriorityRefs, HTTPConfig: hc})
 		}},
 	"github": {Capabilities: github.Capabilities, HTTP: true, DefaultEndpoint: github.DefaultBaseURL,
 		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
@@ -106,16 +117,18 @@ var kinds = map[string]kind{
 	"jira": {Capabilities: jira.Capabilities, HTTP: true,
 		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
 			return jira.New(jira.Config{Name: d.Name, BaseURL: d.Endpoint, Email: d.Email, Token: d.Token,
-				Project: d.Project, IssueType: d.IssueType, HTTPConfig: hc})
+				Project: d.Project, IssueType: d.IssueType, PriorityNames: d.PriorityRefs, Fields: d.Fields, HTTPConfig: hc})
 		}},
 	"redmine": {Capabilities: redmine.Capabilities, HTTP: true,
 		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
 			return redmine.New(redmine.Config{Name: d.Name, BaseURL: d.Endpoint, APIKey: d.Token, Project: d.Project,
-				TrackerID: d.TrackerID, CustomFieldID: d.CustomFieldID, PriorityIDs: d.PriorityIDs, HTTPConfig: hc})
+				TrackerID: d.TrackerID, CustomFieldID: d.CustomFieldID, PriorityIDs: d.PriorityIDs,
+				OpenStatusID: d.OpenStatusID, ClosedStatusID: d.ClosedStatusID, HTTPConfig: hc})
 		}},
 	"slack": {Capabilities: slack.Capabilities, HTTP: true,
 		open: func(d Def, hc downstream.HTTPConfig) (downstream.Target, error) {
-			return slack.New(slack.Config{Name: d.Name, WebhookURL: d.WebhookURL, HTTPConfig: hc})
+			return slack.New(slack.Config{Name: d.Name, WebhookURL: d.WebhookURL, BotToken: d.BotToken, Channel: d.Channel,
+				APIBaseURL: d.APIEndpoint, WorkspaceURL: d.WebURL, HTTPConfig: hc})
 		}},
 }
 

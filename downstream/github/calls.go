@@ -25,17 +25,23 @@ func (t *Target) get(ctx context.Context, u string, out any) error {
 }
 
 func (t *Target) call(req *http.Request, out any) error {
+	_, err := t.callResp(req, out)
+	return err
+}
+
+// callResp is call that also returns the answer (its Link header pages).
+func (t *Target) callResp(req *http.Request, out any) (*rest.Response, error) {
 	req.Header.Set("Accept", "application/vnd.github+json")
 	req.Header.Set("X-GitHub-Api-Version", APIVersion)
 	req.Header.Set("Authorization", "Bearer "+t.cfg.Token.Reveal())
 	resp, err := t.api.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !resp.OK() {
-		return t.fail(resp)
+		return nil, t.fail(resp)
 	}
-	return resp.Result(out)
+	return resp, resp.Result(out)
 }
 
 // fail translates an error answer. GitHub answers a rate limit with 403 or

@@ -155,9 +155,9 @@ type issue struct {
 	Labels      []json.RawMessage `json:"labels"` // {"name": ...} objects (or names)
 }
 
-// hasLabel reports whether the issue carries the label (names compare
-// without case, as GitHub's do).
-func (is issue) hasLabel(name string) bool {
+// labelNames are the names of the issue's labels.
+func (is issue) labelNames() []string {
+	var out []string
 	for _, raw := range is.Labels {
 		var l struct {
 			Name string `json:"name"`
@@ -165,11 +165,15 @@ func (is issue) hasLabel(name string) bool {
 		if json.Unmarshal(raw, &l) != nil {
 			json.Unmarshal(raw, &l.Name)
 		}
-		if strings.EqualFold(l.Name, name) {
-			return true
-		}
+		out = append(out, l.Name)
 	}
-	return false
+	return out
+}
+
+// hasLabel reports whether the issue carries the label (names compare
+// without case, as GitHub's do).
+func (is issue) hasLabel(name string) bool {
+	return slices.ContainsFunc(is.labelNames(), func(l string) bool { return strings.EqualFold(l, name) })
 }
 
 // Deliver opens the issue.

@@ -22,6 +22,7 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/downstream/internal/rest"
+	"ticketrelay/ticket"
 )
 
 // Capabilities: no key; an eventually consistent lookup.
@@ -42,6 +43,13 @@ type Config struct {
 	Project string
 	// IssueType is the issue type name (default "Task").
 	IssueType string
+	// Fields are fixed values of other fields, sent with every create
+	// (see ParseFields).
+	Fields map[string]json.RawMessage
+	// PriorityNames maps ticket priorities (low, normal, high, urgent) to
+	// Jira priority names for updates; one not in it gets
+	// DefaultPriorityNames' (Jira's default scheme).
+	PriorityNames map[string]string
 	downstream.HTTPConfig
 }
 
@@ -67,6 +75,17 @@ func New(cfg Config) (*Target, error) {
 	}
 	if cfg.Project == "" || strings.ContainsAny(cfg.Project, `" `) {
 		return nil, fmt.Errorf("jira %q: a project key is required (e.g. project: OPS)", cfg.Name)
+	}
+	for p, n := range cfg.PriorityNames {
+		if !slices.Contains(ticket.Priorities, p) || strings.TrimSpace(n) == "" {
+			return nil, fmt.Errorf("jira %q: priority_names maps %q to %q; want one of %s mapped to a Jira priority name",
+				cfg.Name, p, n, strings.Join(ticket.Priorities, ", "))
+		}
+	}
+	for name := range cfg.Fields {
+		if slices.Contains(Managed, name) {
+			return nil, fmt.Errorf("jira %q: field %q is filled from the ticket; it cannot be fixed", cfg.Name, name)
+		}
 	}
 	if cfg.IssueType == "" {
 		cfg.IssueType = "Task"
@@ -98,6 +117,9 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 		"issuetype": map[string]string{"name": t.cfg.IssueType},
 		"summary":   summary,
 		"labels":    labels,
+	}
+	for name, v := range t.cfg.Fields {
+		fields[name] = v
 	}
 	text := strings.TrimSpace(d.Ticket.Body)
 	if text != "" {
@@ -153,6 +175,9 @@ func (t *Target) call(req *http.Request, out any) error {
 	}
 	if !resp.OK() {
 		return t.api.Fail(resp, message(resp))
+	}
+	if out == nil {
+		return nil // an update or a transition: 204 No Content
 	}
 	return resp.Result(out)
 }

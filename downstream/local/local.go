@@ -25,11 +25,25 @@ import (
 	"ticketrelay/ticket"
 )
 
-// Line is one line of the file.
+// Line is one line of the file: a ticket, a comment or an update.
 type Line struct {
 	Key         string        `json:"key"`
 	DeliveredAt time.Time     `json:"delivered_at"`
-	Ticket      ticket.Ticket `json:"ticket"`
+	Ticket      ticket.Ticket `json:"ticket,omitzero"`
+	Comment     *CommentLine  `json:"comment,omitempty"`
+	Update      *UpdateLine   `json:"update,omitempty"`
+}
+
+// CommentLine is a comment on the ticket of another line.
+type CommentLine struct {
+	Ticket string `json:"ticket"` // its receipt's id: line-N
+	Body   string `json:"body"`
+}
+
+// UpdateLine sets fields of the ticket of another line.
+type UpdateLine struct {
+	Ticket string            `json:"ticket"`
+	Set    downstream.Update `json:"set"`
 }
 
 // Target appends tickets to a JSON-lines file.
@@ -43,6 +57,7 @@ type Target struct {
 	f    *os.File
 	seen map[keyID]int // key → line number (1-based)
 	n    int           // lines written
+	tkts bitset        // the lines that are tickets
 	err  error         // a failed write or sync: the file's tail is in doubt until reopened
 
 	syncMu sync.Mutex // one fsync at a time; it covers every line written before it
@@ -103,6 +118,9 @@ func (t *Target) index() error {
 		t.n++
 		good += int64(len(line))
 		t.seen[idOf(l.Key)] = t.n
+		if l.Comment == nil && l.Update == nil {
+			t.tkts.set(t.n)
+		}
 	}
 	if err := t.f.Truncate(good); err != nil {
 		return err
@@ -132,29 +150,40 @@ func (t *Target) Capabilities() downstream.Capabilities { return Capabilities }
 // sync covers every line written before it (group commit), so the file's
 // throughput is not one ticket per fsync.
 func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream.Receipt, error) {
-	line, err := t.append(d)
+	line, err := t.write(Line{Key: d.Key, Ticket: d.Ticket})
 	if err != nil {
-		return downstream.Receipt{}, err
-	}
-	if err := t.sync(line); err != nil {
 		return downstream.Receipt{}, err
 	}
 	return t.receipt(line), nil
 }
 
-// append writes d's line (or finds the line already written for its key)
+// write appends l (stamped now) unless its key is already in the file,
+// and returns its line number once the line is durable.
+func (t *Target) write(l Line) (int, error) {
+	line, err := t.append(l)
+	if err != nil {
+		return 0, err
+	}
+	if err := t.sync(line); err != nil {
+		return 0, err
+	}
+	return line, nil
+}
+
+// append writes l's line (or finds the line already written for its key)
 // and returns its number.
-func (t *Target) append(d downstream.Delivery) (int, error) {
+func (t *Target) append(l Line) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.err != nil {
 		return 0, &downstream.Error{Class: downstream.Transient, Err: fmt.Errorf("local target needs a restart: %w", t.err)}
 	}
-	id := idOf(d.Key)
+	id := idOf(l.Key)
 	if n, ok := t.seen[id]; ok {
 		return n, nil // its caller or this one waits for the sync that covers it
 	}
-	b, err := json.Marshal(Line{Key: d.Key, DeliveredAt: t.now().UTC(), Ticket: d.Ticket})
+	l.DeliveredAt = t.now().UTC()
+	b, err := json.Marshal(l)
 	if err != nil {
 		return 0, &downstream.Error{Class: downstream.Permanent, Err: err}
 	}
@@ -164,6 +193,9 @@ func (t *Target) append(d downstream.Delivery) (int, error) {
 	}
 	t.n++
 	t.seen[id] = t.n
+	if l.Comment == nil && l.Update == nil {
+		t.tkts.set(t.n)
+	}
 	return t.n, nil
 }
 

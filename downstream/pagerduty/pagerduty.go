@@ -24,11 +24,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
 	"ticketrelay/downstream"
 	"ticketrelay/downstream/internal/rest"
+	"ticketrelay/ticket"
 )
 
 // DefaultBaseURL is the Events API host.
@@ -82,6 +84,18 @@ type Config struct {
 	APIBaseURL string
 	// Source is the event's payload.source (default "ticketrelay").
 	Source string
+	// From is the email of the PagerDuty user notes and updates are made
+	// as (the REST API's From header). Notes and updates need it and
+	// APIToken.
+	From string
+	// WebURL is the account's web address (https://SUBDOMAIN.pagerduty.com):
+	// incident pages under it are references to incidents ("": any host
+	// under pagerduty.com).
+	WebURL string
+	// PriorityIDs maps ticket priorities to the ids of the account's
+	// incident priorities (P1…P5 are the account's own, with ids of their
+	// own); without it an update sets no priority.
+	PriorityIDs map[string]string
 	downstream.HTTPConfig
 }
 
@@ -120,6 +134,20 @@ func New(cfg Config) (*Target, error) {
 		}
 	case cfg.APIBaseURL != "":
 		return nil, fmt.Errorf("pagerduty %q: a REST API endpoint without a REST API key: lookups need both", cfg.Name)
+	}
+	if cfg.From != "" && (cfg.APIToken.IsZero() || !strings.Contains(cfg.From, "@")) {
+		return nil, fmt.Errorf("pagerduty %q: from %q: want the email of a PagerDuty user, with a REST API key", cfg.Name, cfg.From)
+	}
+	if cfg.WebURL != "" {
+		if _, err := rest.BaseURL("pagerduty", cfg.Name, cfg.WebURL, "https://acme.pagerduty.com"); err != nil {
+			return nil, fmt.Errorf("%w (the web address)", err)
+		}
+	}
+	for p, id := range cfg.PriorityIDs {
+		if !slices.Contains(ticket.Priorities, p) || strings.TrimSpace(id) == "" {
+			return nil, fmt.Errorf("pagerduty %q: priority_ids maps %q to %q; want one of %s mapped to a priority id",
+				cfg.Name, p, id, strings.Join(ticket.Priorities, ", "))
+		}
 	}
 	if cfg.Source == "" {
 		cfg.Source = "ticketrelay"

@@ -30,8 +30,6 @@ package redmine
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -42,7 +40,6 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/downstream/internal/rest"
-	"ticketrelay/ticket"
 )
 
 // Capabilities: no key; a consistent lookup through the issue filters.
@@ -74,13 +71,18 @@ type Config struct {
 	// filter", enabled for the project and tracker) that holds the dedupe
 	// key. 0: the key goes into a subject marker (see SubjectMarker).
 	CustomFieldID int
+	// OpenStatusID and ClosedStatusID are the statuses an update that
+	// reopens or closes an issue sets (0: the first open and the first
+	// closed status Redmine lists, New and Closed in its default data).
+	OpenStatusID, ClosedStatusID int
 	downstream.HTTPConfig
 }
 
 // Target creates issues in one project.
 type Target struct {
-	cfg Config
-	api rest.API
+	cfg      Config
+	api      rest.API
+	statuses statusCache
 }
 
 var (
@@ -100,8 +102,8 @@ func New(cfg Config) (*Target, error) {
 	if cfg.Project == "" || strings.ContainsAny(cfg.Project, "/?#& ") {
 		return nil, fmt.Errorf("redmine %q: a project identifier is required (e.g. project: support)", cfg.Name)
 	}
-	if cfg.TrackerID < 0 || cfg.CustomFieldID < 0 {
-		return nil, fmt.Errorf("redmine %q: tracker and custom field ids must be positive", cfg.Name)
+	if cfg.TrackerID < 0 || cfg.CustomFieldID < 0 || cfg.OpenStatusID < 0 || cfg.ClosedStatusID < 0 {
+		return nil, fmt.Errorf("redmine %q: tracker, custom field and status ids must be positive", cfg.Name)
 	}
 	for p, id := range cfg.PriorityIDs {
 		if id <= 0 {
@@ -122,10 +124,7 @@ func (t *Target) Capabilities() downstream.Capabilities { return Capabilities }
 // subject as many) and made of characters no filter treats specially. Its
 // prefix is reserved: ticket.Normalize refuses a caller's title that holds
 // it.
-func SubjectMarker(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return ticket.ReservedTitleMarker + hex.EncodeToString(sum[:12]) + "]"
-}
+func SubjectMarker(key string) string { return downstream.Marker(key) }
 
 type customValue struct {
 	ID    int             `json:"id"`
@@ -336,6 +335,9 @@ func (t *Target) call(req *http.Request, out any) error {
 	}
 	if !resp.OK() {
 		return t.api.Fail(resp, t.message(resp))
+	}
+	if out == nil {
+		return nil // an update: 204 No Content
 	}
 	return resp.Result(out)
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 
 	"ticketrelay/downstream"
@@ -23,13 +24,26 @@ type Config struct {
 	Name string
 	// WebhookURL is the incoming webhook's URL; it is the credential.
 	WebhookURL downstream.Secret
+	// BotToken is an optional bot token (xoxb-…) for replies in a
+	// message's thread (see AddComment); without it the target adds no
+	// comments.
+	BotToken downstream.Secret
+	// Channel is the channel id (C0123ABCD) a bare ts refers to.
+	Channel string
+	// APIBaseURL is the Web API's base URL (default DefaultAPIURL).
+	APIBaseURL string
+	// WorkspaceURL is the workspace's address (https://acme.slack.com)
+	// for the permalinks of replies (default https://slack.com).
+	WorkspaceURL string
 	downstream.HTTPConfig
 }
 
 // Target posts messages.
 type Target struct {
-	cfg Config
-	c   *rest.Client
+	cfg     Config
+	c       *rest.Client // the hook's: its URL is the credential
+	web     *rest.Client // the Web API's, with the bot token
+	apiBase string
 }
 
 var _ downstream.Target = (*Target)(nil)
@@ -49,7 +63,18 @@ func New(cfg Config) (*Target, error) {
 	}
 	c := rest.NewClient(cfg.HTTP, cfg.Now)
 	c.HideURL = true
-	return &Target{cfg: cfg, c: c}, nil
+	if cfg.APIBaseURL == "" {
+		cfg.APIBaseURL = DefaultAPIURL
+	}
+	apiBase, err := rest.BaseURL("slack", cfg.Name, cfg.APIBaseURL, DefaultAPIURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w (the Web API endpoint)", err)
+	}
+	if cfg.Channel != "" && !regexp.MustCompile(`^[CGD][A-Z0-9]{2,}$`).MatchString(cfg.Channel) {
+		return nil, fmt.Errorf("slack %q: channel %q: want a channel id (C0123ABCD), not a name", cfg.Name, cfg.Channel)
+	}
+	web := rest.NewClient(cfg.HTTP, cfg.Now).Redact(cfg.BotToken)
+	return &Target{cfg: cfg, c: c, web: web, apiBase: apiBase}, nil
 }
 
 // Name implements downstream.Target.

@@ -134,20 +134,26 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 	if err != nil {
 		return downstream.Receipt{}, &downstream.Error{Class: downstream.Permanent, Err: err}
 	}
+	return t.send(ctx, d.Key, body)
+}
+
+// send posts body with key as its Idempotency-Key (and webhook-id), and
+// reads the receipt the receiver may give.
+func (t *Target) send(ctx context.Context, key string, body []byte) (downstream.Receipt, error) {
 	req, err := t.c.NewRequest(ctx, http.MethodPost, t.cfg.URL, bytes.NewReader(body))
 	if err != nil {
 		return downstream.Receipt{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", d.Key)
+	req.Header.Set("Idempotency-Key", key)
 	if !t.cfg.Token.IsZero() {
 		req.Header.Set("Authorization", "Bearer "+t.cfg.Token.Reveal())
 	}
 	if !t.key.IsZero() {
 		ts := t.c.Now().Unix()
-		req.Header.Set("webhook-id", d.Key)
+		req.Header.Set("webhook-id", key)
 		req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
-		req.Header.Set("webhook-signature", Sign([]byte(t.key.Reveal()), d.Key, ts, body))
+		req.Header.Set("webhook-signature", Sign([]byte(t.key.Reveal()), key, ts, body))
 	}
 	resp, err := t.c.Do(req)
 	if err != nil {
@@ -162,7 +168,7 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 		URL string `json:"url"`
 	}
 	_ = json.Unmarshal(resp.Body, &ans)
-	r := downstream.Receipt{ExternalID: d.Key, URL: ans.URL}
+	r := downstream.Receipt{ExternalID: key, URL: ans.URL}
 	switch id := ans.ID.(type) {
 	case string:
 		if id != "" {

@@ -48,6 +48,9 @@ type Config struct {
 	// Email and Token authenticate with an API token ({email}/token:{token}).
 	Email string
 	Token downstream.Secret
+	// PublicComments makes comments public replies, mailed to the
+	// requester (default: internal notes, seen by agents only).
+	PublicComments bool
 	downstream.HTTPConfig
 }
 

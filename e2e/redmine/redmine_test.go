@@ -95,8 +95,9 @@ func TestCreate(t *testing.T) {
 	}
 }
 
-// dropProxy forwards to Redmine; the first drop creates it forwards in
-// full (Redmine creates the issue), then it hangs up without answering.
+// dropProxy forwards to Redmine; the first drop creates (or other requests,
+// see newDropProxyOf) it forwards in full (Redmine processes them), then it
+// hangs up without answering.
 type dropProxy struct {
 	drop    atomic.Int32
 	creates atomic.Int32 // POST /issues.json that reached Redmine
@@ -115,6 +116,12 @@ func (p *dropProxy) wantOneCreateThenLookup(t *testing.T) {
 }
 
 func newDropProxy(t *testing.T, drop int32) *dropProxy {
+	return newDropProxyOf(t, drop, func(r *http.Request) bool { return r.Method == http.MethodPost && r.URL.Path == "/issues.json" })
+}
+
+// newDropProxyOf is a proxy to Redmine that loses the answers of the first
+// drop requests for which lose is true, after Redmine processed them.
+func newDropProxyOf(t *testing.T, drop int32, lose func(*http.Request) bool) *dropProxy {
 	target, err := url.Parse(server.url)
 	if err != nil {
 		t.Fatal(err)
@@ -129,11 +136,11 @@ func newDropProxy(t *testing.T, drop int32) *dropProxy {
 		case r.Method == http.MethodGet && r.URL.Path == "/issues.json":
 			p.lookups.Add(1)
 		}
-		if r.Method != http.MethodPost || r.URL.Path != "/issues.json" || p.drop.Add(-1) < 0 {
+		if !lose(r) || p.drop.Add(-1) < 0 {
 			rp.ServeHTTP(w, r)
 			return
 		}
-		// Send the create on, read Redmine's whole answer, and lose it.
+		// Send the request on, read Redmine's whole answer, and lose it.
 		out := r.Clone(r.Context())
 		out.URL.Scheme, out.URL.Host, out.Host, out.RequestURI = target.Scheme, target.Host, target.Host, ""
 		resp, err := http.DefaultTransport.RoundTrip(out)
@@ -142,8 +149,8 @@ func newDropProxy(t *testing.T, drop int32) *dropProxy {
 		} else {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusCreated {
-				t.Errorf("proxy: Redmine answered the dropped create with HTTP %d", resp.StatusCode)
+			if resp.StatusCode/100 != 2 {
+				t.Errorf("proxy: Redmine answered the dropped %s %s with HTTP %d", r.Method, r.URL.Path, resp.StatusCode)
 			}
 		}
 		conn, _, err := w.(http.Hijacker).Hijack()

@@ -24,6 +24,24 @@
 //     x-ratelimit-reset), secondary ("You have exceeded a secondary rate
 //     limit", retry-after when RetryAfter > 0), the older abuse-detection
 //     message, and 422 "was submitted too quickly"
+//   - GET /repos/{owner}/{repo}/issues/{n} → 200 issue (state, labels,
+//     assignees); an unknown issue → 404 {"message":"Not Found"}
+//   - POST /repos/{owner}/{repo}/issues/{n}/comments {"body"} → 201
+//     comment {id, html_url, body}; a missing or blank body → 422
+//     missing_field body, one of more than 65536 characters → 422; an
+//     unknown issue → 404; a locked issue → 403 (CommentFaults inject
+//     faults here)
+//   - GET /repos/{owner}/{repo}/issues/{n}/comments?per_page=&page= →
+//     comments in ascending id order, per_page default 30 and at most
+//     100, with a Link header (rel="next", rel="last") while pages remain;
+//     read-after-write
+//   - PATCH /repos/{owner}/{repo}/issues/{n} {state, state_reason, labels,
+//     assignees} → 200 issue; labels and assignees replace the sets and are
+//     silently dropped without PushAccess; an assignee who cannot be
+//     assigned (not in Assignable) → 422 Validation Failed (assignees
+//     invalid); a state other than open or closed → 422
+//   - pages (html_url) are under the API base URL, as a GitHub
+//     Enterprise Server's are under its host
 package githubtest
 
 import (
@@ -50,6 +68,16 @@ type Issue struct {
 	Labels []string
 	State  string
 	PR     bool
+	// Assignees are logins; Comments are oldest first.
+	Assignees []string
+	Comments  []Comment
+	Locked    bool
+}
+
+// Comment is one comment of an issue.
+type Comment struct {
+	ID   int64
+	Body string
 }
 
 // Limit is a rate-limit answer for the next create request.
@@ -65,8 +93,12 @@ const (
 // Fake is one repository.
 type Fake struct {
 	// Faults applies to create requests; RepoFaults to GET /repos/{owner}/{repo}.
-	Faults      downstreamtest.Faults
-	RepoFaults  downstreamtest.Faults
+	Faults     downstreamtest.Faults
+	RepoFaults downstreamtest.Faults
+	// CommentFaults applies to POST …/issues/{n}/comments.
+	CommentFaults downstreamtest.Faults
+	// Assignable are the logins an issue may be assigned to.
+	Assignable  []string
 	owner, repo string
 	token       string
 	srv         string
@@ -89,12 +121,13 @@ type Fake struct {
 	issues    []Issue
 	limits    []Limit
 	repoCalls int
+	comments  int64 // the last comment id
 }
 
 // New starts a repository owner/repo that accepts token.
 func New(t testing.TB, owner, repo, token string) *Fake {
 	f := &Fake{owner: owner, repo: repo, token: token, PushAccess: true, ResetIn: 42 * time.Second, RetryAfter: 61 * time.Second,
-		LimitStatus: http.StatusForbidden}
+		LimitStatus: http.StatusForbidden, Assignable: []string{"octocat", "hubot"}, comments: 900}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /repos/{owner}/{repo}/issues", func(w http.ResponseWriter, r *http.Request) {
 		f.Faults.Serve(w, r, f.check(f.create))
@@ -107,6 +140,12 @@ func New(t testing.TB, owner, repo, token string) *Fake {
 		f.RepoFaults.Serve(w, r, f.check(f.getRepo))
 	})
 	mux.HandleFunc("GET /installation/repositories", f.auth(f.installationRepos))
+	mux.HandleFunc("GET /repos/{owner}/{repo}/issues/{number}", f.check(f.getIssue))
+	mux.HandleFunc("PATCH /repos/{owner}/{repo}/issues/{number}", f.check(f.patchIssue))
+	mux.HandleFunc("GET /repos/{owner}/{repo}/issues/{number}/comments", f.check(f.listComments))
+	mux.HandleFunc("POST /repos/{owner}/{repo}/issues/{number}/comments", func(w http.ResponseWriter, r *http.Request) {
+		f.CommentFaults.Serve(w, r, f.check(f.addComment))
+	})
 	f.srv = downstreamtest.StartServer(t, mux).URL
 	return f
 }
@@ -196,7 +235,7 @@ func (f *Fake) repository() map[string]any {
 	return map[string]any{
 		"id": 4242, "name": f.repo, "full_name": f.owner + "/" + f.repo, "private": true, "has_issues": !f.IssuesDisabled,
 		"owner":    map[string]any{"login": f.owner},
-		"html_url": fmt.Sprintf("https://github.example/%s/%s", f.owner, f.repo),
+		"html_url": fmt.Sprintf("%s/%s/%s", f.srv, f.owner, f.repo),
 		"url":      fmt.Sprintf("%s/repos/%s/%s", f.srv, f.owner, f.repo),
 	}
 }
@@ -340,10 +379,206 @@ func (f *Fake) render(is Issue) map[string]any {
 	}
 	m := map[string]any{
 		"id": 1000 + is.Number, "number": is.Number, "title": is.Title, "body": is.Body, "state": is.State, "labels": labels,
-		"url": f.apiURL(is), "html_url": fmt.Sprintf("https://github.example/%s/%s/issues/%d", f.owner, f.repo, is.Number),
+		"url": f.apiURL(is), "html_url": fmt.Sprintf("%s/%s/%s/issues/%d", f.srv, f.owner, f.repo, is.Number),
 	}
+	assignees := []map[string]string{}
+	for _, a := range is.Assignees {
+		assignees = append(assignees, map[string]string{"login": a})
+	}
+	m["assignees"] = assignees
 	if is.PR {
 		m["pull_request"] = map[string]string{"url": f.apiURL(is)}
 	}
 	return m
+}
+
+// AddIssue opens an issue as a user would (not through the API) and
+// returns its number.
+func (f *Fake) AddIssue(title string, labels ...string) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	is := Issue{Number: int64(len(f.issues) + 1), Title: title, Labels: labels, State: "open"}
+	f.issues = append(f.issues, is)
+	return is.Number
+}
+
+// AddComments adds n comments by someone else to issue number.
+func (f *Fake) AddComments(number int64, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	is := f.issue(number)
+	for i := range n {
+		f.comments++
+		is.Comments = append(is.Comments, Comment{ID: f.comments, Body: fmt.Sprintf("comment %d by someone else", i+1)})
+	}
+}
+
+// Issue returns a copy of issue number (false: none).
+func (f *Fake) Issue(number int64) (Issue, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	is := f.issue(number)
+	if is == nil {
+		return Issue{}, false
+	}
+	c := *is
+	c.Labels, c.Assignees, c.Comments = slices.Clone(is.Labels), slices.Clone(is.Assignees), slices.Clone(is.Comments)
+	return c, true
+}
+
+// Lock locks issue number's conversation: comments are refused (403).
+func (f *Fake) Lock(number int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.issue(number).Locked = true
+}
+
+func (f *Fake) issue(number int64) *Issue {
+	for i := range f.issues {
+		if f.issues[i].Number == number && !f.issues[i].PR {
+			return &f.issues[i]
+		}
+	}
+	return nil
+}
+
+// issueOf reads {number}; nil (after a 404) if no such issue.
+func (f *Fake) issueOf(w http.ResponseWriter, r *http.Request) *Issue {
+	n, err := strconv.ParseInt(r.PathValue("number"), 10, 64)
+	var is *Issue
+	if err == nil {
+		is = f.issue(n)
+	}
+	if is == nil {
+		msg(w, http.StatusNotFound, "Not Found")
+	}
+	return is
+}
+
+func (f *Fake) getIssue(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if is := f.issueOf(w, r); is != nil {
+		downstreamtest.WriteJSON(w, http.StatusOK, f.render(*is))
+	}
+}
+
+func (f *Fake) renderComment(is *Issue, c Comment) map[string]any {
+	return map[string]any{"id": c.ID, "body": c.Body, "user": map[string]string{"login": "ticketrelay-bot"},
+		"url":      fmt.Sprintf("%s/repos/%s/%s/issues/comments/%d", f.srv, f.owner, f.repo, c.ID),
+		"html_url": fmt.Sprintf("%s/%s/%s/issues/%d#issuecomment-%d", f.srv, f.owner, f.repo, is.Number, c.ID)}
+}
+
+func (f *Fake) addComment(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	var in struct {
+		Body *string `json:"body"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		msg(w, http.StatusBadRequest, "Problems parsing JSON")
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	is := f.issueOf(w, r)
+	switch {
+	case is == nil:
+		return
+	case is.Locked:
+		msg(w, http.StatusForbidden, "Unable to create comment because issue is locked.")
+		return
+	case in.Body == nil || strings.TrimSpace(*in.Body) == "":
+		invalid(w, map[string]string{"resource": "IssueComment", "code": "missing_field", "field": "body"})
+		return
+	case utf8.RuneCountInString(*in.Body) > 65536:
+		invalid(w, map[string]string{"resource": "IssueComment", "code": "custom", "field": "body", "message": "body is too long (maximum is 65536 characters)"})
+		return
+	}
+	f.comments++
+	c := Comment{ID: f.comments, Body: *in.Body}
+	is.Comments = append(is.Comments, c)
+	downstreamtest.WriteJSON(w, http.StatusCreated, f.renderComment(is, c))
+}
+
+func (f *Fake) listComments(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	per, err := strconv.Atoi(q.Get("per_page"))
+	if err != nil || per <= 0 {
+		per = 30
+	}
+	per = min(per, 100)
+	page, err := strconv.Atoi(q.Get("page"))
+	if err != nil || page <= 0 {
+		page = 1
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	is := f.issueOf(w, r)
+	if is == nil {
+		return
+	}
+	last := max((len(is.Comments)+per-1)/per, 1)
+	link := func(p int) string {
+		u := *r.URL
+		v := u.Query()
+		v.Set("page", strconv.Itoa(p))
+		v.Set("per_page", strconv.Itoa(per))
+		u.RawQuery = v.Encode()
+		return f.srv + u.RequestURI()
+	}
+	if page < last {
+		w.Header().Set("Link", fmt.Sprintf(`<%s>; rel="next", <%s>; rel="last"`, link(page+1), link(last)))
+	}
+	out := []map[string]any{}
+	for _, c := range is.Comments[min((page-1)*per, len(is.Comments)):min(page*per, len(is.Comments))] {
+		out = append(out, f.renderComment(is, c))
+	}
+	downstreamtest.WriteJSON(w, http.StatusOK, out)
+}
+
+func (f *Fake) patchIssue(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	var in struct {
+		State     *string   `json:"state"`
+		Labels    *[]string `json:"labels"`
+		Assignees *[]string `json:"assignees"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		msg(w, http.StatusBadRequest, "Problems parsing JSON")
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	is := f.issueOf(w, r)
+	if is == nil {
+		return
+	}
+	if in.State != nil && *in.State != "open" && *in.State != "closed" {
+		invalid(w, map[string]string{"resource": "Issue", "code": "invalid", "field": "state"})
+		return
+	}
+	if in.Assignees != nil {
+		for _, a := range *in.Assignees {
+			if !slices.ContainsFunc(f.Assignable, func(x string) bool { return strings.EqualFold(x, a) }) {
+				invalid(w, map[string]string{"resource": "Issue", "code": "invalid", "field": "assignees", "value": a})
+				return
+			}
+		}
+	}
+	if in.State != nil {
+		is.State = *in.State
+	}
+	if f.PushAccess && in.Labels != nil {
+		is.Labels = slices.Clone(*in.Labels)
+	}
+	if f.PushAccess && in.Assignees != nil {
+		is.Assignees = slices.Clone(*in.Assignees)
+	}
+	downstreamtest.WriteJSON(w, http.StatusOK, f.render(*is))
 }

@@ -24,12 +24,26 @@
 //     months), limit (default 25, at most 100), offset → 200 {"incidents":
 //     [{id, type, html_url, status, incident_key, created_at, …}], "limit",
 //     "offset", "more", "total": null}
+//   - GET /incidents/{id} → 200 {"incident":{id, status, priority
+//     {id} or null, assignments [{assignee {id}}], html_url, …}}; an
+//     unknown (or not yet created) incident → 404 {"error":{"message":
+//     "Not Found","code":2100}}
+//   - PUT /incidents/{id} {"incident":{"type":"incident_reference",
+//     status (acknowledged|resolved), priority {id}, assignments}} → 200;
+//     a From header that names no user → 400 "Requester User Not Found";
+//     a resolved incident → 400 "Incident Already Resolved"; an unknown
+//     priority or user → 400 Invalid Input Provided
+//   - POST /incidents/{id}/notes {"note":{"content"}} (From required) →
+//     201 {"note":{id, content, created_at, user}}; blank content → 400
+//     (NoteFaults inject faults here); GET /incidents/{id}/notes → every
+//     note, oldest first, no pagination; read-after-write
 package pagerdutytest
 
 import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -75,7 +89,23 @@ type Alert struct {
 	IncidentID string
 	Status     string // triggered, acknowledged or resolved
 	CreatedAt  time.Time
+	Priority   string   // a priority id, "" none
+	Assignees  []string // user ids
+	Notes      []Note
 }
+
+// Note is one note of an incident.
+type Note struct {
+	ID      string
+	Content string
+}
+
+// Users are the account's users (id → email); Priorities its incident
+// priorities (id → name).
+var (
+	Users      = map[string]string{"PUSER01": "bot@acme.test", "PUSER02": "oncall@acme.test"}
+	Priorities = map[string]string{"PPRIO01": "P1", "PPRIO02": "P2", "PPRIO03": "P3", "PPRIO04": "P4", "PPRIO05": "P5"}
+)
 
 // Lookup is one authorized GET /incidents.
 type Lookup struct {
@@ -89,6 +119,8 @@ type Fake struct {
 	Faults downstreamtest.Faults
 	// LookupFaults applies to GET /incidents.
 	LookupFaults downstreamtest.Faults
+	// NoteFaults applies to POST /incidents/{id}/notes.
+	NoteFaults downstreamtest.Faults
 
 	routingKey string
 	opts       Options
@@ -97,6 +129,7 @@ type Fake struct {
 	mu      sync.Mutex
 	alerts  []*Alert
 	lookups []Lookup
+	notes   int // the last note id
 }
 
 // New starts a service whose integration key is routingKey (32 characters),
@@ -120,6 +153,12 @@ func New(t testing.TB, routingKey string, opts ...Options) *Fake {
 	f.srv = downstreamtest.StartServer(t, events).URL
 	api := http.NewServeMux()
 	api.HandleFunc("GET /incidents", func(w http.ResponseWriter, r *http.Request) { f.LookupFaults.Serve(w, r, f.listIncidents) })
+	api.HandleFunc("GET /incidents/{id}", f.restAuth(false, f.getIncident))
+	api.HandleFunc("PUT /incidents/{id}", f.restAuth(true, f.putIncident))
+	api.HandleFunc("GET /incidents/{id}/notes", f.restAuth(false, f.listNotes))
+	api.HandleFunc("POST /incidents/{id}/notes", func(w http.ResponseWriter, r *http.Request) {
+		f.NoteFaults.Serve(w, r, f.restAuth(true, f.addNote))
+	})
 	f.api = downstreamtest.StartServer(t, api).URL
 	return f
 }
@@ -362,4 +401,174 @@ func (f *Fake) listIncidents(w http.ResponseWriter, r *http.Request) {
 	downstreamtest.WriteJSON(w, http.StatusOK, map[string]any{
 		"incidents": page, "limit": limit, "offset": offset, "more": offset+len(page) < len(match), "total": nil,
 	})
+}
+
+// AddIncident opens an alert and its incident as a trigger long ago
+// would (visible at once), and returns the incident id.
+func (f *Fake) AddIncident(summary string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := len(f.alerts) + 1
+	a := &Alert{DedupKey: fmt.Sprintf("outside-%d", n), Summary: summary, Source: "monitoring", Severity: "error", Open: true, Events: 1,
+		IncidentID: fmt.Sprintf("Q%06d", n), Status: "triggered", CreatedAt: f.opts.Now().UTC().Add(-time.Hour)}
+	f.alerts = append(f.alerts, a)
+	return a.IncidentID
+}
+
+// AddNotes adds n notes by someone else to incident id.
+func (f *Fake) AddNotes(id string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.incident(id)
+	for i := range n {
+		f.notes++
+		a.Notes = append(a.Notes, Note{ID: fmt.Sprintf("PNOTE%04d", f.notes), Content: fmt.Sprintf("note %d", i+1)})
+	}
+}
+
+// Incident returns a copy of the alert of incident id (false: none).
+func (f *Fake) Incident(id string) (Alert, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.incident(id)
+	if a == nil {
+		return Alert{}, false
+	}
+	c := *a
+	c.Assignees, c.Notes = slices.Clone(a.Assignees), slices.Clone(a.Notes)
+	return c, true
+}
+
+// incident finds a created incident; f.mu is held.
+func (f *Fake) incident(id string) *Alert {
+	now := f.opts.Now().UTC()
+	for _, a := range f.alerts {
+		if a.IncidentID == id && !(f.opts.IncidentLag > 0 && now.Before(a.CreatedAt.Add(f.opts.IncidentLag))) {
+			return a
+		}
+	}
+	return nil
+}
+
+// restAuth checks the REST API key and, where the call writes, the From
+// header; it holds f.mu for h and finds {id} (404 if none).
+func (f *Fake) restAuth(from bool, h func(http.ResponseWriter, *http.Request, *Alert)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if f.opts.APIToken == "" || r.Header.Get("Authorization") != "Token token="+f.opts.APIToken {
+			restError(w, http.StatusUnauthorized, 2006, "Authentication failed")
+			return
+		}
+		if from && !slices.Contains(slices.Collect(maps.Values(Users)), r.Header.Get("From")) {
+			restError(w, http.StatusBadRequest, 2001, "Invalid Input Provided", "Requester User Not Found")
+			return
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		a := f.incident(r.PathValue("id"))
+		if a == nil {
+			restError(w, http.StatusNotFound, 2100, "Not Found")
+			return
+		}
+		h(w, r, a)
+	}
+}
+
+func (f *Fake) renderIncident(a *Alert) map[string]any {
+	var prio any
+	if a.Priority != "" {
+		prio = map[string]string{"id": a.Priority, "type": "priority", "summary": Priorities[a.Priority]}
+	}
+	as := []map[string]any{}
+	for _, u := range a.Assignees {
+		as = append(as, map[string]any{"assignee": map[string]string{"id": u, "type": "user_reference"}})
+	}
+	return map[string]any{"id": a.IncidentID, "type": "incident", "status": a.Status, "incident_key": a.DedupKey, "title": a.Summary,
+		"html_url": WebURL + "/incidents/" + a.IncidentID, "priority": prio, "assignments": as,
+		"created_at": a.CreatedAt.Format(time.RFC3339)}
+}
+
+func (f *Fake) getIncident(w http.ResponseWriter, r *http.Request, a *Alert) {
+	downstreamtest.WriteJSON(w, http.StatusOK, map[string]any{"incident": f.renderIncident(a)})
+}
+
+func (f *Fake) putIncident(w http.ResponseWriter, r *http.Request, a *Alert) {
+	var in struct {
+		Incident struct {
+			Type     string  `json:"type"`
+			Status   *string `json:"status"`
+			Priority *struct {
+				ID string `json:"id"`
+			} `json:"priority"`
+			Assignments *[]struct {
+				Assignee struct {
+					ID string `json:"id"`
+				} `json:"assignee"`
+			} `json:"assignments"`
+		} `json:"incident"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Incident.Type != "incident_reference" {
+		restError(w, http.StatusBadRequest, 2001, "Invalid Input Provided", "Incident type must be incident_reference")
+		return
+	}
+	if a.Status == "resolved" {
+		restError(w, http.StatusBadRequest, 2001, "Invalid Input Provided", "Incident Already Resolved")
+		return
+	}
+	next := *a
+	if s := in.Incident.Status; s != nil {
+		if *s != "acknowledged" && *s != "resolved" {
+			restError(w, http.StatusBadRequest, 2001, "Invalid Input Provided", "Status must be acknowledged or resolved")
+			return
+		}
+		next.Status = *s
+		next.Open = *s != "resolved"
+	}
+	if p := in.Incident.Priority; p != nil {
+		if Priorities[p.ID] == "" {
+			restError(w, http.StatusBadRequest, 2001, "Invalid Input Provided", "Priority not found")
+			return
+		}
+		next.Priority = p.ID
+	}
+	if as := in.Incident.Assignments; as != nil {
+		next.Assignees = nil
+		for _, x := range *as {
+			if Users[x.Assignee.ID] == "" {
+				restError(w, http.StatusBadRequest, 2001, "Invalid Input Provided", "Assignee not found")
+				return
+			}
+			next.Assignees = append(next.Assignees, x.Assignee.ID)
+		}
+	}
+	*a = next
+	downstreamtest.WriteJSON(w, http.StatusOK, map[string]any{"incident": f.renderIncident(a)})
+}
+
+func (f *Fake) renderNote(n Note) map[string]any {
+	return map[string]any{"id": n.ID, "content": n.Content, "created_at": f.opts.Now().UTC().Format(time.RFC3339),
+		"user": map[string]string{"id": "PUSER01", "type": "user_reference"}}
+}
+
+func (f *Fake) addNote(w http.ResponseWriter, r *http.Request, a *Alert) {
+	var in struct {
+		Note struct {
+			Content string `json:"content"`
+		} `json:"note"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || strings.TrimSpace(in.Note.Content) == "" {
+		restError(w, http.StatusBadRequest, 2001, "Invalid Input Provided", "Content cannot be empty")
+		return
+	}
+	f.notes++
+	n := Note{ID: fmt.Sprintf("PNOTE%04d", f.notes), Content: in.Note.Content}
+	a.Notes = append(a.Notes, n)
+	downstreamtest.WriteJSON(w, http.StatusCreated, map[string]any{"note": f.renderNote(n)})
+}
+
+func (f *Fake) listNotes(w http.ResponseWriter, r *http.Request, a *Alert) {
+	out := []map[string]any{}
+	for _, n := range a.Notes {
+		out = append(out, f.renderNote(n))
+	}
+	downstreamtest.WriteJSON(w, http.StatusOK, map[string]any{"notes": out})
 }

@@ -22,7 +22,20 @@
 //     a list without project_id: for any project) or is not "Used as a
 //     filter" (is_filter false, see SetFilter); sort=id or id:desc
 //     (default id:desc), limit (default 25, at most 100), offset
-//   - read-after-write: a created issue is in every later list
+//   - GET /issues/{id}.json[?include=journals] → 200 {"issue":{…, status
+//     {id, name, is_closed}, priority, assigned_to (absent when none),
+//     journals:[{id, user, notes, private_notes, details}]}} (every journal,
+//     no pagination); an unknown issue → 404 with an empty body
+//   - PUT /issues/{id}.json {"issue":{notes, status_id, priority_id,
+//     assigned_to_id}} → 204 No Content, one journal per change (notes ""
+//     for a change without them); an unknown issue → 404; an unknown
+//     priority → 422 "Priority cannot be blank", an unknown assignee → 422
+//     "Assignee is invalid", an unknown status → 422 "Status is not
+//     included in the list"; a status change the workflow does not allow
+//     (SetWorkflow) is ignored without an error
+//   - GET /issue_statuses.json → Redmine's default statuses
+//   - read-after-write: a created issue is in every later list, a note in
+//     every later read of its issue
 package redminetest
 
 import (
@@ -50,6 +63,34 @@ type Issue struct {
 	Description string
 	Closed      bool
 	Custom      map[int]string
+	StatusID    int
+	AssigneeID  int // 0: none
+	Journals    []Journal
+}
+
+// Journal is one change of an issue: a note, field changes, or both.
+type Journal struct {
+	ID    int64
+	Notes string
+}
+
+// Statuses are Redmine's default issue statuses (id → name, closed).
+var Statuses = []struct {
+	ID     int
+	Name   string
+	Closed bool
+}{{1, "New", false}, {2, "In Progress", false}, {3, "Resolved", false}, {4, "Feedback", false}, {5, "Closed", true}, {6, "Rejected", true}}
+
+// Users are the users an issue may be assigned to.
+var Users = map[int]string{1: "Redmine Admin", 5: "Jane Doe"}
+
+func statusClosed(id int) (closed, ok bool) {
+	for _, s := range Statuses {
+		if s.ID == id {
+			return s.Closed, true
+		}
+	}
+	return false, false
 }
 
 // Project is one project of the fake.
@@ -62,7 +103,8 @@ type Project struct {
 
 // Fake is one Redmine.
 type Fake struct {
-	Faults downstreamtest.Faults
+	Faults downstreamtest.Faults // of creates
+	Notes  downstreamtest.Faults // of issue updates (PUT), notes or not
 	key    string
 	srv    string
 
@@ -71,6 +113,8 @@ type Fake struct {
 	issues   []Issue
 	noFilter map[int]bool // custom fields with is_filter false
 	foldCase bool         // cf_N = compares without regard to case
+	journals int64        // the last journal id
+	noStatus bool         // the workflow allows no status change
 }
 
 // Trackers, priorities and the default priority of the fake (Redmine's
@@ -95,6 +139,17 @@ func New(t testing.TB, apiKey, project string, fieldID int) *Fake {
 		f.Faults.Serve(w, r, f.check(f.create))
 	})
 	mux.HandleFunc("GET /issues.json", f.check(f.list))
+	mux.HandleFunc("GET /issues/{id}", f.check(f.show))
+	mux.HandleFunc("PUT /issues/{id}", func(w http.ResponseWriter, r *http.Request) {
+		f.Notes.Serve(w, r, f.check(f.update))
+	})
+	mux.HandleFunc("GET /issue_statuses.json", f.check(func(w http.ResponseWriter, r *http.Request) {
+		var out []map[string]any
+		for _, s := range Statuses {
+			out = append(out, map[string]any{"id": s.ID, "name": s.Name, "is_closed": s.Closed})
+		}
+		downstreamtest.WriteJSON(w, http.StatusOK, map[string]any{"issue_statuses": out})
+	}))
 	f.srv = downstreamtest.StartServer(t, mux).URL
 	return f
 }
@@ -147,7 +202,7 @@ func (f *Fake) Close(id int64) {
 	defer f.mu.Unlock()
 	for i := range f.issues {
 		if f.issues[i].ID == id {
-			f.issues[i].Closed = true
+			f.issues[i].Closed, f.issues[i].StatusID = true, 5
 		}
 	}
 }
@@ -265,6 +320,7 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	is.ID = int64(len(f.issues) + 1)
+	is.StatusID = 1
 	f.issues = append(f.issues, is)
 	w.Header().Set("Location", fmt.Sprintf("%s/issues/%d", f.srv, is.ID))
 	downstreamtest.WriteJSON(w, http.StatusCreated, map[string]any{"issue": f.render(is)})
@@ -422,14 +478,191 @@ func (f *Fake) render(is Issue) map[string]any {
 		}
 		cfs = append(cfs, map[string]any{"id": id, "name": "ticketrelay request", "value": v})
 	}
-	return map[string]any{
+	m := map[string]any{
 		"id":            is.ID,
 		"project":       map[string]any{"id": p.ID, "name": p.Identifier},
 		"tracker":       map[string]any{"id": is.TrackerID, "name": Trackers[is.TrackerID]},
-		"status":        map[string]any{"id": 1, "name": "New", "is_closed": is.Closed},
+		"status":        map[string]any{"id": is.StatusID, "name": statusName(is.StatusID), "is_closed": is.Closed},
 		"priority":      map[string]any{"id": is.PriorityID, "name": Priorities[is.PriorityID]},
 		"subject":       is.Subject,
 		"description":   is.Description,
 		"custom_fields": cfs,
 	}
+	if is.AssigneeID != 0 {
+		m["assigned_to"] = map[string]any{"id": is.AssigneeID, "name": Users[is.AssigneeID]}
+	}
+	return m
+}
+
+func statusName(id int) string {
+	for _, s := range Statuses {
+		if s.ID == id {
+			return s.Name
+		}
+	}
+	return ""
+}
+
+// AddIssue files an open issue in the first project, as a user would, and
+// returns its id.
+func (f *Fake) AddIssue(subject string) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.projects[0]
+	is := Issue{ID: int64(len(f.issues) + 1), Project: p.Identifier, Subject: subject, TrackerID: p.Trackers[0],
+		PriorityID: DefaultPriority, StatusID: 1, Custom: map[int]string{}}
+	f.issues = append(f.issues, is)
+	return is.ID
+}
+
+// AddNotes adds n notes by someone else to issue id.
+func (f *Fake) AddNotes(id int64, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	is := f.find(id)
+	for i := range n {
+		f.journals++
+		is.Journals = append(is.Journals, Journal{ID: f.journals, Notes: fmt.Sprintf("note %d by someone else", i+1)})
+	}
+}
+
+// NotesOf returns the notes of issue id's journals that have one, oldest
+// first.
+func (f *Fake) NotesOf(id int64) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	if is := f.find(id); is != nil {
+		for _, j := range is.Journals {
+			if j.Notes != "" {
+				out = append(out, j.Notes)
+			}
+		}
+	}
+	return out
+}
+
+// Issue returns a copy of issue id (false: none).
+func (f *Fake) Issue(id int64) (Issue, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if is := f.find(id); is != nil {
+		c := *is
+		c.Journals = slices.Clone(is.Journals)
+		return c, true
+	}
+	return Issue{}, false
+}
+
+// SetWorkflow sets whether the workflow lets the API user change an
+// issue's status (true until set): Redmine ignores a change it does not
+// allow, without an error.
+func (f *Fake) SetWorkflow(statusChanges bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.noStatus = !statusChanges
+}
+
+func (f *Fake) find(id int64) *Issue {
+	for i := range f.issues {
+		if f.issues[i].ID == id {
+			return &f.issues[i]
+		}
+	}
+	return nil
+}
+
+// issueOf reads the {id} of /issues/{id}.json; nil (after a 404) if no
+// such issue.
+func (f *Fake) issueOf(w http.ResponseWriter, r *http.Request) *Issue {
+	s, ok := strings.CutSuffix(r.PathValue("id"), ".json")
+	n, err := strconv.ParseInt(s, 10, 64)
+	var is *Issue
+	if ok && err == nil {
+		is = f.find(n)
+	}
+	if is == nil {
+		w.WriteHeader(http.StatusNotFound)
+	}
+	return is
+}
+
+func (f *Fake) show(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	is := f.issueOf(w, r)
+	if is == nil {
+		return
+	}
+	m := f.render(*is)
+	if slices.Contains(strings.Split(r.URL.Query().Get("include"), ","), "journals") {
+		js := []map[string]any{}
+		for _, j := range is.Journals {
+			js = append(js, map[string]any{"id": j.ID, "user": map[string]any{"id": 1, "name": Users[1]}, "notes": j.Notes,
+				"private_notes": false, "details": []any{}})
+		}
+		m["journals"] = js
+	}
+	downstreamtest.WriteJSON(w, http.StatusOK, map[string]any{"issue": m})
+}
+
+func (f *Fake) update(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	var in struct {
+		Issue struct {
+			Notes        string          `json:"notes"`
+			StatusID     json.RawMessage `json:"status_id"`
+			PriorityID   json.RawMessage `json:"priority_id"`
+			AssignedToID json.RawMessage `json:"assigned_to_id"`
+		} `json:"issue"`
+	}
+	if json.Unmarshal(body, &in) != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	is := f.issueOf(w, r)
+	if is == nil {
+		return
+	}
+	next := *is
+	var errs []string
+	if st, ok := id(in.Issue.StatusID); ok && !f.noStatus {
+		closed, known := statusClosed(st)
+		if !known {
+			errs = append(errs, "Status is not included in the list")
+		}
+		next.StatusID, next.Closed = st, closed
+	}
+	if pr, ok := id(in.Issue.PriorityID); ok {
+		if Priorities[pr] == "" {
+			errs = append(errs, "Priority cannot be blank")
+		}
+		next.PriorityID = pr
+	}
+	if len(in.Issue.AssignedToID) > 0 {
+		var s string
+		if json.Unmarshal(in.Issue.AssignedToID, &s) == nil && s == "" || string(in.Issue.AssignedToID) == "null" {
+			next.AssigneeID = 0
+		} else if u, _ := id(in.Issue.AssignedToID); Users[u] != "" {
+			next.AssigneeID = u
+		} else {
+			errs = append(errs, "Assignee is invalid")
+		}
+	}
+	if len(errs) > 0 {
+		downstreamtest.WriteJSON(w, http.StatusUnprocessableEntity, map[string]any{"errors": errs})
+		return
+	}
+	changed := next.StatusID != is.StatusID || next.PriorityID != is.PriorityID || next.AssigneeID != is.AssigneeID
+	if in.Issue.Notes != "" || changed {
+		f.journals++
+		next.Journals = append(slices.Clone(is.Journals), Journal{ID: f.journals, Notes: in.Issue.Notes})
+	}
+	*is = next
+	w.WriteHeader(http.StatusNoContent)
 }

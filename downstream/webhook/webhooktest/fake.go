@@ -1,4 +1,6 @@
-// Package webhooktest is an httptest receiver of ticket webhooks that keeps
+// Package webhooktest is an httptest receiver of ticket webhooks
+// (ticket.created; ticket.commented and ticket.updated about a ticket it
+// took in, else 422) that keeps
 // the contracts a careful receiver keeps: the IETF Idempotency-Key draft
 // (a key is remembered for a window; a replay answers the first response; the
 // same key with another payload is 422; the same key while its first request
@@ -203,16 +205,32 @@ func (f *Fake) receive(w http.ResponseWriter, r *http.Request) {
 	var p struct {
 		Type string `json:"type"`
 		Data struct {
-			Title string `json:"title"`
+			Title  string          `json:"title"`
+			Ticket string          `json:"ticket"`
+			Body   string          `json:"body"`
+			Set    json.RawMessage `json:"set"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &p); err != nil {
 		problem(w, http.StatusBadRequest, "Bad Request", "body is not JSON: "+err.Error())
 		return
 	}
-	if p.Type == "" || strings.TrimSpace(p.Data.Title) == "" {
-		// Validation failures are not remembered: a corrected retry may use the key.
+	// Validation failures are not remembered: a corrected retry may use the key.
+	switch {
+	case p.Type == "ticket.created" && strings.TrimSpace(p.Data.Title) == "":
 		problem(w, http.StatusUnprocessableEntity, "Unprocessable Content", "type and data.title are required")
+		return
+	case p.Type == "ticket.commented" && strings.TrimSpace(p.Data.Body) == "",
+		p.Type == "ticket.updated" && (len(p.Data.Set) == 0 || string(p.Data.Set) == "{}"):
+		problem(w, http.StatusUnprocessableEntity, "Unprocessable Content", "data.body (a comment) or data.set (an update) is required")
+		return
+	case p.Type == "ticket.commented" || p.Type == "ticket.updated":
+		if !f.known(p.Data.Ticket) {
+			problem(w, http.StatusUnprocessableEntity, "Unprocessable Content", "unknown ticket "+strconv.Quote(p.Data.Ticket))
+			return
+		}
+	case p.Type != "ticket.created":
+		problem(w, http.StatusUnprocessableEntity, "Unprocessable Content", "unknown event type "+strconv.Quote(p.Type))
 		return
 	}
 	if hold := f.hold; hold != nil {
@@ -233,6 +251,37 @@ func (f *Fake) receive(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
 	w.Write(ans)
+}
+
+// known reports whether id names a ticket the receiver took in: the id it
+// answered for a ticket.created, or that event's key; f.mu is held.
+func (f *Fake) known(id string) bool {
+	for _, d := range f.deliveries {
+		var p struct{ Type string }
+		if (d.ID == id || d.Key == id) && json.Unmarshal(d.Body, &p) == nil && p.Type == "ticket.created" {
+			return true
+		}
+	}
+	return false
+}
+
+// Events returns the data of the accepted events of type typ about ticket
+// (ticket.commented, ticket.updated), oldest first, as JSON.
+func (f *Fake) Events(typ, ticket string) []json.RawMessage {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []json.RawMessage
+	for _, d := range f.deliveries {
+		var p struct {
+			Type string
+			Data json.RawMessage
+		}
+		var t struct{ Ticket string }
+		if json.Unmarshal(d.Body, &p) == nil && p.Type == typ && json.Unmarshal(p.Data, &t) == nil && t.Ticket == ticket {
+			out = append(out, p.Data)
+		}
+	}
+	return out
 }
 
 // verify checks a Standard Webhooks signature; it returns why it failed.

@@ -11,6 +11,19 @@
 //     is forgotten and a resend creates a second ticket
 //   - external_id is not unique; GET /api/v2/tickets?external_id=X lists the
 //     tickets that carry it, read-after-write
+//   - GET /api/v2/tickets/{id}[.json] → 200 {"ticket":{…, status,
+//     priority, tags, assignee_id}}; an unknown ticket → 404
+//     {"error":"RecordNotFound","description":"Not found"}
+//   - PUT /api/v2/tickets/{id}[.json] {"ticket":{comment {body, public},
+//     status, priority, tags, assignee_id}} → 200 {"ticket", "audit":
+//     {"events":[{"id","type":"Comment"}, {"type":"Change"}…]}}; a closed
+//     ticket → 422 "Status: closed prevents ticket update"; an unknown
+//     status or priority or an assignee who is no agent → 422
+//     RecordInvalid (CommentFaults inject faults here)
+//   - GET /api/v2/tickets/{id}/comments?page[size]=N[&page[after]=C] →
+//     {"comments", "meta":{"has_more","after_cursor"}, "links":{"next"}},
+//     oldest first, at most 100 a page; the ticket's description is its
+//     first comment; read-after-write
 package zendesktest
 
 import (
@@ -20,6 +33,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -44,8 +60,24 @@ type Ticket struct {
 	CreatedAt  time.Time `json:"created_at"`
 	// Requester is the requester object the create call sent, if any
 	// (Zendesk answers a requester_id; the fake keeps what it was sent).
-	Requester *Requester `json:"requester,omitempty"`
+	Requester  *Requester `json:"requester,omitempty"`
+	AssigneeID *int64     `json:"assignee_id"`
+	// Comments are the ticket's comments, its description first.
+	Comments []Comment `json:"-"`
 }
+
+// Comment is one comment of a ticket.
+type Comment struct {
+	ID     int64  `json:"id"`
+	Body   string `json:"body"`
+	Public bool   `json:"public"`
+}
+
+// Agents are the user ids a ticket may be assigned to.
+var Agents = []int64{1001, 1002}
+
+// MaxComments is the most comments the fake lists on one page.
+const MaxComments = 100
 
 // Requester is a create call's requester object.
 type Requester struct {
@@ -61,16 +93,18 @@ type keyed struct {
 
 // Fake is one Zendesk account.
 type Fake struct {
-	Faults downstreamtest.Faults
-	email  string
-	token  string
-	now    func() time.Time
-	srv    string
+	Faults        downstreamtest.Faults // of creates
+	CommentFaults downstreamtest.Faults // of ticket updates (PUT)
+	email         string
+	token         string
+	now           func() time.Time
+	srv           string
 
 	mu      sync.Mutex
 	tickets []Ticket
 	keys    map[string]keyed
 	lookups map[string]int // x-idempotency-lookup answers: "hit", "miss"
+	events  int64          // the last audit event id
 }
 
 // New starts an account that accepts email/token; now is its clock (nil:
@@ -86,6 +120,10 @@ func New(t testing.TB, email, token string, now func() time.Time) *Fake {
 	mux.HandleFunc("POST /api/v2/tickets.json", create)
 	mux.HandleFunc("GET /api/v2/tickets", f.auth(f.list))
 	mux.HandleFunc("GET /api/v2/tickets.json", f.auth(f.list))
+	mux.HandleFunc("GET /api/v2/tickets/{id}", f.auth(f.show))
+	mux.HandleFunc("PUT /api/v2/tickets/{id}", func(w http.ResponseWriter, r *http.Request) { f.CommentFaults.Serve(w, r, f.auth(f.update)) })
+	mux.HandleFunc("GET /api/v2/tickets/{id}/comments", f.auth(f.comments))
+	mux.HandleFunc("GET /api/v2/tickets/{id}/comments.json", f.auth(f.comments))
 	f.srv = downstreamtest.StartServer(t, mux).URL
 	return f
 }
@@ -194,6 +232,8 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		Subject: in.Ticket.Subject, Desc: in.Ticket.Comment.Body, Priority: in.Ticket.Priority, Tags: in.Ticket.Tags,
 		Status: "new", CreatedAt: now, Requester: in.Ticket.Requester,
 	}
+	f.events++
+	tk.Comments = []Comment{{ID: f.events, Body: tk.Desc, Public: true}}
 	f.tickets = append(f.tickets, tk)
 	if key != "" {
 		f.keys[key] = keyed{fingerprint: fp, ticket: id, at: now}
@@ -215,4 +255,178 @@ func (f *Fake) list(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	downstreamtest.WriteJSON(w, http.StatusOK, map[string]any{"tickets": out, "count": len(out), "next_page": nil, "previous_page": nil})
+}
+
+// AddTicket files a ticket as a user would, and returns its id.
+func (f *Fake) AddTicket(subject string, tags ...string) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := int64(len(f.tickets) + 1)
+	f.events++
+	f.tickets = append(f.tickets, Ticket{ID: id, URL: fmt.Sprintf("%s/api/v2/tickets/%d.json", f.srv, id), Subject: subject,
+		Desc: subject, Tags: tags, Status: "new", Priority: "normal", CreatedAt: f.now(), Comments: []Comment{{ID: f.events, Body: subject, Public: true}}})
+	return id
+}
+
+// AddComments adds n comments by someone else to ticket id.
+func (f *Fake) AddComments(id int64, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tk := f.ticket(id)
+	for i := range n {
+		f.events++
+		tk.Comments = append(tk.Comments, Comment{ID: f.events, Body: fmt.Sprintf("comment %d", i+1), Public: true})
+	}
+}
+
+// Ticket returns a copy of ticket id (false: none).
+func (f *Fake) Ticket(id int64) (Ticket, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tk := f.ticket(id)
+	if tk == nil {
+		return Ticket{}, false
+	}
+	c := *tk
+	c.Tags, c.Comments = slices.Clone(tk.Tags), slices.Clone(tk.Comments)
+	return c, true
+}
+
+// SetStatus sets ticket id's status as an agent or a trigger would.
+func (f *Fake) SetStatus(id int64, status string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ticket(id).Status = status
+}
+
+func (f *Fake) ticket(id int64) *Ticket {
+	for i := range f.tickets {
+		if f.tickets[i].ID == id {
+			return &f.tickets[i]
+		}
+	}
+	return nil
+}
+
+// ticketOf reads {id} (with or without .json); nil (after a 404) if no
+// such ticket.
+func (f *Fake) ticketOf(w http.ResponseWriter, r *http.Request) *Ticket {
+	n, err := strconv.ParseInt(strings.TrimSuffix(r.PathValue("id"), ".json"), 10, 64)
+	var tk *Ticket
+	if err == nil {
+		tk = f.ticket(n)
+	}
+	if tk == nil {
+		downstreamtest.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "RecordNotFound", "description": "Not found"})
+	}
+	return tk
+}
+
+func (f *Fake) show(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if tk := f.ticketOf(w, r); tk != nil {
+		downstreamtest.WriteJSON(w, http.StatusOK, map[string]Ticket{"ticket": *tk})
+	}
+}
+
+func invalidRecord(w http.ResponseWriter, field, description string) {
+	downstreamtest.WriteJSON(w, http.StatusUnprocessableEntity, map[string]any{
+		"error": "RecordInvalid", "description": "Record validation errors",
+		"details": map[string]any{field: []map[string]string{{"description": description, "error": "InvalidValue"}}},
+	})
+}
+
+func (f *Fake) update(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Ticket struct {
+			Comment *struct {
+				Body   string `json:"body"`
+				Public *bool  `json:"public"`
+			} `json:"comment"`
+			Status     *string         `json:"status"`
+			Priority   *string         `json:"priority"`
+			Tags       *[]string       `json:"tags"`
+			AssigneeID json.RawMessage `json:"assignee_id"`
+		} `json:"ticket"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+		downstreamtest.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "Unprocessable JSON", "description": err.Error()})
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tk := f.ticketOf(w, r)
+	if tk == nil {
+		return
+	}
+	if tk.Status == "closed" {
+		invalidRecord(w, "status", "Status: closed prevents ticket update")
+		return
+	}
+	next := *tk
+	in2 := in.Ticket
+	if in2.Status != nil {
+		if !slices.Contains([]string{"new", "open", "pending", "hold", "solved", "closed"}, *in2.Status) {
+			invalidRecord(w, "status", "Status: is invalid")
+			return
+		}
+		next.Status = *in2.Status
+	}
+	if in2.Priority != nil {
+		if !slices.Contains([]string{"low", "normal", "high", "urgent"}, *in2.Priority) {
+			invalidRecord(w, "priority", "Priority: is invalid")
+			return
+		}
+		next.Priority = *in2.Priority
+	}
+	if in2.Tags != nil {
+		next.Tags = slices.Clone(*in2.Tags)
+	}
+	if len(in2.AssigneeID) > 0 {
+		var a *int64
+		if json.Unmarshal(in2.AssigneeID, &a) != nil || a != nil && !slices.Contains(Agents, *a) {
+			invalidRecord(w, "assignee", "Assignee: is not an agent")
+			return
+		}
+		next.AssigneeID = a
+	}
+	events := []map[string]any{}
+	if c := in2.Comment; c != nil {
+		if strings.TrimSpace(c.Body) == "" {
+			invalidRecord(w, "comment", "Comment: cannot be blank")
+			return
+		}
+		f.events++
+		public := c.Public == nil || *c.Public
+		next.Comments = append(slices.Clone(tk.Comments), Comment{ID: f.events, Body: c.Body, Public: public})
+		events = append(events, map[string]any{"id": f.events, "type": "Comment", "body": c.Body, "public": public})
+	}
+	*tk = next
+	downstreamtest.WriteJSON(w, http.StatusOK, map[string]any{"ticket": next, "audit": map[string]any{"events": events}})
+}
+
+func (f *Fake) comments(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	size, err := strconv.Atoi(q.Get("page[size]"))
+	if err != nil || size <= 0 || size > MaxComments {
+		size = MaxComments
+	}
+	after, _ := strconv.Atoi(q.Get("page[after]"))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tk := f.ticketOf(w, r)
+	if tk == nil {
+		return
+	}
+	start := min(max(after, 0), len(tk.Comments))
+	end := min(start+size, len(tk.Comments))
+	more := end < len(tk.Comments)
+	links := map[string]any{"next": nil}
+	if more {
+		v := url.Values{"page[size]": {strconv.Itoa(size)}, "page[after]": {strconv.Itoa(end)}}
+		links["next"] = f.srv + r.URL.Path + "?" + v.Encode()
+	}
+	downstreamtest.WriteJSON(w, http.StatusOK, map[string]any{"comments": tk.Comments[start:end],
+		"meta": map[string]any{"has_more": more, "after_cursor": strconv.Itoa(end)}, "links": links})
 }
