@@ -22,6 +22,7 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -184,7 +185,7 @@ func TestAuditRepublishesWhatTheStreamLost(t *testing.T) {
 	// The stream loses three messages; one of them had reached the
 	// forwarder, which recorded the delivery.
 	w.lose(t, "req-02", "req-07", "req-11")
-	if err := w.l.RecordDelivery(ctx, ledger.Delivery{RequestID: "req-07", Target: "local", State: string(ledger.StatusDelivered), Attempts: 1}); err != nil {
+	if err := w.l.RecordDelivery(ctx, request.Delivery{RequestID: "req-07", Target: "local", State: string(request.StatusDelivered), Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -256,7 +257,7 @@ func TestAuditFollowsIdsThatRestart(t *testing.T) {
 	checked := testutil.ToFloat64(w.m.AuditChecked)
 	// All three are delivered and retention removes them (a day later).
 	for _, id := range first {
-		if err := w.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: string(ledger.StatusDelivered), Attempts: 1}); err != nil {
+		if err := w.l.RecordDelivery(ctx, request.Delivery{RequestID: id, Target: "local", State: string(request.StatusDelivered), Attempts: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -322,14 +323,14 @@ func TestAuditLooksUpDeliveriesGoneQuiet(t *testing.T) {
 	record := func(id, state string, at time.Time) {
 		t.Helper()
 		l := ledger.New(w.db, w.wr, func() time.Time { return at })
-		if err := l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: state, Attempts: 3}); err != nil {
+		if err := l.RecordDelivery(ctx, request.Delivery{RequestID: id, Target: "local", State: state, Attempts: 3}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	record("quiet-retrying", string(ledger.StatusRetrying), start)
-	record("recent-retrying", string(ledger.StatusRetrying), start.Add(9*time.Minute))
-	record("delivered", string(ledger.StatusDelivered), start)
-	record("quiet-attempting", ledger.DeliveryAttempting, start)
+	record("quiet-retrying", string(request.StatusRetrying), start)
+	record("recent-retrying", string(request.StatusRetrying), start.Add(9*time.Minute))
+	record("delivered", string(request.StatusDelivered), start)
+	record("quiet-attempting", request.DeliveryAttempting, start)
 
 	a, err := audit.New(archetype.Archetype{Logger: w.log, Metrics: w.m, Now: func() time.Time { return start.Add(10 * time.Minute) }}, audit.Config{After: 5 * time.Minute}, w.l, w.check, func() bool { return true })
 	if err != nil {

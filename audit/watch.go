@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"ticketrelay/internal/archetype"
-	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
+	"ticketrelay/request"
 )
 
 // The watcher keeps the stream in place under a running dispatcher. Anyone
@@ -42,8 +42,6 @@ type Blocker interface {
 	Blocked(ctx context.Context, since time.Time, reason string) error
 	Unblocked(ctx context.Context) error
 }
-
-var _ Blocker = (*ledger.Presence)(nil)
 
 // Relay is this dispatcher's relay (outbox.Relay): the watcher queues
 // messages again only while it leads (holds the lease: one dispatcher
@@ -373,7 +371,7 @@ func (w *Watcher) scan(ctx context.Context) error {
 
 // lost reports whether p's message is one the stream no longer holds and
 // whose delivery still needs it.
-func (w *Watcher) lost(ctx context.Context, p ledger.Published, st natsjs.StreamState) (bool, error) {
+func (w *Watcher) lost(ctx context.Context, p request.Published, st natsjs.StreamState) (bool, error) {
 	if p.PublishedAt.IsZero() || p.Seq == 0 || p.Settled() {
 		return false, nil
 	}

@@ -22,6 +22,7 @@ import (
 	"ticketrelay/mcptools"
 	"ticketrelay/metrics"
 	"ticketrelay/outbox"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -151,9 +152,9 @@ func TestPrefill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantBacklog, wantStatus := int64(1200), ledger.StatusQueued
+		wantBacklog, wantStatus := int64(1200), request.StatusQueued
 		if published {
-			wantBacklog, wantStatus = 0, ledger.StatusPublished
+			wantBacklog, wantStatus = 0, request.StatusPublished
 		}
 		if backlog != wantBacklog || st.Status != wantStatus || st.TicketID != tk.ID {
 			t.Errorf("published=%v: backlog %d, find %+v; want backlog %d, status %s, ticket %s", published, backlog, st, wantBacklog, wantStatus, tk.ID)

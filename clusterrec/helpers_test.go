@@ -81,7 +81,7 @@ func newHost(t *testing.T, js jetstream.JetStream, id string, cfg clusterrec.Con
 	return &host{id: id, path: path, store: s, l: l, front: clusterrec.NewFront(archetype.Archetype{Logger: discard()}, s, l), deliv: clusterrec.NewDeliveries(s, l, time.Now)}
 }
 
-func request(id, title string) ticket.Request {
+func newRequest(id, title string) ticket.Request {
 	r := ticket.Request{RequestID: id, Tool: "create_ticket", Target: "local", Title: title, Priority: "normal", Labels: []string{"ops"}}
 	if err := r.Normalize(); err != nil {
 		panic(err)

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"ticketrelay/internal/archetype"
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 )
 
 // Heartbeat is a host's entry under "h.<host>": that it is alive, and how
@@ -563,5 +563,5 @@ func (h *Hosts) adoptRecord(ctx context.Context, key, lost string) (bool, error)
 
 // settled reports whether the record's delivery needs nothing more.
 func (r Record) settled() bool {
-	return r.Delivery != nil && (ledger.Delivery{State: r.Delivery.State}).Settled()
+	return r.Delivery != nil && (request.Delivery{State: r.Delivery.State}).Settled()
 }

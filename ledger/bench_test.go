@@ -16,6 +16,7 @@ import (
 
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -141,7 +142,7 @@ func BenchmarkPriorDeliveries(b *testing.B) {
 	for i, r := range reqs {
 		ids[i] = r.RequestID
 		if i%2 == 0 {
-			d := ledger.Delivery{RequestID: r.RequestID, Target: r.Target, State: string(ledger.StatusRetrying), Attempts: 1}
+			d := request.Delivery{RequestID: r.RequestID, Target: r.Target, State: string(request.StatusRetrying), Attempts: 1}
 			if err := l.RecordDelivery(ctx, d); err != nil {
 				b.Fatal(err)
 			}

@@ -9,8 +9,9 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"ticketrelay/internal/testclock"
 	"time"
+
+	"ticketrelay/internal/testclock"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -97,7 +98,7 @@ func rows(t *testing.T, db *sql.DB) [3]int {
 	}
 }
 
-func request(id string) ticket.Request {
+func newRequest(id string) ticket.Request {
 	r := ticket.Request{
 		RequestID: id,
 		Tool:      "create_ticket",
@@ -186,8 +187,7 @@ func testGauge(t *testing.T, g prometheus.Gauge) float64 {
 // find is Find with the detail the front writes for the agent
 // (mcptools.Advise): the words are the front's, the facts they are
 // written from the ledger's.
-func (e *env) find(ctx context.Context, subject, requestID string) (ledger.RequestStatus, error) {
+func (e *env) find(ctx context.Context, subject, requestID string) (mcptools.RequestStatus, error) {
 	st, err := e.l.Find(ctx, subject, requestID)
-	st.Detail = mcptools.Advise(st)
-	return st, err
+	return mcptools.RequestStatus{Report: st, Detail: mcptools.Advise(st)}, err
 }

@@ -180,7 +180,7 @@ func TestCancelledCallerStillCommits(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.l.Create(ctx, request("req-cancelled"))
+		_, err := e.l.Create(ctx, newRequest("req-cancelled"))
 		done <- err
 	}()
 	waitFor(t, 10*time.Second, "the Create to be queued", func() bool { return e.w.QueuedForTest() == 1 })
@@ -196,7 +196,7 @@ func TestCancelledCallerStillCommits(t *testing.T) {
 	release()
 
 	// The retry finds the write that happened after the caller left.
-	res, err := e.l.Create(context.Background(), request("req-cancelled"))
+	res, err := e.l.Create(context.Background(), newRequest("req-cancelled"))
 	if err != nil {
 		t.Fatal(err)
 	}

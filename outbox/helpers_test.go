@@ -213,7 +213,7 @@ func (n *node) stop(t *testing.T) {
 func (n *node) create(t *testing.T, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		if _, err := n.l.Create(testCtx(t), request(id, "local")); err != nil {
+		if _, err := n.l.Create(testCtx(t), newRequest(id, "local")); err != nil {
 			t.Fatalf("Create %s: %v", id, err)
 		}
 	}
@@ -227,7 +227,7 @@ func ids(prefix string, n int) []string {
 	return out
 }
 
-func request(id, target string) ticket.Request {
+func newRequest(id, target string) ticket.Request {
 	r := ticket.Request{RequestID: id, Tool: "create_ticket_" + target, Target: target,
 		Title: "Ticket " + id, Body: "body of " + id, Labels: []string{"relay"}}
 	if err := r.Normalize(); err != nil {

@@ -5,12 +5,12 @@ import (
 	"log/slog"
 	"time"
 
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 )
 
 // PresenceInterval is how often a running dispatcher renews its entry in
-// the ledger; ledger.PresenceFresh allows for two renewals missed.
-const PresenceInterval = ledger.PresenceFresh / 3
+// the ledger; request.PresenceFresh allows for two renewals missed.
+const PresenceInterval = request.PresenceFresh / 3
 
 // Entry is a dispatcher's entry in the ledger (ledger.Presence): the
 // writes the Presence service makes.
@@ -18,8 +18,6 @@ type Entry interface {
 	Announce(ctx context.Context) error
 	Withdraw(ctx context.Context) error
 }
-
-var _ Entry = (*ledger.Presence)(nil)
 
 // Presence renews a running dispatcher's entry, so that mcp-front and the
 // audit know it runs and what it serves, and withdraws it when stopped.
@@ -39,6 +37,6 @@ func NewPresence(entry Entry, log *slog.Logger) *Presence {
 // withdraws it.
 func (p *Presence) Run(ctx context.Context) error {
 	return Loop{Interval: p.every, RunOnce: p.entry.Announce, Final: p.entry.Withdraw, Log: p.log,
-		// The next renewal tries again; ledger.PresenceFresh allows for two.
+		// The next renewal tries again; request.PresenceFresh allows for two.
 		Failed: "could not renew the dispatcher's entry in the ledger"}.Run(ctx)
 }

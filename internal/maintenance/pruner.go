@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 )
 
@@ -57,8 +56,6 @@ type PruneStore interface {
 	// CountRequests counts the requests the ledger holds.
 	CountRequests(ctx context.Context) (int64, error)
 }
-
-var _ PruneStore = (*ledger.Ledger)(nil)
 
 // Pruner removes expired requests in the background.
 type Pruner struct {

@@ -11,8 +11,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"ticketrelay/internal/maintenance"
-	"ticketrelay/ledger"
 	"ticketrelay/metrics"
+	"ticketrelay/request"
 )
 
 // TestLedgerRequestsGaugeFollowsAcceptedRequests: ledger_requests counts
@@ -63,11 +63,11 @@ func TestPruneRemovesOnlyExpiredSettledRequests(t *testing.T) {
 	e := openEnv(t)
 	db := e.raw(t)
 	states := map[string]string{
-		"old-delivered": string(ledger.StatusDelivered),
-		"old-failed":    string(ledger.StatusFailed),
-		"old-uncertain": string(ledger.StatusUncertain),
-		"old-retrying":  string(ledger.StatusRetrying),
-		"old-inflight":  ledger.DeliveryAttempting,
+		"old-delivered": string(request.StatusDelivered),
+		"old-failed":    string(request.StatusFailed),
+		"old-uncertain": string(request.StatusUncertain),
+		"old-retrying":  string(request.StatusRetrying),
+		"old-inflight":  request.DeliveryAttempting,
 		"old-queued":    "",
 	}
 	for id, state := range states {
@@ -82,7 +82,7 @@ func TestPruneRemovesOnlyExpiredSettledRequests(t *testing.T) {
 	}
 	e.clock.Add(25 * time.Hour)
 	e.create(t, "young-delivered")
-	e.settle(t, "young-delivered", string(ledger.StatusDelivered))
+	e.settle(t, "young-delivered", string(request.StatusDelivered))
 
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
 	p, err := maintenance.NewPruner(maintenance.RetentionConfig{Keep: 24 * time.Hour, Batch: 1}, e.l, discard(), m, e.clock.Now)
@@ -134,7 +134,7 @@ func TestPruneInBatches(t *testing.T) {
 	for i := range 23 {
 		id := fmt.Sprintf("r-%02d", i)
 		e.create(t, id)
-		e.settle(t, id, string(ledger.StatusDelivered))
+		e.settle(t, id, string(request.StatusDelivered))
 	}
 	e.clock.Add(time.Hour)
 	before := batches(t, e.m.BatchSize)
