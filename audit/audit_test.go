@@ -23,6 +23,7 @@ import (
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
 	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -30,8 +31,8 @@ import (
 // embedded JetStream as atomic batches, and nothing consuming: no delivery
 // is ever recorded unless the test records one.
 type world struct {
-	db     *ledger.DB
-	wr     *ledger.Writer
+	db     *sqlitedb.DB
+	wr     *sqlitedb.Writer
 	l      *ledger.Ledger
 	read   *sql.DB
 	m      *metrics.Dispatcher
@@ -75,7 +76,7 @@ func newWorldWith(t *testing.T, wrap func(outbox.Publisher) outbox.Publisher) *w
 		t.Fatal(err)
 	}
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
-	w := ledger.NewWriter(db, log, m.Writer)
+	w := sqlitedb.NewWriter(db, log, m.Writer)
 	t.Cleanup(func() { w.Close(); db.Close() })
 	var pub outbox.Publisher = natsjs.NewPublisher(js, natsjs.AtomicBatches(nil))
 	if wrap != nil {

@@ -23,6 +23,7 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/outbox"
 	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -147,7 +148,7 @@ func TestPrefill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := ledger.NewWriter(db, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.NewFront(prometheus.NewRegistry()).Writer)
+		w := sqlitedb.NewWriter(db, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.NewFront(prometheus.NewRegistry()).Writer)
 		st, err := ledger.New(db, w, time.Now).Find(ctx, "", rid)
 		if err != nil {
 			t.Fatal(err)
@@ -176,7 +177,7 @@ func TestLoad(t *testing.T) {
 	}
 	t.Cleanup(func() { db.Close() })
 	m := metrics.NewFront(prometheus.NewRegistry())
-	w := ledger.NewWriter(db, log, m.Writer)
+	w := sqlitedb.NewWriter(db, log, m.Writer)
 	t.Cleanup(w.Close)
 	b := mcptools.Binding{Tool: createTool, Target: "local", Capabilities: downstream.Capabilities{DedupeKey: true}}
 	srv, err := mcptools.New(mcptools.Config{Bindings: []mcptools.Binding{b}}, ledger.New(db, w, time.Now), m, log)

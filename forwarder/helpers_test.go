@@ -27,6 +27,7 @@ import (
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
 	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -52,8 +53,8 @@ func testConfig() forwarder.Config {
 // env is the dispatcher side of ticketrelay, for real: a SQLite ledger in a
 // temporary directory and an embedded nats-server with JetStream.
 type env struct {
-	db  *ledger.DB
-	w   *ledger.Writer
+	db  *sqlitedb.DB
+	w   *sqlitedb.Writer
 	l   *ledger.Ledger
 	m   *metrics.Dispatcher
 	nc  *nats.Conn
@@ -89,7 +90,7 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { db.Close() })
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
-	w := ledger.NewWriter(db, log, m.Writer)
+	w := sqlitedb.NewWriter(db, log, m.Writer)
 	t.Cleanup(w.Close)
 	e := &env{db: db, w: w, l: ledger.New(db, w, time.Now), m: m, nc: nc, js: js, log: log}
 

@@ -13,7 +13,7 @@ import (
 
 // LastID is the highest outbox (and ledger row) id, 0 if there is none.
 func (l *Ledger) LastID(ctx context.Context) (int64, error) {
-	id, err := outbox.LastID(ctx, l.db.read)
+	id, err := outbox.LastID(ctx, l.db.Reader())
 	if err != nil {
 		return 0, fmt.Errorf("ledger: %w", err)
 	}
@@ -24,7 +24,7 @@ func (l *Ledger) LastID(ctx context.Context) (int64, error) {
 // order, each with its request's delivery record state, read in one read
 // transaction.
 func (l *Ledger) PublishedAfter(ctx context.Context, after int64, limit int) ([]request.Published, error) {
-	tx, err := l.db.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	tx, err := l.db.Reader().BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("ledger: read published rows: %w", err)
 	}

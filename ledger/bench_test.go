@@ -17,6 +17,7 @@ import (
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -29,7 +30,7 @@ func benchLedger(b *testing.B) (*ledger.Ledger, *metrics.Writer, func()) {
 		b.Fatal(err)
 	}
 	m := metrics.NewFront(prometheus.NewRegistry()).Writer
-	w := ledger.NewWriter(db, slog.New(slog.NewTextHandler(io.Discard, nil)), m)
+	w := sqlitedb.NewWriter(db, slog.New(slog.NewTextHandler(io.Discard, nil)), m)
 	return ledger.New(db, w, time.Now), m, func() { w.Close(); db.Close() }
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"ticketrelay/ledger"
 	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -65,7 +66,7 @@ func TestReopenKeepsDataAndSchemaVersion(t *testing.T) {
 func TestTwoHandlesOnOneFile(t *testing.T) {
 	path := dbPath(t)
 	ctx := context.Background()
-	var dbs [2]*ledger.DB
+	var dbs [2]*sqlitedb.DB
 	var errs [2]error
 	var wg sync.WaitGroup
 	start := make(chan struct{})

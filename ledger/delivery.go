@@ -60,7 +60,7 @@ func (l *Ledger) writeTx(d request.Delivery, mirror bool) func(ctx context.Conte
 	return func(ctx context.Context, tx *sql.Tx) error {
 		// The record takes the ledger row's id (see migration 5); a request
 		// the ledger does not hold gets none.
-		res, err := l.w.prepared(tx).ExecContext(ctx, `
+		res, err := l.w.Prepared(tx).ExecContext(ctx, `
 			INSERT INTO deliveries (id, target, state, attempts, throttled, next_attempt_at, last_error, failure, external_id, external_url, updated_at, version)
 			SELECT id, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1 FROM requests WHERE request_id = ?
 			ON CONFLICT(id) DO UPDATE SET

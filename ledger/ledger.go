@@ -9,20 +9,21 @@ import (
 
 	"ticketrelay/outbox"
 	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
 // Ledger is the idempotency ledger of one database.
 type Ledger struct {
-	db     *DB
-	w      *Writer
+	db     *sqlitedb.DB
+	w      *sqlitedb.Writer
 	now    func() time.Time
 	prior  priorReads
 	served servedCache
 }
 
 // New returns a ledger that writes through w and reads through db's read pool.
-func New(db *DB, w *Writer, now func() time.Time) *Ledger {
+func New(db *sqlitedb.DB, w *sqlitedb.Writer, now func() time.Time) *Ledger {
 	return &Ledger{db: db, w: w, now: now}
 }
 
@@ -46,7 +47,7 @@ func (l *Ledger) CreateAt(ctx context.Context, req ticket.Request, hash string, 
 	// CPU (decision 0071 has the measurements).
 	var res request.Result
 	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		ptx := l.w.prepared(tx)
+		ptx := l.w.Prepared(tx)
 		// Insert first: the unique index answers whether the id is new in
 		// the same probe, and only a repeat pays for a lookup.
 		r, inserted, err := l.insert(ctx, ptx, req, hash, at)
@@ -103,7 +104,7 @@ func lookup(ctx context.Context, q outbox.Querier, req ticket.Request, hash stri
 // insert writes the ledger row, with its ticket, and the outbox row, and
 // returns the result, unless the ledger already holds req.RequestID: then it
 // writes nothing and reports false.
-func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash string, now time.Time) (res request.Result, inserted bool, err error) {
+func (l *Ledger) insert(ctx context.Context, tx sqlitedb.Tx, req ticket.Request, hash string, now time.Time) (res request.Result, inserted bool, err error) {
 	scoped := req.Scoped()
 	t := ticket.Ticket{Request: req, ID: ticket.IDFor(scoped), CreatedAt: now.UTC()}
 	res = request.Result{RequestID: req.RequestID, TicketID: t.ID, Target: req.Target, Status: request.StatusQueued, CreatedAt: t.CreatedAt}

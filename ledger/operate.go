@@ -142,7 +142,7 @@ type Summary struct {
 // Summarize reads the backlog, the per-target counts and the uncertain requests.
 func (l *Ledger) Summarize(ctx context.Context) (Summary, error) {
 	var s Summary
-	n, oldest, err := outbox.Backlog(ctx, l.db.read)
+	n, oldest, err := outbox.Backlog(ctx, l.db.Reader())
 	if err != nil {
 		return s, err
 	}
@@ -195,7 +195,7 @@ func (l *Ledger) countByTarget(ctx context.Context) (*targetCounts, error) {
 	// Requests with no delivery record yet are "waiting": counting them
 	// scans the ledger (an operator's command, not a hot path). Those of a
 	// target no running dispatcher serves appear nowhere else.
-	rows, err := l.db.read.QueryContext(ctx, `SELECT target, shown, count(*) FROM (
+	rows, err := l.db.Reader().QueryContext(ctx, `SELECT target, shown, count(*) FROM (
 			SELECT target, CASE WHEN state = ? AND next_attempt_at IS NOT NULL THEN ? ELSE state END AS shown FROM deliveries
 			UNION ALL
 			SELECT r.target, 'waiting' FROM requests r LEFT JOIN deliveries d ON d.id = r.id WHERE d.id IS NULL
@@ -233,7 +233,7 @@ func (l *Ledger) countByTarget(ctx context.Context) (*targetCounts, error) {
 // uncertain reads the status of the (first thousand) uncertain requests,
 // oldest first.
 func (l *Ledger) uncertain(ctx context.Context) ([]request.Report, error) {
-	rows, err := l.db.read.QueryContext(ctx, `SELECT r.request_id FROM deliveries d JOIN requests r ON r.id = d.id
+	rows, err := l.db.Reader().QueryContext(ctx, `SELECT r.request_id FROM deliveries d JOIN requests r ON r.id = d.id
 		WHERE d.state = ? ORDER BY d.updated_at LIMIT 1000`, string(request.StatusUncertain))
 	if err != nil {
 		return nil, err

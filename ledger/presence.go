@@ -128,7 +128,7 @@ func (p *Presence) Withdraw(ctx context.Context) error {
 // Served reads what the running dispatchers deliver to.
 func (l *Ledger) Served(ctx context.Context) (request.Served, error) {
 	s := request.Served{Targets: map[string]bool{}}
-	rows, err := l.db.query(ctx, `SELECT targets FROM dispatchers WHERE seen_at >= ?`,
+	rows, err := l.db.Query(ctx, `SELECT targets FROM dispatchers WHERE seen_at >= ?`,
 		l.now().Add(-request.PresenceFresh).UnixNano())
 	if err != nil {
 		return s, fmt.Errorf("ledger: read dispatchers: %w", err)
@@ -153,7 +153,7 @@ func (l *Ledger) Served(ctx context.Context) (request.Served, error) {
 	}
 	rows.Close()
 	// A running dispatcher's note that it cannot reach the stream.
-	blocked, err := l.db.query(ctx, `SELECT s.value FROM settings s JOIN dispatchers d ON s.name = ? || d.holder
+	blocked, err := l.db.Query(ctx, `SELECT s.value FROM settings s JOIN dispatchers d ON s.name = ? || d.holder
 		WHERE d.seen_at >= ?`, blockedPrefix, l.now().Add(-request.PresenceFresh).UnixNano())
 	if err != nil {
 		return s, fmt.Errorf("ledger: read blocked dispatchers: %w", err)

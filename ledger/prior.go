@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -71,7 +72,7 @@ type priorReads struct {
 	running bool // a caller is running a query
 }
 
-func (r *priorReads) read(ctx context.Context, db *DB, requestID string) (request.Prior, error) {
+func (r *priorReads) read(ctx context.Context, db *sqlitedb.DB, requestID string) (request.Prior, error) {
 	var p request.Prior
 	c := &priorCall{requestID: requestID, p: &p, wake: make(chan struct{})}
 	r.mu.Lock()
@@ -115,7 +116,7 @@ func (r *priorReads) read(ctx context.Context, db *DB, requestID string) (reques
 }
 
 // readPriors answers batch in one query.
-func readPriors(ctx context.Context, db *DB, batch []*priorCall) error {
+func readPriors(ctx context.Context, db *sqlitedb.DB, batch []*priorCall) error {
 	ids := make([]string, len(batch))
 	for i, c := range batch {
 		ids[i] = c.requestID
@@ -125,7 +126,7 @@ func readPriors(ctx context.Context, db *DB, batch []*priorCall) error {
 	if err != nil {
 		return err
 	}
-	rows, err := db.query(ctx, `
+	rows, err := db.Query(ctx, `
 		SELECT j.key, r.id IS NOT NULL, r.subject, r.caller_name, r.caller_email, r.tool, r.target, r.ticket_id, r.title, r.body, r.priority, r.labels, r.created_at,
 			d.target, d.state, d.attempts, d.throttled, d.next_attempt_at, d.last_error, d.failure, d.external_id, d.external_url, d.updated_at, d.version
 		FROM json_each(?) j LEFT JOIN requests r ON r.request_id = j.value LEFT JOIN deliveries d ON d.id = r.id`, string(list))

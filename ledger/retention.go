@@ -92,7 +92,7 @@ func (l *Ledger) PruneFrom(ctx context.Context, from, cutoff time.Time, batch in
 // gauge).
 func (l *Ledger) CountRequests(ctx context.Context) (int64, error) {
 	var n int64
-	if err := l.db.read.QueryRowContext(ctx, `SELECT count(*) FROM requests`).Scan(&n); err != nil {
+	if err := l.db.Reader().QueryRowContext(ctx, `SELECT count(*) FROM requests`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("ledger: count requests: %w", err)
 	}
 	return n, nil

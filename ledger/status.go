@@ -30,12 +30,12 @@ func (l *Ledger) FindScoped(ctx context.Context, id string) (request.Report, err
 func (l *Ledger) find(ctx context.Context, shown, scoped, where string, args ...any) (request.Report, error) {
 	st := request.Report{RequestID: shown, Status: request.StatusUnknown, Scoped: scoped}
 	var row statusRow
-	err := l.db.queryRow(ctx, `SELECT `+statusColumns+` `+statusJoins+` WHERE `+where, args...).Scan(row.dest(&st)...)
+	err := l.db.QueryRow(ctx, `SELECT `+statusColumns+` `+statusJoins+` WHERE `+where, args...).Scan(row.dest(&st)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return st, nil
 	}
 	if err == nil {
-		err = row.readPublished(ctx, l.db.read)
+		err = row.readPublished(ctx, l.db.Reader())
 	}
 	if err != nil {
 		return st, fmt.Errorf("ledger: find %s: %w", shown, err)

@@ -28,6 +28,7 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -129,8 +130,8 @@ func countMsgs(byID map[string][]*jetstream.RawStreamMsg) int {
 type node struct {
 	name  string
 	path  string
-	db    *ledger.DB
-	w     *ledger.Writer
+	db    *sqlitedb.DB
+	w     *sqlitedb.Writer
 	l     *ledger.Ledger
 	m     *metrics.Dispatcher
 	relay *outbox.Relay
@@ -160,7 +161,7 @@ func newNodeTx(t *testing.T, name, path string, pub outbox.Publisher, cfg outbox
 	}
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
 	log := slog.New(slog.NewTextHandler(t.Output(), nil)).With("node", name)
-	w := ledger.NewWriter(db, log, m.Writer)
+	w := sqlitedb.NewWriter(db, log, m.Writer)
 	t.Cleanup(func() {
 		w.Close()
 		db.Close()

@@ -20,6 +20,7 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -377,7 +378,7 @@ func frontLedger(t *testing.T, path string, w *outbox.Waker) *ledger.Ledger {
 		t.Fatal(err)
 	}
 	m := metrics.NewFront(prometheus.NewRegistry())
-	wr := ledger.NewWriter(db, discard(), m.Writer, ledger.AfterCommit(w.Wake))
+	wr := sqlitedb.NewWriter(db, discard(), m.Writer, sqlitedb.AfterCommit(w.Wake))
 	t.Cleanup(func() {
 		wr.Close()
 		w.Close()

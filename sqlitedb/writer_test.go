@@ -1,4 +1,4 @@
-package ledger_test
+package sqlitedb_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"ticketrelay/ledger"
+	"ticketrelay/sqlitedb"
 )
 
 // insertLease is a small write the writer tests use as an operation.
@@ -146,7 +146,7 @@ func TestWriterCloseDrainsQueuedWork(t *testing.T) {
 	closed := make(chan struct{})
 	go func() { e.w.Close(); close(closed) }()
 	waitFor(t, 10*time.Second, "Close to stop accepting work", e.w.ClosedForTest)
-	if err := e.w.InTx(context.Background(), insertLease("late")); !errors.Is(err, ledger.ErrWriterClosed) {
+	if err := e.w.InTx(context.Background(), insertLease("late")); !errors.Is(err, sqlitedb.ErrWriterClosed) {
 		t.Fatalf("InTx after Close = %v, want ErrWriterClosed", err)
 	}
 	select {
@@ -168,7 +168,7 @@ func TestWriterCloseDrainsQueuedWork(t *testing.T) {
 	if len(names) != n || names["late"] {
 		t.Fatalf("committed %v, want q0..q%d and not late", names, n-1)
 	}
-	if err := e.w.InTx(context.Background(), insertLease("later")); !errors.Is(err, ledger.ErrWriterClosed) {
+	if err := e.w.InTx(context.Background(), insertLease("later")); !errors.Is(err, sqlitedb.ErrWriterClosed) {
 		t.Fatalf("InTx after Close returned = %v, want ErrWriterClosed", err)
 	}
 	e.w.Close() // idempotent
@@ -264,7 +264,7 @@ func TestInTxThen(t *testing.T) {
 	}
 	e.w.Close()
 	called := false
-	if err := e.w.InTxThen(context.Background(), insertLease("late"), func(error) { called = true }); !errors.Is(err, ledger.ErrWriterClosed) || called {
+	if err := e.w.InTxThen(context.Background(), insertLease("late"), func(error) { called = true }); !errors.Is(err, sqlitedb.ErrWriterClosed) || called {
 		t.Fatalf("InTxThen after Close = %v (callback ran: %v), want ErrWriterClosed and no callback", err, called)
 	}
 }

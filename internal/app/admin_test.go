@@ -21,14 +21,15 @@ import (
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
 // adminDB is a database made by the ledger, with requests in known states.
 type adminDB struct {
 	path string
-	db   *ledger.DB
-	w    *ledger.Writer
+	db   *sqlitedb.DB
+	w    *sqlitedb.Writer
 	l    *ledger.Ledger
 }
 
@@ -41,7 +42,7 @@ func newAdminDB(t *testing.T) *adminDB {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w := ledger.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer)
+	w := sqlitedb.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer)
 	t.Cleanup(func() { w.Close(); db.Close() })
 	return &adminDB{path: path, db: db, w: w, l: ledger.New(db, w, time.Now)}
 }

@@ -16,6 +16,7 @@ import (
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -37,7 +38,7 @@ func openEnv(t *testing.T) *env {
 		t.Fatalf("Open(%s): %v", path, err)
 	}
 	m := metrics.NewFront(prometheus.NewRegistry()).Writer
-	w := ledger.NewWriter(db, discard(), m)
+	w := sqlitedb.NewWriter(db, discard(), m)
 	c := downstreamtest.NewClock(time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC))
 	t.Cleanup(func() {
 		w.Close()

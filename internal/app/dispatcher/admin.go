@@ -24,6 +24,7 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/outbox"
 	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -84,7 +85,7 @@ func runAdmin(ctx context.Context, cmd command, env app.Env) error {
 	// A redrive puts rows back in the outbox: the relay hears of it at once.
 	waker := outbox.NewWaker(outbox.WakeupPath(db.Path))
 	defer waker.Close()
-	w := ledger.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer, ledger.AfterCommit(waker.Wake))
+	w := sqlitedb.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer, sqlitedb.AfterCommit(waker.Wake))
 	defer w.Close()
 	return cmd.run(ctx, ledger.New(db, w, time.Now), cf.fs, natsOpts, args, env.Stdout)
 }
