@@ -13,7 +13,7 @@ import (
 func TestFullDiskWritesNothingHalfway(t *testing.T) {
 	ctx := context.Background()
 	e := openEnv(t, dbPath(t))
-	db := raw(t, e.path)
+	db := e.db.Reader()
 	var pages int
 	if err := db.QueryRow(`PRAGMA page_count`).Scan(&pages); err != nil {
 		t.Fatal(err)

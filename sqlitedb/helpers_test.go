@@ -23,6 +23,8 @@ import (
 
 // env is one process's view of a ticketrelay database: the DB, its writer
 // and the ledger, its first tenant, whose creates the tests write with.
+// The tests read through the DB's read pool, which sees only what was
+// committed.
 type env struct {
 	path string
 	db   *sqlitedb.DB
@@ -49,18 +51,6 @@ func openEnv(t *testing.T, path string) *env {
 		}
 	})
 	return &env{path: path, db: db, w: w, m: m, l: ledger.New(db, w, time.Now)}
-}
-
-// raw opens a second, independent database/sql handle on path, so tests see
-// only what was committed to the file.
-func raw(t *testing.T, path string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.ToSlash(path)+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
 }
 
 // rows reports the number of rows in requests, tickets and outbox.

@@ -94,7 +94,7 @@ func TestFailedOperationRollsBackOnlyItself(t *testing.T) {
 	if goodErrs != 2 {
 		t.Errorf("errors: %v; want nil for good-1 (once) and good-2, a constraint error for the second good-1", errs)
 	}
-	names := leaseNames(t, raw(t, e.path))
+	names := leaseNames(t, e.db.Reader())
 	if !names["good-1"] || !names["good-2"] || names["bad"] || len(names) != 2 {
 		t.Errorf("committed leases %v, want exactly good-1 and good-2", names)
 	}
@@ -119,7 +119,7 @@ func TestLoneFailedOperationWritesNothing(t *testing.T) {
 	if !errors.Is(err, errBad) {
 		t.Fatalf("InTx = %v, want the operation's error", err)
 	}
-	if names := leaseNames(t, raw(t, e.path)); len(names) != 0 {
+	if names := leaseNames(t, e.db.Reader()); len(names) != 0 {
 		t.Fatalf("leases %v committed by a failed operation", names)
 	}
 	// An operation's own error (a conflict, a state check) is not a failed
@@ -164,7 +164,7 @@ func TestWriterCloseDrainsQueuedWork(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("queued operations failed: %v", err)
 	}
-	names := leaseNames(t, raw(t, e.path))
+	names := leaseNames(t, e.db.Reader())
 	if len(names) != n || names["late"] {
 		t.Fatalf("committed %v, want q0..q%d and not late", names, n-1)
 	}
@@ -203,7 +203,7 @@ func TestCancelledCallerStillCommits(t *testing.T) {
 	if !res.Replayed {
 		t.Fatalf("retry after a cancelled call = %+v, want a replay of the committed write", res)
 	}
-	if got := rows(t, raw(t, e.path)); got != [3]int{1, 1, 1} {
+	if got := rows(t, e.db.Reader()); got != [3]int{1, 1, 1} {
 		t.Fatalf("rows = %v, want [1 1 1]", got)
 	}
 }
@@ -216,7 +216,7 @@ func TestInTxThen(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	release := blockWriter(t, e.w)
 	errBad := errors.New("bad operation")
-	db := raw(t, e.path)
+	db := e.db.Reader()
 	results := make(chan string, 2)
 	then := func(name string) func(error) {
 		return func(err error) {
