@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"ticketrelay/internal/archetype"
+	"ticketrelay/internal/maintenance"
 	"ticketrelay/request"
 )
 
@@ -175,18 +176,7 @@ func (c HostsConfig) adoptLease() time.Duration { return 3 * c.Every }
 // (the bucket unavailable, an adoption cut off) is tried again at the
 // next period.
 func (h *Hosts) Run(ctx context.Context) error {
-	t := time.NewTicker(h.cfg.Every)
-	defer t.Stop()
-	for {
-		if err := h.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			h.log.Warn("hosts: round failed", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	return maintenance.Loop{Interval: h.cfg.Every, Eager: true, RunOnce: h.RunOnce, Log: h.log, Failed: "hosts: round failed"}.Run(ctx)
 }
 
 // RunOnce beats once and adopts what each lost host left.

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"ticketrelay/internal/archetype"
 	"ticketrelay/request"
 )
 
@@ -29,8 +30,8 @@ type Presence struct {
 
 // NewPresence returns the service that keeps entry. The first Announce is
 // the caller's (before the dispatcher says it is running).
-func NewPresence(entry Entry, log *slog.Logger) *Presence {
-	return &Presence{entry: entry, log: log, every: PresenceInterval}
+func NewPresence(arch archetype.Archetype, entry Entry) *Presence {
+	return &Presence{entry: entry, log: arch.WithDefaults().Logger, every: PresenceInterval}
 }
 
 // Run renews the entry every PresenceInterval until ctx ends, then

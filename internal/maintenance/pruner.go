@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"ticketrelay/internal/archetype"
 	"ticketrelay/metrics"
 )
 
@@ -66,8 +67,11 @@ type Pruner struct {
 	now     func() time.Time
 }
 
-// NewPruner validates cfg and returns a pruner.
-func NewPruner(cfg RetentionConfig, store PruneStore, log *slog.Logger, m *metrics.Dispatcher, now func() time.Time) (*Pruner, error) {
+// NewPruner validates cfg and returns a pruner; it records into
+// arch.Metrics.
+func NewPruner(arch archetype.Archetype, cfg RetentionConfig, store PruneStore) (*Pruner, error) {
+	arch = arch.WithDefaults()
+	m := arch.Metrics
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -77,7 +81,7 @@ func NewPruner(cfg RetentionConfig, store PruneStore, log *slog.Logger, m *metri
 		n, err := store.CountRequests(ctx)
 		return float64(n), err
 	})
-	return &Pruner{cfg: cfg, store: store, log: log, metrics: m, now: now}, nil
+	return &Pruner{cfg: cfg, store: store, log: arch.Logger, metrics: m, now: arch.Now}, nil
 }
 
 // Run prunes at once and then every Interval until ctx is cancelled; it

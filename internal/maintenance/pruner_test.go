@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/maintenance"
 	"ticketrelay/metrics"
 	"ticketrelay/request"
@@ -24,7 +25,7 @@ func TestLedgerRequestsGaugeFollowsAcceptedRequests(t *testing.T) {
 	ctx := context.Background()
 	e := openEnv(t)
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
-	p, err := maintenance.NewPruner(maintenance.RetentionConfig{Keep: 24 * time.Hour}, e.l, discard(), m, e.clock.Now)
+	p, err := maintenance.NewPruner(archetype.Archetype{Logger: discard(), Now: e.clock.Now, Metrics: m}, maintenance.RetentionConfig{Keep: 24 * time.Hour}, e.l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestPruneRemovesOnlyExpiredSettledRequests(t *testing.T) {
 	e.settle(t, "young-delivered", string(request.StatusDelivered))
 
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
-	p, err := maintenance.NewPruner(maintenance.RetentionConfig{Keep: 24 * time.Hour, Batch: 1}, e.l, discard(), m, e.clock.Now)
+	p, err := maintenance.NewPruner(archetype.Archetype{Logger: discard(), Now: e.clock.Now, Metrics: m}, maintenance.RetentionConfig{Keep: 24 * time.Hour, Batch: 1}, e.l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,8 +139,8 @@ func TestPruneInBatches(t *testing.T) {
 	}
 	e.clock.Add(time.Hour)
 	before := batches(t, e.m.BatchSize)
-	p, err := maintenance.NewPruner(maintenance.RetentionConfig{Keep: 30 * time.Minute, Batch: 5}, e.l, discard(),
-		metrics.NewDispatcher(prometheus.NewRegistry()), e.clock.Now)
+	p, err := maintenance.NewPruner(archetype.Archetype{Logger: discard(), Now: e.clock.Now, Metrics: metrics.NewDispatcher(prometheus.NewRegistry())},
+		maintenance.RetentionConfig{Keep: 30 * time.Minute, Batch: 5}, e.l)
 	if err != nil {
 		t.Fatal(err)
 	}
