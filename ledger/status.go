@@ -58,7 +58,7 @@ const (
 	statusJoins = `FROM requests r LEFT JOIN deliveries d ON d.id = r.id`
 )
 
-// statusRow holds the columns of statusColumns that are not RequestStatus
+// statusRow holds the columns of statusColumns that are not request.Report
 // fields as they are.
 type statusRow struct {
 	id, created                            int64
