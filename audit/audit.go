@@ -28,19 +28,17 @@ import (
 
 	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/maintenance"
-	"ticketrelay/ledger"
 	"ticketrelay/metrics"
+	"ticketrelay/request"
 )
 
 // Store is the ledger's side of the audit.
 type Store interface {
-	PublishedAfter(ctx context.Context, after int64, limit int) ([]ledger.Published, error)
+	PublishedAfter(ctx context.Context, after int64, limit int) ([]request.Published, error)
 	LastID(ctx context.Context) (int64, error)
-	RepublishLost(ctx context.Context, p ledger.Published) (bool, error)
-	Served(ctx context.Context) (ledger.Served, error)
+	RepublishLost(ctx context.Context, p request.Published) (bool, error)
+	Served(ctx context.Context) (request.Served, error)
 }
-
-var _ Store = (*ledger.Ledger)(nil)
 
 // Stream answers whether the stream stores msgID at seq.
 type Stream interface {
@@ -145,7 +143,7 @@ func (a *Auditor) Round(ctx context.Context) (more bool, err error) {
 		}
 		return false, nil
 	}
-	var served *ledger.Served
+	var served *request.Served
 	unserved := map[string]int{}
 	defer a.reportUnserved(unserved, now)
 	for _, p := range rows {
@@ -183,7 +181,7 @@ func (a *Auditor) Round(ctx context.Context) (more bool, err error) {
 // was down). A request whose attempt is running is never due: -audit-after
 // exceeds -delivery-timeout, and an attempt writes its record when it ends
 // (or, for a target without a dedupe key, before it starts too).
-func (a *Auditor) due(p ledger.Published, now time.Time) bool {
+func (a *Auditor) due(p request.Published, now time.Time) bool {
 	switch {
 	case p.Seq == 0:
 		return false
@@ -196,7 +194,7 @@ func (a *Auditor) due(p ledger.Published, now time.Time) bool {
 
 // check looks p's message up in the stream and queues it again if the
 // stream does not hold it.
-func (a *Auditor) check(ctx context.Context, p ledger.Published) error {
+func (a *Auditor) check(ctx context.Context, p request.Published) error {
 	a.metrics.AuditChecked.Inc()
 	held, err := a.stream.Holds(ctx, p.Seq, p.MsgID())
 	if err != nil || held {

@@ -22,6 +22,8 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
+	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -29,8 +31,8 @@ import (
 // embedded JetStream as atomic batches, and nothing consuming: no delivery
 // is ever recorded unless the test records one.
 type world struct {
-	db     *ledger.DB
-	wr     *ledger.Writer
+	db     *sqlitedb.DB
+	wr     *sqlitedb.Writer
 	l      *ledger.Ledger
 	read   *sql.DB
 	m      *metrics.Dispatcher
@@ -74,7 +76,7 @@ func newWorldWith(t *testing.T, wrap func(outbox.Publisher) outbox.Publisher) *w
 		t.Fatal(err)
 	}
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
-	w := ledger.NewWriter(db, log, m.Writer)
+	w := sqlitedb.NewWriter(db, log, m.Writer)
 	t.Cleanup(func() { w.Close(); db.Close() })
 	var pub outbox.Publisher = natsjs.NewPublisher(js, natsjs.AtomicBatches(nil))
 	if wrap != nil {
@@ -184,7 +186,7 @@ func TestAuditRepublishesWhatTheStreamLost(t *testing.T) {
 	// The stream loses three messages; one of them had reached the
 	// forwarder, which recorded the delivery.
 	w.lose(t, "req-02", "req-07", "req-11")
-	if err := w.l.RecordDelivery(ctx, ledger.Delivery{RequestID: "req-07", Target: "local", State: string(ledger.StatusDelivered), Attempts: 1}); err != nil {
+	if err := w.l.RecordDelivery(ctx, request.Delivery{RequestID: "req-07", Target: "local", State: string(request.StatusDelivered), Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -256,7 +258,7 @@ func TestAuditFollowsIdsThatRestart(t *testing.T) {
 	checked := testutil.ToFloat64(w.m.AuditChecked)
 	// All three are delivered and retention removes them (a day later).
 	for _, id := range first {
-		if err := w.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: string(ledger.StatusDelivered), Attempts: 1}); err != nil {
+		if err := w.l.RecordDelivery(ctx, request.Delivery{RequestID: id, Target: "local", State: string(request.StatusDelivered), Attempts: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -322,14 +324,14 @@ func TestAuditLooksUpDeliveriesGoneQuiet(t *testing.T) {
 	record := func(id, state string, at time.Time) {
 		t.Helper()
 		l := ledger.New(w.db, w.wr, func() time.Time { return at })
-		if err := l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: state, Attempts: 3}); err != nil {
+		if err := l.RecordDelivery(ctx, request.Delivery{RequestID: id, Target: "local", State: state, Attempts: 3}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	record("quiet-retrying", string(ledger.StatusRetrying), start)
-	record("recent-retrying", string(ledger.StatusRetrying), start.Add(9*time.Minute))
-	record("delivered", string(ledger.StatusDelivered), start)
-	record("quiet-attempting", ledger.DeliveryAttempting, start)
+	record("quiet-retrying", string(request.StatusRetrying), start)
+	record("recent-retrying", string(request.StatusRetrying), start.Add(9*time.Minute))
+	record("delivered", string(request.StatusDelivered), start)
+	record("quiet-attempting", request.DeliveryAttempting, start)
 
 	a, err := audit.New(archetype.Archetype{Logger: w.log, Metrics: w.m, Now: func() time.Time { return start.Add(10 * time.Minute) }}, audit.Config{After: 5 * time.Minute}, w.l, w.check, func() bool { return true })
 	if err != nil {

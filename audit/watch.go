@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"ticketrelay/internal/archetype"
-	"ticketrelay/ledger"
+	"ticketrelay/internal/maintenance"
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
+	"ticketrelay/request"
 )
 
 // The watcher keeps the stream in place under a running dispatcher. Anyone
@@ -42,8 +43,6 @@ type Blocker interface {
 	Blocked(ctx context.Context, since time.Time, reason string) error
 	Unblocked(ctx context.Context) error
 }
-
-var _ Blocker = (*ledger.Presence)(nil)
 
 // Relay is this dispatcher's relay (outbox.Relay): the watcher queues
 // messages again only while it leads (holds the lease: one dispatcher
@@ -95,7 +94,7 @@ type Watcher struct {
 	log     *slog.Logger
 	metrics *metrics.Dispatcher
 	now     func() time.Time
-	poke    chan struct{}
+	pokes   Pokes
 
 	prev       *natsjs.StreamState // the last state read; nil: none yet (or leadership just taken)
 	owed       string              // why a scan is due ("": none)
@@ -112,62 +111,69 @@ type Watcher struct {
 }
 
 // NewWatcher builds a watcher that queues messages again only while relay
-// leads, and repairs the stream whatever it reports.
-func NewWatcher(arch archetype.Archetype, cfg WatchConfig, store Store, broker Broker, blocker Blocker, relay Relay) (*Watcher, error) {
+// leads, and repairs the stream whatever it reports; a poke on pokes has it
+// look at once.
+func NewWatcher(arch archetype.Archetype, cfg WatchConfig, store Store, broker Broker, blocker Blocker, relay Relay, pokes Pokes) (*Watcher, error) {
 	cfg = cfg.WithDefaults()
 	if cfg.Interval <= 0 || cfg.Timeout <= 0 || cfg.MaxAge <= 0 || cfg.Batch < 1 {
 		return nil, fmt.Errorf("audit: invalid watch config %+v", cfg)
 	}
 	arch = arch.WithDefaults()
 	return &Watcher{cfg: cfg, store: store, broker: broker, blocker: blocker, relay: relay, log: arch.Logger, metrics: arch.Metrics, now: arch.Now,
-		poke: make(chan struct{}, 1)}, nil
+		pokes: pokes}, nil
 }
 
-// Poke has the watcher look at the stream now (a publish failed).
-func (w *Watcher) Poke() {
+// Pokes asks a Watcher to look at the stream now. The publisher that pokes
+// (PokeOnError) serves the relay a watcher is made with, so the pokes are
+// made first, by the wiring, and handed to both.
+type Pokes chan struct{}
+
+// NewPokes makes the pokes of one watcher.
+func NewPokes() Pokes { return make(Pokes, 1) }
+
+// Poke has the watcher look at the stream now (a publish failed). It never
+// blocks: a poke waiting already covers this one.
+func (p Pokes) Poke() {
 	select {
-	case w.poke <- struct{}{}:
+	case p <- struct{}{}:
 	default:
 	}
 }
 
-// PokeOnError returns p, calling poke (a watcher's Poke) when a publish
-// fails: a stream deleted between two looks is put back at once.
-func PokeOnError(p outbox.Publisher, poke func()) outbox.Publisher {
-	return pokingPublisher{p, poke}
+// PokeOnError returns p, poking when a publish fails: a stream deleted
+// between two looks is put back at once.
+func PokeOnError(p outbox.Publisher, pokes Pokes) outbox.Publisher {
+	return pokingPublisher{p, pokes}
 }
 
 type pokingPublisher struct {
 	outbox.Publisher
-	poke func()
+	pokes Pokes
 }
 
 func (p pokingPublisher) Publish(ctx context.Context, msgs []outbox.Message) []outbox.PublishResult {
 	res := p.Publisher.Publish(ctx, msgs)
 	for _, r := range res {
 		if r.Err != nil {
-			p.poke()
+			p.pokes.Poke()
 			break
 		}
 	}
 	return res
 }
 
-// Run watches until ctx ends; it returns nil then.
+// Run watches until ctx ends; it returns nil then. A round runs at once,
+// then every Interval, on a poke, and when the relay's batches a scan
+// waits for are marked.
 func (w *Watcher) Run(ctx context.Context) error {
-	t := time.NewTicker(w.cfg.Interval)
-	defer t.Stop()
-	for {
-		w.Round(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		case <-w.poke:
-		case <-w.rescan():
-			w.waiting = false // the next round's scan settles the debt
-		}
-	}
+	return maintenance.Loop{Interval: w.cfg.Interval, Eager: true, Poke: w.pokes, Due: w.rescan, Log: w.log,
+		RunOnce: func(ctx context.Context) error {
+			if w.waiting && isClosed(w.inFlight) {
+				w.waiting = false // this round's scan settles the debt
+			}
+			w.Round(ctx)
+			return nil // Round logs what went wrong; the next round tries again
+		}}.Run(ctx)
 }
 
 // rescan is the channel that says the scan waited for is due: the batches
@@ -373,7 +379,7 @@ func (w *Watcher) scan(ctx context.Context) error {
 
 // lost reports whether p's message is one the stream no longer holds and
 // whose delivery still needs it.
-func (w *Watcher) lost(ctx context.Context, p ledger.Published, st natsjs.StreamState) (bool, error) {
+func (w *Watcher) lost(ctx context.Context, p request.Published, st natsjs.StreamState) (bool, error) {
 	if p.PublishedAt.IsZero() || p.Seq == 0 || p.Settled() {
 		return false, nil
 	}

@@ -46,7 +46,7 @@ func (w *world) watcher(t *testing.T, broker audit.Broker, b audit.Blocker) *aud
 
 func (w *world) watcherWith(t *testing.T, cfg audit.WatchConfig, broker audit.Broker, b audit.Blocker) *audit.Watcher {
 	t.Helper()
-	wt, err := audit.NewWatcher(archetype.Archetype{Logger: w.log, Metrics: w.m}, cfg, w.l, broker, b, w.relay)
+	wt, err := audit.NewWatcher(archetype.Archetype{Logger: w.log, Metrics: w.m}, cfg, w.l, broker, b, w.relay, audit.NewPokes())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,8 @@ import (
 	"ticketrelay/mcptools"
 	"ticketrelay/metrics"
 	"ticketrelay/outbox"
+	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -146,14 +148,14 @@ func TestPrefill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := ledger.NewWriter(db, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.NewFront(prometheus.NewRegistry()).Writer)
+		w := sqlitedb.NewWriter(db, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.NewFront(prometheus.NewRegistry()).Writer)
 		st, err := ledger.New(db, w, time.Now).Find(ctx, "", rid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantBacklog, wantStatus := int64(1200), ledger.StatusQueued
+		wantBacklog, wantStatus := int64(1200), request.StatusQueued
 		if published {
-			wantBacklog, wantStatus = 0, ledger.StatusPublished
+			wantBacklog, wantStatus = 0, request.StatusPublished
 		}
 		if backlog != wantBacklog || st.Status != wantStatus || st.TicketID != tk.ID {
 			t.Errorf("published=%v: backlog %d, find %+v; want backlog %d, status %s, ticket %s", published, backlog, st, wantBacklog, wantStatus, tk.ID)
@@ -175,7 +177,7 @@ func TestLoad(t *testing.T) {
 	}
 	t.Cleanup(func() { db.Close() })
 	m := metrics.NewFront(prometheus.NewRegistry())
-	w := ledger.NewWriter(db, log, m.Writer)
+	w := sqlitedb.NewWriter(db, log, m.Writer)
 	t.Cleanup(w.Close)
 	b := mcptools.Binding{Tool: createTool, Target: "local", Capabilities: downstream.Capabilities{DedupeKey: true}}
 	srv, err := mcptools.New(mcptools.Config{Bindings: []mcptools.Binding{b}}, ledger.New(db, w, time.Now), m, log)

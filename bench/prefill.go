@@ -12,6 +12,7 @@ import (
 
 	"ticketrelay/ledger"
 	"ticketrelay/outbox"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -137,7 +138,7 @@ func (p prefill) insertChunk(ctx context.Context, tx *sql.Tx, n int, lo int64, r
 func templates(target string) (result, payload [3]string, err error) {
 	const rid, tid = "\x00RID\x00", "\x00TID\x00"
 	now := time.Now().UTC()
-	res, err := json.Marshal(ledger.Result{RequestID: rid, TicketID: tid, Target: target, Status: ledger.StatusQueued, CreatedAt: now})
+	res, err := json.Marshal(request.Result{RequestID: rid, TicketID: tid, Target: target, Status: request.StatusQueued, CreatedAt: now})
 	if err != nil {
 		return result, payload, err
 	}

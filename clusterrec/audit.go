@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 )
 
 // AuditStore is the stream audit's store on a host of a multi-host
@@ -27,7 +27,7 @@ func NewAuditStore(s *Store, l AuditLedger, after time.Duration, now func() time
 
 // PublishedAfter is the ledger's, with the delivery of each row due for
 // the audit that the ledger does not know read from the record.
-func (a *AuditStore) PublishedAfter(ctx context.Context, after int64, limit int) ([]ledger.Published, error) {
+func (a *AuditStore) PublishedAfter(ctx context.Context, after int64, limit int) ([]request.Published, error) {
 	ps, err := a.AuditLedger.PublishedAfter(ctx, after, limit)
 	if err != nil {
 		return nil, err

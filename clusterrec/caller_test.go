@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"ticketrelay/internal/testwait"
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -20,19 +20,19 @@ func TestAdoptedRequestKeepsItsCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	caller := ticket.Caller{Subject: "idp.example.com/u1", Name: "Ada", Email: "ada@example.com"}
-	req := request("with-caller", "accepted by b")
+	req := newRequest("with-caller", "accepted by b")
 	req.Subject, req.Caller = caller.Subject, caller
 	if _, err := b.front.Create(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	var st ledger.RequestStatus
+	var st request.Report
 	if !testwait.Until(20*time.Second, func() bool {
 		if err := ha.RunOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 		var err error
 		st, err = a.l.Find(ctx, caller.Subject, "with-caller")
-		return err == nil && st.Status != ledger.StatusUnknown
+		return err == nil && st.Status != request.StatusUnknown
 	}) {
 		t.Fatal("a never adopted the request")
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"ticketrelay/internal/backoff"
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -31,9 +31,9 @@ var pace = backoff.Policy{Base: 50 * time.Millisecond, Max: 500 * time.Milliseco
 //   - no record: it writes one (compare-and-set on revision 0) holding the
 //     whole ticket, and the request is this host's;
 //   - a record with the same arguments, accepted: a replay;
-//   - other arguments: *ledger.ConflictError naming the original ticket;
+//   - other arguments: *request.ConflictError naming the original ticket;
 //     another subject's request under the same scoped id:
-//     ledger.ErrOtherSubject;
+//     request.ErrOtherSubject;
 //   - a record claimed but not yet accepted by another host: Claim waits
 //     for it, and takes the claim over (compare-and-set on its revision)
 //     once it has stayed unaccepted for TakeoverAfter while watched, or at
@@ -169,9 +169,9 @@ func (c *claimer) decide(ctx context.Context, rec Record, rev uint64) (step, Cla
 	case rec.Nonce == c.nonce:
 		return stepDone, Claim{Record: rec, Rev: rev, Mine: true}, nil
 	case rec.Ticket.Subject != c.t.Subject:
-		return stepDone, Claim{}, ledger.ErrOtherSubject
+		return stepDone, Claim{}, request.ErrOtherSubject
 	case rec.ArgsHash != c.hash:
-		return stepDone, Claim{}, &ledger.ConflictError{RequestID: c.t.RequestID, TicketID: rec.Ticket.ID, Tool: rec.Ticket.Tool}
+		return stepDone, Claim{}, &request.ConflictError{RequestID: c.t.RequestID, TicketID: rec.Ticket.ID, Tool: rec.Ticket.Tool}
 	case rec.Phase == PhaseAccepted:
 		return stepDone, Claim{Record: rec, Rev: rev}, nil
 	}

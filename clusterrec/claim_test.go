@@ -9,7 +9,7 @@ import (
 
 	"ticketrelay/clusterrec"
 	"ticketrelay/internal/archetype"
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -21,7 +21,7 @@ func TestOneAnswerOnEveryHost(t *testing.T) {
 	js := embeddedJS(t)
 	a, b := newHost(t, js, "host-a", clusterrec.Config{}), newHost(t, js, "host-b", clusterrec.Config{})
 
-	req := request("req-1", "Disk full on db-1")
+	req := newRequest("req-1", "Disk full on db-1")
 	first, err := a.front.Create(ctx, req)
 	if err != nil || first.Replayed {
 		t.Fatalf("first create on a = %+v, %v", first, err)
@@ -30,16 +30,16 @@ func TestOneAnswerOnEveryHost(t *testing.T) {
 	if err != nil || !again.Replayed || again.TicketID != first.TicketID || !again.CreatedAt.Equal(first.CreatedAt) {
 		t.Fatalf("retry on b = %+v, %v; want a replay of %s", again, err, first.TicketID)
 	}
-	if again.Live == nil || again.Live.Status != ledger.StatusQueued {
+	if again.Live == nil || again.Live.Status != request.StatusQueued {
 		t.Errorf("replay on b: live status %+v, want queued", again.Live)
 	}
-	other := request("req-1", "something else")
-	var conflict *ledger.ConflictError
+	other := newRequest("req-1", "something else")
+	var conflict *request.ConflictError
 	if _, err := b.front.Create(ctx, other); !errors.As(err, &conflict) || conflict.TicketID != first.TicketID {
 		t.Fatalf("other arguments on b: %v; want a conflict naming %s", err, first.TicketID)
 	}
 	// b committed nothing: the request is a's.
-	if st, err := b.l.Find(ctx, "", "req-1"); err != nil || st.Status != ledger.StatusUnknown {
+	if st, err := b.l.Find(ctx, "", "req-1"); err != nil || st.Status != request.StatusUnknown {
 		t.Errorf("b's ledger holds req-1: %+v, %v", st, err)
 	}
 	if st, err := a.l.Find(ctx, "", "req-1"); err != nil || st.TicketID != first.TicketID {
@@ -50,23 +50,23 @@ func TestOneAnswerOnEveryHost(t *testing.T) {
 		t.Fatalf("record = %+v, %v, %v", rec, found, err)
 	}
 	// find_request on b reads the record.
-	if st, err := b.front.Find(ctx, "", "req-1"); err != nil || st.TicketID != first.TicketID || st.Status != ledger.StatusQueued {
+	if st, err := b.front.Find(ctx, "", "req-1"); err != nil || st.TicketID != first.TicketID || st.Status != request.StatusQueued {
 		t.Errorf("find on b = %+v, %v", st, err)
 	}
-	if st, err := b.front.Find(ctx, "", "never"); err != nil || st.Status != ledger.StatusUnknown {
+	if st, err := b.front.Find(ctx, "", "never"); err != nil || st.Status != request.StatusUnknown {
 		t.Errorf("find of an unknown id on b = %+v, %v", st, err)
 	}
 	// Subjects: another subject's id is its own request; an anonymous id
 	// that spells a subject's scoped id is refused.
-	alice := request("req-1", "alice's")
+	alice := newRequest("req-1", "alice's")
 	alice.Subject = "alice"
 	if r, err := b.front.Create(ctx, alice); err != nil || r.Replayed || r.TicketID == first.TicketID {
 		t.Fatalf("alice's req-1 on b = %+v, %v; want a new request", r, err)
 	}
-	if _, err := a.front.Create(ctx, request("alice:req-1", "alice's")); !errors.Is(err, ledger.ErrOtherSubject) {
+	if _, err := a.front.Create(ctx, newRequest("alice:req-1", "alice's")); !errors.Is(err, request.ErrOtherSubject) {
 		t.Errorf("anonymous alice:req-1: %v, want ErrOtherSubject", err)
 	}
-	if st, err := a.front.Find(ctx, "", "alice:req-1"); err != nil || st.Status != ledger.StatusUnknown {
+	if st, err := a.front.Find(ctx, "", "alice:req-1"); err != nil || st.Status != request.StatusUnknown {
 		t.Errorf("anonymous find of alice:req-1 = %+v, %v; want unknown", st, err)
 	}
 }
@@ -80,7 +80,7 @@ func TestClaimWithoutCommitIsTakenOver(t *testing.T) {
 	js := embeddedJS(t)
 	cfg := clusterrec.Config{TakeoverAfter: 2 * time.Second}
 	a, b := newHost(t, js, "host-a", cfg), newHost(t, js, "host-b", cfg)
-	req := request("req-crash", "left by a crash")
+	req := newRequest("req-crash", "left by a crash")
 	tk := ticket.Ticket{Request: req, ID: ticket.IDFor(req.Scoped()), CreatedAt: time.Now().Add(-time.Minute).UTC()}
 	// a claims and "crashes": no commit, no Accept.
 	c, err := a.store.Claim(ctx, tk, req.Hash(), nil)
@@ -111,7 +111,7 @@ func TestClaimWithoutCommitIsTakenOver(t *testing.T) {
 	// A host's own leftover claim (its process restarted) is taken over
 	// at once, without waiting out a long takeover time.
 	slow := newHost(t, js, "host-c", clusterrec.Config{TakeoverAfter: time.Minute})
-	req2 := request("req-own", "own leftover")
+	req2 := newRequest("req-own", "own leftover")
 	tk2 := ticket.Ticket{Request: req2, ID: ticket.IDFor(req2.Scoped()), CreatedAt: time.Now().UTC()}
 	if _, err := slow.store.Claim(ctx, tk2, req2.Hash(), nil); err != nil {
 		t.Fatal(err)
@@ -133,7 +133,7 @@ func TestBucketFullAndForeign(t *testing.T) {
 	a := newHost(t, js, "host-a", clusterrec.Config{MaxBytes: 16 << 10})
 	var full error
 	for i := range 200 {
-		_, err := a.front.Create(ctx, request("fill-"+string(rune('a'+i%26))+string(rune('a'+i/26)), "filling the bucket"))
+		_, err := a.front.Create(ctx, newRequest("fill-"+string(rune('a'+i%26))+string(rune('a'+i/26)), "filling the bucket"))
 		if err != nil {
 			full = err
 			break
@@ -151,7 +151,7 @@ func TestBucketFullAndForeign(t *testing.T) {
 	if err != nil || !p.Accepted {
 		t.Fatalf("prior of fill-aa: %+v, %v", p, err)
 	}
-	if err := a.deliv.RecordDelivery(ctx, ledger.Delivery{RequestID: "fill-aa", Target: "local", State: "delivered", ExternalID: "x-1"}); err != nil {
+	if err := a.deliv.RecordDelivery(ctx, request.Delivery{RequestID: "fill-aa", Target: "local", State: "delivered", ExternalID: "x-1"}); err != nil {
 		t.Fatalf("a delivery into the full bucket: %v", err)
 	}
 	if _, err := js.CreateKeyValue(ctx, jetstreamKV("ticketrelay-other-requests", "someone")); err != nil {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 )
 
 // Deliveries is the forwarder's store in a multi-host installation: every
@@ -30,9 +30,9 @@ func NewDeliveries(s *Store, l Mirror, now func() time.Time) *Deliveries {
 // scoped id is scoped, from the record. The ticket is the one the ledger
 // of the accepting host gives its forwarder (named by its scoped id), so
 // every host sends the downstream the same item.
-func (d *Deliveries) PriorDelivery(ctx context.Context, scoped string) (ledger.Prior, error) {
+func (d *Deliveries) PriorDelivery(ctx context.Context, scoped string) (request.Prior, error) {
 	rec, _, found, err := d.store.Get(ctx, scoped)
-	p := ledger.Prior{Delivery: ledger.Delivery{RequestID: scoped}}
+	p := request.Prior{Delivery: request.Delivery{RequestID: scoped}}
 	if err != nil || !found {
 		return p, err
 	}
@@ -48,10 +48,10 @@ func (d *Deliveries) PriorDelivery(ctx context.Context, scoped string) (ledger.P
 }
 
 // RecordDelivery writes rec's delivery record if it is still at
-// rec.Version, as ledger.RecordDelivery does (ledger.ErrStale otherwise;
+// rec.Version, as ledger.RecordDelivery does (request.ErrStale otherwise;
 // a delivery replaces any record not delivered already, whatever its
 // version).
-func (d *Deliveries) RecordDelivery(ctx context.Context, rec ledger.Delivery) error {
+func (d *Deliveries) RecordDelivery(ctx context.Context, rec request.Delivery) error {
 	key := Key(rec.RequestID)
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -66,16 +66,16 @@ func (d *Deliveries) RecordDelivery(ctx context.Context, rec ledger.Delivery) er
 		case err != nil:
 			continue
 		case !found:
-			return fmt.Errorf("clusterrec: record delivery %s: %w", rec.RequestID, ledger.ErrNotFound)
+			return fmt.Errorf("clusterrec: record delivery %s: %w", rec.RequestID, request.ErrNotFound)
 		}
 		var version int64
 		if cur.Delivery != nil {
 			version = cur.Delivery.Version
 		}
-		delivered := string(ledger.StatusDelivered)
+		delivered := string(request.StatusDelivered)
 		curDelivered := cur.Delivery != nil && cur.Delivery.State == delivered
 		if version != rec.Version && (rec.State != delivered || curDelivered) {
-			return fmt.Errorf("clusterrec: record delivery %s: %w", rec.RequestID, ledger.ErrStale)
+			return fmt.Errorf("clusterrec: record delivery %s: %w", rec.RequestID, request.ErrStale)
 		}
 		cur.Delivery = &Delivery{Target: rec.Target, State: rec.State, Attempts: rec.Attempts, Throttled: rec.Throttled,
 			NextAttemptAt: rec.NextAttemptAt, LastError: rec.LastError, Failure: rec.Failure, ExternalID: rec.ExternalID, ExternalURL: rec.ExternalURL,
@@ -98,7 +98,7 @@ func (d *Deliveries) RecordDelivery(ctx context.Context, rec ledger.Delivery) er
 // RecordDeliveryThen is RecordDelivery without the wait: then hears its
 // answer. Once called, the write goes on if ctx ends, as the ledger's
 // does, within a bound.
-func (d *Deliveries) RecordDeliveryThen(ctx context.Context, rec ledger.Delivery, then func(error)) error {
+func (d *Deliveries) RecordDeliveryThen(ctx context.Context, rec request.Delivery, then func(error)) error {
 	go func() {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()

@@ -10,7 +10,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"ticketrelay/clusterrec"
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 )
 
 // A delivery recorded by one host's forwarder is what every host reads:
@@ -21,7 +21,7 @@ func TestDeliveryRecordedOnOneHostIsSeenByAll(t *testing.T) {
 	ctx := ctxT(t)
 	js := embeddedJS(t)
 	a, b := newHost(t, js, "host-a", clusterrec.Config{}), newHost(t, js, "host-b", clusterrec.Config{})
-	req := request("req-d", "delivered elsewhere")
+	req := newRequest("req-d", "delivered elsewhere")
 	res, err := a.front.Create(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -41,15 +41,15 @@ func TestDeliveryRecordedOnOneHostIsSeenByAll(t *testing.T) {
 		t.Fatalf("b's ticket %+v differs from a's ledger's %+v: a downstream would see two items", pb.Ticket, pa.Ticket)
 	}
 	// Versions: b claims an attempt; a copy on a that read version 0 is stale.
-	attempting := ledger.Delivery{RequestID: "req-d", Target: "local", State: ledger.DeliveryAttempting, Attempts: 1}
+	attempting := request.Delivery{RequestID: "req-d", Target: "local", State: request.DeliveryAttempting, Attempts: 1}
 	if err := b.deliv.RecordDelivery(ctx, attempting); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.deliv.RecordDelivery(ctx, attempting); !errors.Is(err, ledger.ErrStale) {
+	if err := a.deliv.RecordDelivery(ctx, attempting); !errors.Is(err, request.ErrStale) {
 		t.Fatalf("a second claim at version 0: %v, want ErrStale", err)
 	}
 	done := make(chan error, 1)
-	if err := b.deliv.RecordDeliveryThen(ctx, ledger.Delivery{RequestID: "req-d", Target: "local", State: "delivered",
+	if err := b.deliv.RecordDeliveryThen(ctx, request.Delivery{RequestID: "req-d", Target: "local", State: "delivered",
 		Attempts: 1, Version: 1, ExternalID: "ext-1"}, func(err error) { done <- err }); err != nil {
 		t.Fatal(err)
 	}
@@ -57,12 +57,12 @@ func TestDeliveryRecordedOnOneHostIsSeenByAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A delivery is a fact: a late retry record does not undo it.
-	if err := a.deliv.RecordDelivery(ctx, ledger.Delivery{RequestID: "req-d", Target: "local", State: "retrying", Version: 1}); !errors.Is(err, ledger.ErrStale) {
+	if err := a.deliv.RecordDelivery(ctx, request.Delivery{RequestID: "req-d", Target: "local", State: "retrying", Version: 1}); !errors.Is(err, request.ErrStale) {
 		t.Errorf("a retry over a delivery: %v, want ErrStale", err)
 	}
 	for _, h := range []*host{a, b} {
 		st, err := h.front.Find(ctx, "", "req-d")
-		if err != nil || st.Status != ledger.StatusDelivered || st.ExternalID != "ext-1" {
+		if err != nil || st.Status != request.StatusDelivered || st.ExternalID != "ext-1" {
 			t.Errorf("find on %s = %+v, %v", h.id, st, err)
 		}
 		p, err := h.deliv.PriorDelivery(ctx, "req-d")
@@ -80,14 +80,14 @@ func TestDeliveryRecordedOnOneHostIsSeenByAll(t *testing.T) {
 	if _, err := raw.Exec(`UPDATE outbox SET published_at = ?, stream_seq = 1`, time.Now().Add(-time.Hour).UnixNano()); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := a.l.Find(ctx, "", "req-d"); st.Status == ledger.StatusDelivered {
+	if st, _ := a.l.Find(ctx, "", "req-d"); st.Status == request.StatusDelivered {
 		t.Fatalf("a's ledger knew the delivery before its audit: %+v", st)
 	}
 	ps, err := clusterrec.NewAuditStore(a.store, a.l, time.Minute, time.Now).PublishedAfter(context.Background(), 0, 10)
 	if err != nil || len(ps) != 1 || !ps[0].Settled() {
 		t.Fatalf("audit rows on a = %+v, %v; want req-d settled", ps, err)
 	}
-	if st, err := a.l.Find(ctx, "", "req-d"); err != nil || st.Status != ledger.StatusDelivered || st.ExternalID != "ext-1" {
+	if st, err := a.l.Find(ctx, "", "req-d"); err != nil || st.Status != request.StatusDelivered || st.ExternalID != "ext-1" {
 		t.Errorf("a's ledger after its audit = %+v, %v", st, err)
 	}
 }

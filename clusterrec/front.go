@@ -10,7 +10,7 @@ import (
 
 	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/failpoint"
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -69,7 +69,7 @@ func (f *Front) hold(scoped string) (held func() bool, release func()) {
 // answers from the record, with where the request stands now. A host the
 // others adopted refuses to claim (ErrOrphaned), but still answers a
 // replay or a conflict: those need no delivery of its own.
-func (f *Front) Create(ctx context.Context, req ticket.Request) (ledger.Result, error) {
+func (f *Front) Create(ctx context.Context, req ticket.Request) (request.Result, error) {
 	scoped := req.Scoped()
 	hash := req.Hash()
 	t := ticket.Ticket{Request: req, ID: ticket.IDFor(scoped), CreatedAt: f.now().UTC()}
@@ -79,7 +79,7 @@ func (f *Front) Create(ctx context.Context, req ticket.Request) (ledger.Result, 
 	c, err := f.store.claim(cctx, t, hash, held, f.dispatcherAlive)
 	cancel()
 	if err != nil {
-		return ledger.Result{}, err
+		return request.Result{}, err
 	}
 	if !c.Mine {
 		return f.replay(req, c.Record), nil
@@ -89,7 +89,7 @@ func (f *Front) Create(ctx context.Context, req ticket.Request) (ledger.Result, 
 	// request was first accepted, and every host stores the same ticket.
 	res, err := f.ledger.CreateAt(ctx, c.Record.Ticket.Request, hash, c.Record.Ticket.CreatedAt)
 	if err != nil {
-		return ledger.Result{}, err
+		return request.Result{}, err
 	}
 	if err := f.store.AcceptClaim(ctx, c); err != nil {
 		// The claim holds the ticket and this ledger has committed it: the
@@ -129,30 +129,30 @@ const heartbeatEvery = time.Second
 
 // replay is the answer to a request another call accepted, from its
 // record.
-func (f *Front) replay(req ticket.Request, rec Record) ledger.Result {
+func (f *Front) replay(req ticket.Request, rec Record) request.Result {
 	st := f.status(req.RequestID, rec)
-	return ledger.Result{RequestID: req.RequestID, TicketID: rec.Ticket.ID, Target: rec.Ticket.Target,
+	return request.Result{RequestID: req.RequestID, TicketID: rec.Ticket.ID, Target: rec.Ticket.Target,
 		Status: st.Status, CreatedAt: rec.Ticket.CreatedAt, Replayed: true, Live: &st}
 }
 
 // status is where rec's request stands: its delivery as the record holds
 // it. The record does not say when the request was published; before a
 // delivery record it is queued.
-func (f *Front) status(requestID string, rec Record) ledger.RequestStatus {
+func (f *Front) status(requestID string, rec Record) request.Report {
 	t := rec.Ticket
 	t.RequestID = requestID
-	return ledger.StatusOf(t, t.CreatedAt, nil, rec.Delivery.Ledger(rec.Scoped()))
+	return request.StatusOf(t, t.CreatedAt, nil, rec.Delivery.Ledger(rec.Scoped()))
 }
 
 // Find reports subject's request from the cluster record; a request the
 // record does not hold may be one this host accepted before it joined a
 // multi-host installation, and is looked up in its ledger.
-func (f *Front) Find(ctx context.Context, subject, requestID string) (ledger.RequestStatus, error) {
+func (f *Front) Find(ctx context.Context, subject, requestID string) (request.Report, error) {
 	scoped := ticket.ScopedID(subject, requestID)
 	rec, _, found, err := f.store.Get(ctx, scoped)
 	switch {
 	case err != nil:
-		return ledger.RequestStatus{}, err
+		return request.Report{}, err
 	case !found:
 		return f.ledger.Find(ctx, subject, requestID)
 	case rec.Ticket.Subject != subject:
@@ -163,7 +163,7 @@ func (f *Front) Find(ctx context.Context, subject, requestID string) (ledger.Req
 	st := f.status(requestID, rec)
 	if rec.Delivery == nil && rec.Host == f.store.Host() {
 		// This host holds it: its ledger knows whether it was published.
-		if local, err := f.ledger.Find(ctx, subject, requestID); err == nil && local.Status != ledger.StatusUnknown {
+		if local, err := f.ledger.Find(ctx, subject, requestID); err == nil && local.Status != request.StatusUnknown {
 			return local, nil
 		}
 	}
@@ -172,17 +172,17 @@ func (f *Front) Find(ctx context.Context, subject, requestID string) (ledger.Req
 		// in progress: nothing says it was accepted, and a repeat with the
 		// same arguments completes it (taking the claim over) or replays
 		// it. "queued" would tell the agent not to call again.
-		return ledger.InterruptedStatus(requestID), nil
+		return request.InterruptedStatus(requestID), nil
 	}
 	return st, nil
 }
 
 // Ledger is d as the ledger's delivery record of scoped; nil for none.
-func (d *Delivery) Ledger(scoped string) *ledger.Delivery {
+func (d *Delivery) Ledger(scoped string) *request.Delivery {
 	if d == nil {
 		return nil
 	}
-	return &ledger.Delivery{RequestID: scoped, Target: d.Target, State: d.State, Attempts: d.Attempts, Throttled: d.Throttled,
+	return &request.Delivery{RequestID: scoped, Target: d.Target, State: d.State, Attempts: d.Attempts, Throttled: d.Throttled,
 		NextAttemptAt: d.NextAttemptAt, LastError: d.LastError, Failure: d.Failure, ExternalID: d.ExternalID, ExternalURL: d.ExternalURL,
 		UpdatedAt: d.UpdatedAt}
 }

@@ -19,6 +19,7 @@ import (
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -75,13 +76,13 @@ func newHost(t *testing.T, js jetstream.JetStream, id string, cfg clusterrec.Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := ledger.NewWriter(db, discard(), metrics.NewFront(prometheus.NewRegistry()).Writer)
+	w := sqlitedb.NewWriter(db, discard(), metrics.NewFront(prometheus.NewRegistry()).Writer)
 	t.Cleanup(func() { w.Close(); db.Close() })
 	l := ledger.New(db, w, time.Now)
 	return &host{id: id, path: path, store: s, l: l, front: clusterrec.NewFront(archetype.Archetype{Logger: discard()}, s, l), deliv: clusterrec.NewDeliveries(s, l, time.Now)}
 }
 
-func request(id, title string) ticket.Request {
+func newRequest(id, title string) ticket.Request {
 	r := ticket.Request{RequestID: id, Tool: "create_ticket", Target: "local", Title: title, Priority: "normal", Labels: []string{"ops"}}
 	if err := r.Normalize(); err != nil {
 		panic(err)

@@ -15,7 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"ticketrelay/internal/archetype"
-	"ticketrelay/ledger"
+	"ticketrelay/internal/maintenance"
+	"ticketrelay/request"
 )
 
 // Heartbeat is a host's entry under "h.<host>": that it is alive, and how
@@ -175,18 +176,7 @@ func (c HostsConfig) adoptLease() time.Duration { return 3 * c.Every }
 // (the bucket unavailable, an adoption cut off) is tried again at the
 // next period.
 func (h *Hosts) Run(ctx context.Context) error {
-	t := time.NewTicker(h.cfg.Every)
-	defer t.Stop()
-	for {
-		if err := h.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			h.log.Warn("hosts: round failed", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	return maintenance.Loop{Interval: h.cfg.Every, Eager: true, RunOnce: h.RunOnce, Log: h.log, Failed: "hosts: round failed"}.Run(ctx)
 }
 
 // RunOnce beats once and adopts what each lost host left.
@@ -563,5 +553,5 @@ func (h *Hosts) adoptRecord(ctx context.Context, key, lost string) (bool, error)
 
 // settled reports whether the record's delivery needs nothing more.
 func (r Record) settled() bool {
-	return r.Delivery != nil && (ledger.Delivery{State: r.Delivery.State}).Settled()
+	return r.Delivery != nil && (request.Delivery{State: r.Delivery.State}).Settled()
 }

@@ -12,8 +12,8 @@ import (
 	"ticketrelay/installation"
 	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/testwait"
-	"ticketrelay/ledger"
 	"ticketrelay/natsjs"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -40,12 +40,12 @@ func TestLostHostIsAdoptedAgainUntilQuiet(t *testing.T) {
 	if err := hb.RunOnce(ctx); err != nil { // b beats once, then its dispatcher is gone
 		t.Fatal(err)
 	}
-	if _, err := b.front.Create(ctx, request("left-1", "accepted by b, never published")); err != nil {
+	if _, err := b.front.Create(ctx, newRequest("left-1", "accepted by b, never published")); err != nil {
 		t.Fatal(err)
 	}
 	held := func(id string) bool {
 		st, err := a.l.Find(ctx, "", id)
-		return err == nil && st.Status != ledger.StatusUnknown
+		return err == nil && st.Status != request.StatusUnknown
 	}
 	if held("left-1") {
 		t.Fatal("a holds left-1 before b is lost")
@@ -65,23 +65,23 @@ func TestLostHostIsAdoptedAgainUntilQuiet(t *testing.T) {
 	// b's front refuses once it sees itself adopted.
 	var refusal error
 	if !testwait.Until(10*time.Second, func() bool {
-		_, refusal = b.front.Create(ctx, request("after-adoption", "refused"))
+		_, refusal = b.front.Create(ctx, newRequest("after-adoption", "refused"))
 		return refusal != nil
 	}) || !errors.Is(refusal, clusterrec.ErrOrphaned) {
 		t.Fatalf("b's front after its adoption: %v, want ErrOrphaned", refusal)
 	}
 	// It still answers what needs no delivery of its own: a replay of a
 	// request accepted before, and a conflict.
-	if res, err := b.front.Create(ctx, request("left-1", "accepted by b, never published")); err != nil || !res.Replayed {
+	if res, err := b.front.Create(ctx, newRequest("left-1", "accepted by b, never published")); err != nil || !res.Replayed {
 		t.Fatalf("a replay on the adopted host: %+v, %v; want replayed", res, err)
 	}
-	var conflict *ledger.ConflictError
-	if _, err := b.front.Create(ctx, request("left-1", "other arguments")); !errors.As(err, &conflict) {
+	var conflict *request.ConflictError
+	if _, err := b.front.Create(ctx, newRequest("left-1", "other arguments")); !errors.As(err, &conflict) {
 		t.Fatalf("a conflict on the adopted host: %v, want ConflictError", err)
 	}
 	// A request b's front accepted in the moment before it noticed: the
 	// next rounds adopt it too.
-	late := request("left-2", "accepted by b after the adoption")
+	late := newRequest("left-2", "accepted by b after the adoption")
 	tk := ticket.Ticket{Request: late, ID: ticket.IDFor(late.Scoped()), CreatedAt: time.Now().UTC()}
 	if _, err := b.store.Claim(ctx, tk, late.Hash(), nil); err != nil {
 		t.Fatal(err)
@@ -106,14 +106,14 @@ func TestInterruptedClaimIsUnknownUntilRetried(t *testing.T) {
 	ctx := ctxT(t)
 	js := embeddedJS(t)
 	a, b := newHost(t, js, "host-a", clusterrec.Config{TakeoverAfter: 500 * time.Millisecond}), newHost(t, js, "host-b", clusterrec.Config{TakeoverAfter: 500 * time.Millisecond})
-	req := request("cut-1", "cut after its claim")
+	req := newRequest("cut-1", "cut after its claim")
 	tk := ticket.Ticket{Request: req, ID: ticket.IDFor(req.Scoped()), CreatedAt: time.Now().UTC()}
 	if _, err := a.store.Claim(ctx, tk, req.Hash(), nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, h := range []*host{a, b} {
 		st, err := h.front.Find(ctx, "", "cut-1")
-		if err != nil || st.Status != ledger.StatusUnknown || st.TicketID != "" {
+		if err != nil || st.Status != request.StatusUnknown || st.TicketID != "" {
 			t.Fatalf("find on %s of an interrupted claim = %+v, %v; want unknown", h.id, st, err)
 		}
 	}
@@ -121,7 +121,7 @@ func TestInterruptedClaimIsUnknownUntilRetried(t *testing.T) {
 	if err != nil || res.TicketID != tk.ID {
 		t.Fatalf("the retry = %+v, %v", res, err)
 	}
-	if st, err := a.front.Find(ctx, "", "cut-1"); err != nil || st.Status != ledger.StatusQueued || st.TicketID != tk.ID {
+	if st, err := a.front.Find(ctx, "", "cut-1"); err != nil || st.Status != request.StatusQueued || st.TicketID != tk.ID {
 		t.Fatalf("find after the retry = %+v, %v; want queued %s", st, err, tk.ID)
 	}
 }
@@ -206,7 +206,7 @@ func TestOutageMakesNoLiveHostLost(t *testing.T) {
 	a, b := newHost(t, js, "host-a", clusterrec.Config{}), newHost(t, js, "host-b", clusterrec.Config{})
 	none := func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil }
 	cfg := clusterrec.HostsConfig{Every: 100 * time.Millisecond, DeadAfter: time.Second, Slack: time.Second}
-	res, err := b.front.Create(ctx, request("b-1", "accepted by b, not yet published"))
+	res, err := b.front.Create(ctx, newRequest("b-1", "accepted by b, not yet published"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestOutageMakesNoLiveHostLost(t *testing.T) {
 	if st := stateOf("host-b"); st != clusterrec.HostLive {
 		t.Fatalf("b after the outage: %q, want live (it could not beat while nobody could)", st)
 	}
-	if st, err := a.l.Find(ctx, "", "b-1"); err != nil || st.Status != ledger.StatusUnknown {
+	if st, err := a.l.Find(ctx, "", "b-1"); err != nil || st.Status != request.StatusUnknown {
 		t.Fatalf("a adopted b's request after the outage: %+v, %v", st, err)
 	}
 	// b beats again; then it is gone for good and a adopts it.
@@ -266,7 +266,7 @@ func TestOutageMakesNoLiveHostLost(t *testing.T) {
 	}) {
 		t.Fatalf("a never adopted b once it was gone: %q", stateOf("host-b"))
 	}
-	if st, err := a.l.Find(ctx, "", "b-1"); err != nil || st.Status == ledger.StatusUnknown {
+	if st, err := a.l.Find(ctx, "", "b-1"); err != nil || st.Status == request.StatusUnknown {
 		t.Fatalf("a's ledger after adopting b: %+v, %v", st, err)
 	}
 }
@@ -282,7 +282,7 @@ func TestPartWayAdoptionIsTakenOver(t *testing.T) {
 	// A dead-after time longer than the test: only the lease can end it.
 	cfg := clusterrec.HostsConfig{Every: 100 * time.Millisecond, DeadAfter: 10 * time.Minute, Slack: time.Second}
 	ha := clusterrec.NewHosts(archetype.Archetype{Logger: discard()}, cfg, a.store, a.l, none)
-	if _, err := b.front.Create(ctx, request("b-1", "accepted by b, never published")); err != nil {
+	if _, err := b.front.Create(ctx, newRequest("b-1", "accepted by b, never published")); err != nil {
 		t.Fatal(err)
 	}
 	// host-c began adopting b and was killed: its mark stays.
@@ -299,7 +299,7 @@ func TestPartWayAdoptionIsTakenOver(t *testing.T) {
 			t.Fatal(err)
 		}
 		st, err := a.l.Find(ctx, "", "b-1")
-		return err == nil && st.Status != ledger.StatusUnknown
+		return err == nil && st.Status != request.StatusUnknown
 	}) {
 		t.Fatal("a never took over host-c's part-way adoption of b")
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -14,34 +14,28 @@ import (
 // Committer commits a request the cluster record decided to this host's
 // ledger, under the ticket's own acceptance time (Front, Hosts).
 type Committer interface {
-	CreateAt(ctx context.Context, req ticket.Request, hash string, at time.Time) (ledger.Result, error)
+	CreateAt(ctx context.Context, req ticket.Request, hash string, at time.Time) (request.Result, error)
 }
 
 // Local is the host's ledger as the multi-host front uses it: it commits
 // what the record decided and reports requests the record does not hold.
 type Local interface {
 	Committer
-	Find(ctx context.Context, subject, requestID string) (ledger.RequestStatus, error)
+	Find(ctx context.Context, subject, requestID string) (request.Report, error)
 }
 
 // Mirror keeps the host's own copy of a delivery record the cluster record
 // decided (ledger.MirrorDelivery).
 type Mirror interface {
-	MirrorDelivery(ctx context.Context, d ledger.Delivery) error
+	MirrorDelivery(ctx context.Context, d request.Delivery) error
 }
 
 // AuditLedger is the host's ledger as the stream audit of a multi-host
 // installation uses it (see AuditStore).
 type AuditLedger interface {
 	Mirror
-	PublishedAfter(ctx context.Context, after int64, limit int) ([]ledger.Published, error)
+	PublishedAfter(ctx context.Context, after int64, limit int) ([]request.Published, error)
 	LastID(ctx context.Context) (int64, error)
-	RepublishLost(ctx context.Context, p ledger.Published) (bool, error)
-	Served(ctx context.Context) (ledger.Served, error)
+	RepublishLost(ctx context.Context, p request.Published) (bool, error)
+	Served(ctx context.Context) (request.Served, error)
 }
-
-var (
-	_ Local       = (*ledger.Ledger)(nil)
-	_ Mirror      = (*ledger.Ledger)(nil)
-	_ AuditLedger = (*ledger.Ledger)(nil)
-)

@@ -14,7 +14,7 @@ import (
 	"encoding/base64"
 	"time"
 
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -52,20 +52,20 @@ type Record struct {
 // Delivery is a request's delivery outcome as the forwarders record it.
 type Delivery struct {
 	Target        string    `json:"target"`
-	State         string    `json:"state"` // as ledger.Delivery.State
+	State         string    `json:"state"` // as request.Delivery.State
 	Attempts      int       `json:"attempts,omitempty"`
 	Throttled     int       `json:"throttled,omitempty"`
 	NextAttemptAt time.Time `json:"next_attempt_at,omitzero"`
 	LastError     string    `json:"last_error,omitempty"`
-	// Failure is a failed delivery's class (ledger.Failure). A record
+	// Failure is a failed delivery's class (request.Failure). A record
 	// written before classes were has none: its failure reads as one that
 	// may have reached the downstream, whatever LastError says.
-	Failure     ledger.Failure `json:"failure,omitempty"`
-	ExternalID  string         `json:"external_id,omitempty"`
-	ExternalURL string         `json:"external_url,omitempty"`
-	UpdatedAt   time.Time      `json:"updated_at"`
-	By          string         `json:"by,omitempty"` // the host whose forwarder wrote it
-	// Version counts the writes, as ledger.Delivery.Version does: the
+	Failure     request.Failure `json:"failure,omitempty"`
+	ExternalID  string          `json:"external_id,omitempty"`
+	ExternalURL string          `json:"external_url,omitempty"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+	By          string          `json:"by,omitempty"` // the host whose forwarder wrote it
+	// Version counts the writes, as request.Delivery.Version does: the
 	// forwarder's conditional writes are on it.
 	Version int64 `json:"version"`
 }

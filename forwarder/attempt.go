@@ -12,8 +12,8 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/internal/failpoint"
-	"ticketrelay/ledger"
 	"ticketrelay/metrics"
+	"ticketrelay/request"
 )
 
 // attempt is the handling of one message of one target.
@@ -30,7 +30,7 @@ type attempt struct {
 	call *call
 	// ahead is the request's record read ahead with other messages' (see
 	// readAhead); nil: run reads it.
-	ahead *ledger.Prior
+	ahead *request.Prior
 	alive struct { // keepAlive's timer
 		mu      sync.Mutex
 		stopped bool
@@ -53,7 +53,7 @@ const maxRetryDelay = 24 * time.Hour
 
 // exhausted says that a record's attempts ran out: how many counted toward
 // the limit, and how many more a rate limit refused.
-func exhausted(d ledger.Delivery) string {
+func exhausted(d request.Delivery) string {
 	if d.Throttled == 0 {
 		return fmt.Sprintf("%d attempts exhausted", d.Attempts)
 	}
@@ -98,7 +98,7 @@ func (a *attempt) run(ctx context.Context) error {
 // turnedAway settles a message that must not reach the downstream now, and
 // reports whether it did: its outcome is known, its request was never
 // accepted here, its retry time has not come, or it names another target.
-func (a *attempt) turnedAway(p ledger.Prior) (bool, error) {
+func (a *attempt) turnedAway(p request.Prior) (bool, error) {
 	prev, found := p.Delivery, p.Found
 	if found && prev.Settled() {
 		// A redelivery (lost ack, republish after the duplicate window):
@@ -136,7 +136,7 @@ func (a *attempt) turnedAway(p ledger.Prior) (bool, error) {
 // deliver makes the call for an accepted request whose turn has come:
 // reconciling first an earlier call of unknown outcome toward a target
 // without a dedupe key, and recording the attempt before such a call.
-func (a *attempt) deliver(ctx context.Context, p ledger.Prior) error {
+func (a *attempt) deliver(ctx context.Context, p request.Prior) error {
 	prev, found := p.Delivery, p.Found
 	caps := a.t.Capabilities()
 	d := downstream.Delivery{
@@ -146,9 +146,9 @@ func (a *attempt) deliver(ctx context.Context, p ledger.Prior) error {
 		// host, sends the same content.
 		Ticket: downstream.Present(a.f.cfg.Callers[a.t.Name()], p.Ticket),
 	}
-	rec := ledger.Delivery{RequestID: a.requestID, Target: a.t.Name(), Attempts: d.Attempt, Throttled: prev.Throttled, Version: prev.Version}
+	rec := request.Delivery{RequestID: a.requestID, Target: a.t.Name(), Attempts: d.Attempt, Throttled: prev.Throttled, Version: prev.Version}
 
-	if !caps.DedupeKey && found && prev.State == ledger.DeliveryAttempting {
+	if !caps.DedupeKey && found && prev.State == request.DeliveryAttempting {
 		if wait := a.untilCallEnded(prev); wait > 0 {
 			a.log().Info("forwarder: an attempt's call may still be running; looking again once it has ended", "wait", wait)
 			return a.msg.NakWithDelay(wait)
@@ -176,7 +176,7 @@ func (a *attempt) deliver(ctx context.Context, p ledger.Prior) error {
 		// "attempting", which the next delivery reconciles instead of
 		// resending. The write is conditional on the version read: of two
 		// copies of the message only one gets to call.
-		rec.State = ledger.DeliveryAttempting
+		rec.State = request.DeliveryAttempting
 		if err := a.record(ctx, &rec); err != nil {
 			return err
 		}
@@ -197,7 +197,7 @@ func (a *attempt) deliver(ctx context.Context, p ledger.Prior) error {
 
 // prior is the request's ticket and delivery record: read ahead, or read
 // now.
-func (a *attempt) prior(ctx context.Context) (ledger.Prior, error) {
+func (a *attempt) prior(ctx context.Context) (request.Prior, error) {
 	if a.ahead != nil {
 		a.f.metrics.ReadAhead.WithLabelValues(a.t.Name()).Inc()
 		return *a.ahead, nil
@@ -207,7 +207,7 @@ func (a *attempt) prior(ctx context.Context) (ledger.Prior, error) {
 
 // reconcile settles an attempt of unknown outcome toward a target without a
 // dedupe key. It reports done when the message needs no new call.
-func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d downstream.Delivery, prev ledger.Delivery) (bool, error) {
+func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d downstream.Delivery, prev request.Delivery) (bool, error) {
 	finder, ok := a.t.(downstream.Finder)
 	if !ok || caps.Lookup != downstream.LookupConsistent {
 		// No proof either way: never resend blindly.
@@ -248,7 +248,7 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 	if prev.Counted() >= a.f.cfg.MaxAttempts {
 		prev.LastError = fmt.Sprintf("%s (the last one proven not to have created the item); last error: %s",
 			exhausted(prev), prev.LastError)
-		prev.Failure = ledger.FailureExhausted
+		prev.Failure = request.FailureExhausted
 		return true, a.dead(ctx, prev, "exhausted")
 	}
 	return false, nil // proven absent: create it
@@ -259,8 +259,8 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 // group commits behind mcp-front's on the write lock, most of an attempt;
 // decision 0075 has the measurements) and takes the next message; until the
 // record is durable the message stays unacknowledged in JetStream, as before.
-func (a *attempt) delivered(ctx context.Context, rec ledger.Delivery, r downstream.Receipt) error {
-	rec.State = string(ledger.StatusDelivered)
+func (a *attempt) delivered(ctx context.Context, rec request.Delivery, r downstream.Receipt) error {
+	rec.State = string(request.StatusDelivered)
 	rec.ExternalID, rec.ExternalURL = r.ExternalID, r.URL
 	rec.LastError, rec.NextAttemptAt = "", time.Time{}
 	a.f.settling.Add(1)
@@ -268,7 +268,7 @@ func (a *attempt) delivered(ctx context.Context, rec ledger.Delivery, r downstre
 		defer a.f.settling.Done()
 		defer a.release()
 		switch {
-		case errors.Is(err, ledger.ErrStale):
+		case errors.Is(err, request.ErrStale):
 			// Only a record that says delivered refuses a delivery: another
 			// copy recorded it first (with a dedupe key, the same item).
 			a.log().Info("delivered; another copy of the message had recorded it first", "external_id", r.ExternalID)
@@ -294,9 +294,9 @@ func (a *attempt) delivered(ctx context.Context, rec ledger.Delivery, r downstre
 }
 
 // record writes rec if the record is still at the version rec was read (or
-// last written) at, and moves rec.Version on; ledger.ErrStale if another
+// last written) at, and moves rec.Version on; request.ErrStale if another
 // copy of the message, or an operator, changed it first.
-func (a *attempt) record(ctx context.Context, rec *ledger.Delivery) error {
+func (a *attempt) record(ctx context.Context, rec *request.Delivery) error {
 	if err := a.f.ledger.RecordDelivery(ctx, *rec); err != nil {
 		return err
 	}
@@ -312,14 +312,14 @@ func (a *attempt) record(ctx context.Context, rec *ledger.Delivery) error {
 // uncertain: the call may still create the item. A claim a crashed
 // dispatcher left is reconciled once that time has passed. An attempt that
 // ended and waits for its retry has a retry time.
-func (a *attempt) untilCallEnded(prev ledger.Delivery) time.Duration {
+func (a *attempt) untilCallEnded(prev request.Delivery) time.Duration {
 	if !prev.NextAttemptAt.IsZero() {
 		return 0
 	}
 	return prev.UpdatedAt.Add(a.f.cfg.DeliveryTimeout + callEndSlack).Sub(a.f.now())
 }
 
-func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec ledger.Delivery, e *downstream.Error) error {
+func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec request.Delivery, e *downstream.Error) error {
 	rec.LastError = e.Error()
 	switch {
 	case e.Class == downstream.Auth:
@@ -334,19 +334,19 @@ func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec 
 			rec.Attempts, e, a.t.Name()))
 	case !caps.DedupeKey && e.MayHaveActed:
 		// Leave "attempting": the next delivery looks it up before any resend.
-		rec.State = ledger.DeliveryAttempting
+		rec.State = request.DeliveryAttempting
 	case e.Throttled && !e.MayHaveActed:
 		// The API asked us to slow down: nothing is wrong with the request,
 		// so it waits (as long as the API says, and longer each time) and
 		// keeps its attempts, however long the limit lasts.
 		rec.Throttled++
-		rec.State = string(ledger.StatusRetrying)
+		rec.State = string(request.StatusRetrying)
 	case rec.Counted() >= a.f.cfg.MaxAttempts:
 		rec.LastError = fmt.Sprintf("%s; last error: %s", exhausted(rec), rec.LastError)
-		rec.Failure = ledger.FailureExhausted
+		rec.Failure = request.FailureExhausted
 		return a.dead(ctx, rec, "exhausted")
 	default:
-		rec.State = string(ledger.StatusRetrying)
+		rec.State = string(request.StatusRetrying)
 	}
 	delay := min(max(a.f.cfg.Retry.Delay(rec.Attempts), e.RetryAfter), maxRetryDelay)
 	rec.NextAttemptAt = a.f.now().Add(delay)
@@ -358,8 +358,8 @@ func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec 
 	return a.msg.NakWithDelay(delay)
 }
 
-func (a *attempt) dead(ctx context.Context, rec ledger.Delivery, why string) error {
-	rec.State = string(ledger.StatusFailed)
+func (a *attempt) dead(ctx context.Context, rec request.Delivery, why string) error {
+	rec.State = string(request.StatusFailed)
 	rec.NextAttemptAt = time.Time{}
 	if err := a.record(ctx, &rec); err != nil {
 		return err
@@ -371,8 +371,8 @@ func (a *attempt) dead(ctx context.Context, rec ledger.Delivery, why string) err
 	return a.msg.TermWithReason(why)
 }
 
-func (a *attempt) uncertain(ctx context.Context, rec ledger.Delivery, why string) error {
-	rec.State = string(ledger.StatusUncertain)
+func (a *attempt) uncertain(ctx context.Context, rec request.Delivery, why string) error {
+	rec.State = string(request.StatusUncertain)
 	rec.LastError = why
 	rec.NextAttemptAt = time.Time{}
 	if err := a.record(ctx, &rec); err != nil {

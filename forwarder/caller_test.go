@@ -13,7 +13,7 @@ import (
 	"ticketrelay/downstream/downstreamtest"
 	"ticketrelay/downstream/webhook"
 	"ticketrelay/downstream/webhook/webhooktest"
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -55,7 +55,7 @@ func TestCallerFooterIsTheSameOnEveryAttempt(t *testing.T) {
 	for target, id := range ids {
 		waitFor(t, 15*time.Second, target+" delivered", func() bool {
 			st, err := e.l.Find(context.Background(), caller.Subject, id)
-			return err == nil && st.Status == ledger.StatusDelivered
+			return err == nil && st.Status == request.StatusDelivered
 		})
 	}
 	if withFooter.Faults.Served() < 2 {

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"ticketrelay/downstream"
-	"ticketrelay/ledger"
 	"ticketrelay/outbox"
+	"ticketrelay/request"
 )
 
 // Two copies of one message can be handled at once: JetStream redelivers a
@@ -46,7 +46,7 @@ func TestSecondCopyWaitsForTheFirst(t *testing.T) {
 		return err == nil && info.Delivered.Consumer >= 2
 	})
 	g.Open()
-	st := e.waitStatus(t, id, ledger.StatusDelivered)
+	st := e.waitStatus(t, id, request.StatusDelivered)
 	e.waitConsumerIdle(t, api.name)
 	if calls, finds, items := len(api.Calls()), len(api.Finds()), len(api.Items()); calls != 1 || finds != 0 || items != 1 {
 		t.Fatalf("%d calls, %d lookups, %d items for one request; want 1, 0, 1", calls, finds, items)
@@ -89,7 +89,7 @@ func TestClaimOfARunningCallIsLeftAlone(t *testing.T) {
 	}
 	e.startForwarder(t, cfg, api)
 
-	st := e.waitStatus(t, id, ledger.StatusDelivered)
+	st := e.waitStatus(t, id, request.StatusDelivered)
 	e.waitConsumerIdle(t, api.name)
 	if calls, items := len(api.Calls()), len(api.Items()); calls != 0 || items != 1 {
 		t.Fatalf("%d calls, %d items; want the other dispatcher's one item and no call from here", calls, items)
@@ -136,7 +136,7 @@ func TestCopiesBufferedPastAckWait(t *testing.T) {
 	}
 	e.startForwarder(t, cfg, api)
 	for _, id := range ids {
-		e.waitStatus(t, id, ledger.StatusDelivered)
+		e.waitStatus(t, id, request.StatusDelivered)
 	}
 	e.waitConsumerIdle(t, api.name)
 	perKey := map[string]int{}

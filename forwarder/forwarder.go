@@ -24,8 +24,8 @@ import (
 	"ticketrelay/installation"
 	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/backoff"
-	"ticketrelay/ledger"
 	"ticketrelay/metrics"
+	"ticketrelay/request"
 )
 
 // Config tunes the forwarder. Zero fields take the documented defaults.
@@ -93,12 +93,10 @@ func (c Config) WithDefaults() Config {
 // record (see ledger.RecordDelivery). The ledger is one; a multi-host
 // installation's cluster record (clusterrec.Deliveries) is the other.
 type Deliveries interface {
-	PriorDelivery(ctx context.Context, requestID string) (ledger.Prior, error)
-	RecordDelivery(ctx context.Context, d ledger.Delivery) error
-	RecordDeliveryThen(ctx context.Context, d ledger.Delivery, then func(error)) error
+	PriorDelivery(ctx context.Context, requestID string) (request.Prior, error)
+	RecordDelivery(ctx context.Context, d request.Delivery) error
+	RecordDeliveryThen(ctx context.Context, d request.Delivery, then func(error)) error
 }
-
-var _ Deliveries = (*ledger.Ledger)(nil)
 
 // Forwarder delivers the tickets of a set of targets.
 type Forwarder struct {

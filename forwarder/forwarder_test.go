@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"ticketrelay/internal/testio"
 	"time"
+
+	"ticketrelay/internal/testio"
+	"ticketrelay/request"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -17,7 +19,6 @@ import (
 	"ticketrelay/forwarder"
 	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/testwait"
-	"ticketrelay/ledger"
 	"ticketrelay/outbox"
 	"ticketrelay/ticket"
 )
@@ -30,7 +31,7 @@ func TestRedeliveryOfSettledRequestSkipped(t *testing.T) {
 	api := newKeyedAPI("tracker")
 	e.startForwarder(t, testConfig(), api)
 	id := e.create(t, api.name)
-	before := e.waitStatus(t, id, ledger.StatusDelivered)
+	before := e.waitStatus(t, id, request.StatusDelivered)
 	e.waitConsumerIdle(t, api.name)
 
 	// The same ticket again, under another Nats-Msg-Id so JetStream keeps it.
@@ -51,7 +52,7 @@ func TestRedeliveryOfSettledRequestSkipped(t *testing.T) {
 		t.Errorf("%d calls, want 1", n)
 	}
 	after := e.find(t, id)
-	if after.Status != ledger.StatusDelivered || after.ExternalID != before.ExternalID || after.Attempts != 1 {
+	if after.Status != request.StatusDelivered || after.ExternalID != before.ExternalID || after.Attempts != 1 {
 		t.Errorf("status after the redelivery %+v, want unchanged %+v", after, before)
 	}
 }
@@ -64,7 +65,7 @@ func TestDeliversTheLedgersTicket(t *testing.T) {
 	e := newEnv(t)
 	api := newKeyedAPI("tracker")
 	id := e.create(t, api.name)
-	e.waitStatus(t, id, ledger.StatusPublished)
+	e.waitStatus(t, id, request.StatusPublished)
 	stale := ticket.Ticket{Request: ticket.Request{RequestID: id, Tool: "create_ticket", Target: api.name, Title: "stale copy", Priority: "normal"},
 		ID: ticket.IDFor(id), CreatedAt: time.Now().UTC()}
 	data, err := json.Marshal(stale)
@@ -74,7 +75,7 @@ func TestDeliversTheLedgersTicket(t *testing.T) {
 	e.publishRaw(t, outbox.SubjectFor(api.name), id+"#v0", data)
 	e.startForwarder(t, testConfig(), api)
 
-	e.waitStatus(t, id, ledger.StatusDelivered)
+	e.waitStatus(t, id, request.StatusDelivered)
 	e.waitConsumerIdle(t, api.name) // both messages handled and acknowledged
 	if n := testutil.ToFloat64(e.m.DeadLetters.WithLabelValues(api.name)); n != 0 {
 		t.Fatalf("%v messages terminated as undecodable, want 0", n)
@@ -164,13 +165,13 @@ func TestSlowTargetDoesNotHoldUpAnother(t *testing.T) {
 		fastIDs = append(fastIDs, e.create(t, fast.name))
 	}
 	for _, id := range fastIDs {
-		e.waitStatus(t, id, ledger.StatusDelivered)
+		e.waitStatus(t, id, request.StatusDelivered)
 	}
-	if st := e.find(t, slowID); st.Status == ledger.StatusDelivered {
+	if st := e.find(t, slowID); st.Status == request.StatusDelivered {
 		t.Fatalf("slow ticket delivered while its call is held: %+v", st)
 	}
 	held.Open()
-	e.waitStatus(t, slowID, ledger.StatusDelivered)
+	e.waitStatus(t, slowID, request.StatusDelivered)
 	if len(slow.Calls()) != 1 || len(fast.Calls()) != 3 {
 		t.Errorf("calls: slow %d fast %d, want 1 and 3", len(slow.Calls()), len(fast.Calls()))
 	}
@@ -214,7 +215,7 @@ func TestShutdownFinishesInFlightDelivery(t *testing.T) {
 	}
 	// Recorded before Run returned: no waiting here.
 	st := e.find(t, id)
-	if st.Status != ledger.StatusDelivered {
+	if st.Status != request.StatusDelivered {
 		t.Errorf("after shutdown: %+v, want delivered", st)
 	}
 	calls := api.Calls()
@@ -242,7 +243,7 @@ func TestUndecodableMessageTerminated(t *testing.T) {
 	}
 	// The consumer goes on with good messages.
 	id := e.create(t, api.name)
-	e.waitStatus(t, id, ledger.StatusDelivered)
+	e.waitStatus(t, id, request.StatusDelivered)
 }
 
 // Without -workers, each target gets its own concurrency: the local target

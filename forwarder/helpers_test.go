@@ -26,6 +26,8 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
+	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -51,8 +53,8 @@ func testConfig() forwarder.Config {
 // env is the dispatcher side of ticketrelay, for real: a SQLite ledger in a
 // temporary directory and an embedded nats-server with JetStream.
 type env struct {
-	db  *ledger.DB
-	w   *ledger.Writer
+	db  *sqlitedb.DB
+	w   *sqlitedb.Writer
 	l   *ledger.Ledger
 	m   *metrics.Dispatcher
 	nc  *nats.Conn
@@ -88,7 +90,7 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { db.Close() })
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
-	w := ledger.NewWriter(db, log, m.Writer)
+	w := sqlitedb.NewWriter(db, log, m.Writer)
 	t.Cleanup(w.Close)
 	e := &env{db: db, w: w, l: ledger.New(db, w, time.Now), m: m, nc: nc, js: js, log: log}
 
@@ -152,7 +154,7 @@ func (e *env) createClaimed(t *testing.T, target string, at time.Time) string {
 	t.Helper()
 	id := e.create(t, target)
 	then := ledger.New(e.db, e.w, func() time.Time { return at })
-	if err := then.RecordDelivery(context.Background(), ledger.Delivery{RequestID: id, Target: target, State: ledger.DeliveryAttempting, Attempts: 1}); err != nil {
+	if err := then.RecordDelivery(context.Background(), request.Delivery{RequestID: id, Target: target, State: request.DeliveryAttempting, Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 	return id
@@ -174,14 +176,13 @@ func (e *env) create(t *testing.T, target string) string {
 
 // find is what find_request answers of id: the ledger's status, with the
 // detail the front writes from it (mcptools.Advise).
-func (e *env) find(t *testing.T, id string) ledger.RequestStatus {
+func (e *env) find(t *testing.T, id string) mcptools.RequestStatus {
 	t.Helper()
 	st, err := e.l.Find(context.Background(), "", id)
 	if err != nil {
 		t.Fatalf("find %s: %v", id, err)
 	}
-	st.Detail = mcptools.Advise(st)
-	return st
+	return mcptools.RequestStatus{Report: st, Detail: mcptools.Advise(st)}
 }
 
 // waitFor waits for cond with a deadline (see internal/testwait).
@@ -190,9 +191,9 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	testwait.For(t, timeout, what, cond)
 }
 
-func (e *env) waitStatus(t *testing.T, id string, want ledger.Status) ledger.RequestStatus {
+func (e *env) waitStatus(t *testing.T, id string, want request.Status) mcptools.RequestStatus {
 	t.Helper()
-	var st ledger.RequestStatus
+	var st mcptools.RequestStatus
 	waitFor(t, 15*time.Second, fmt.Sprintf("request %s to be %s", id, want), func() bool {
 		st = e.find(t, id)
 		return st.Status == want

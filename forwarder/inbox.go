@@ -10,7 +10,7 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/internal/backoff"
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 )
 
 // aheadPerWorker is how many messages a target's consumer holds per worker
@@ -130,7 +130,7 @@ func (in *inbox) take(read func([]*item)) (*item, bool) {
 			}
 		}
 	more:
-		for len(group) < ledger.MaxPriorBatch {
+		for len(group) < request.MaxPriorBatch {
 			select {
 			case next, ok := <-in.msgs:
 				if !ok {
@@ -143,8 +143,8 @@ func (in *inbox) take(read func([]*item)) (*item, bool) {
 		}
 		// Read in queries of MaxPriorBatch, each one's messages ready for
 		// the other workers as soon as it is answered.
-		for from := 0; from < len(group); from += ledger.MaxPriorBatch {
-			chunk := group[from:min(from+ledger.MaxPriorBatch, len(group))]
+		for from := 0; from < len(group); from += request.MaxPriorBatch {
+			chunk := group[from:min(from+request.MaxPriorBatch, len(group))]
 			read(chunk)
 			if from == 0 {
 				chunk = chunk[1:] // the worker's own
@@ -219,7 +219,7 @@ func (f *Forwarder) fill(ctx context.Context, t downstream.Target, cons jetstrea
 				group := []*item{f.newItem(msg)}
 				last = msg
 			more:
-				for len(group) < ledger.MaxPriorBatch {
+				for len(group) < request.MaxPriorBatch {
 					select {
 					case next, ok := <-msgs:
 						if !ok {

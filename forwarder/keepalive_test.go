@@ -11,7 +11,7 @@ import (
 	"ticketrelay/downstream"
 	"ticketrelay/forwarder"
 	"ticketrelay/internal/testwait"
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 )
 
 // A call that outlasts the consumer's AckWait keeps its message (InProgress)
@@ -48,7 +48,7 @@ func TestSlowDeliveryIsNotRedelivered(t *testing.T) {
 		t.Fatalf("while the first call was held past AckWait: %s; want 1 delivery, 0 redelivered, 1 pending, 1 call", state)
 	}
 	held.Open()
-	e.waitStatus(t, id, ledger.StatusDelivered)
+	e.waitStatus(t, id, request.StatusDelivered)
 	if n := len(api.Calls()); n != 1 {
 		t.Fatalf("%d calls in all, want 1", n)
 	}
@@ -119,7 +119,7 @@ func TestQueuedMessagesAreNotRedelivered(t *testing.T) {
 	}
 	held.Open()
 	for _, id := range ids {
-		e.waitStatus(t, id, ledger.StatusDelivered)
+		e.waitStatus(t, id, request.StatusDelivered)
 	}
 	if c := len(api.Calls()); c != n {
 		t.Fatalf("%d calls for %d requests", c, n)

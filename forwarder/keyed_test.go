@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"ticketrelay/downstream"
-	"ticketrelay/ledger"
 	"ticketrelay/metrics"
+	"ticketrelay/request"
 )
 
 // Targets that take a dedupe key: every resend carries the same key.
@@ -24,7 +24,7 @@ func TestKeyedDelivered(t *testing.T) {
 	e.startForwarder(t, testConfig(), api)
 	id := e.create(t, api.name)
 
-	st := e.waitStatus(t, id, ledger.StatusDelivered)
+	st := e.waitStatus(t, id, request.StatusDelivered)
 	// The relay's mark and the delivery record are separate commits: a
 	// delivery this fast can be recorded before the mark lands.
 	waitFor(t, 15*time.Second, "the outbox row to be marked published", func() bool {
@@ -79,7 +79,7 @@ func TestKeyedTransientThenDelivered(t *testing.T) {
 	second.WaitArrived(t)
 	st := e.find(t, id)
 	first := api.Calls()[0]
-	if st.Status != ledger.StatusRetrying || st.Attempts != 1 || !strings.Contains(st.LastError, "503") {
+	if st.Status != request.StatusRetrying || st.Attempts != 1 || !strings.Contains(st.LastError, "503") {
 		t.Errorf("during retry: %+v, want retrying after attempt 1 with the 503", st)
 	}
 	if st.NextAttemptAt == nil || st.NextAttemptAt.Before(first.End.Add(10*time.Millisecond)) || st.NextAttemptAt.After(first.End.Add(10*time.Second)) {
@@ -90,7 +90,7 @@ func TestKeyedTransientThenDelivered(t *testing.T) {
 	}
 	second.Open()
 
-	st = e.waitStatus(t, id, ledger.StatusDelivered)
+	st = e.waitStatus(t, id, request.StatusDelivered)
 	if st.Attempts != 3 || st.LastError != "" || st.NextAttemptAt != nil {
 		t.Errorf("delivered: %+v, want attempts 3 and no leftover error", st)
 	}
@@ -135,7 +135,7 @@ func TestKeyedRetryAfterHonoured(t *testing.T) {
 	second.WaitArrived(t)
 	st := e.find(t, id)
 	calls := api.Calls()
-	if st.Status != ledger.StatusRetrying || st.NextAttemptAt == nil {
+	if st.Status != request.StatusRetrying || st.NextAttemptAt == nil {
 		t.Fatalf("during retry: %+v", st)
 	}
 	if earliest := calls[0].End.Add(retryAfter); st.NextAttemptAt.Before(earliest) {
@@ -145,7 +145,7 @@ func TestKeyedRetryAfterHonoured(t *testing.T) {
 		t.Errorf("second call came %v after the 429, want at least the Retry-After %v", wait, retryAfter)
 	}
 	second.Open()
-	e.waitStatus(t, id, ledger.StatusDelivered)
+	e.waitStatus(t, id, request.StatusDelivered)
 }
 
 func TestKeyedPermanentAndAuthFail(t *testing.T) {
@@ -167,7 +167,7 @@ func TestKeyedPermanentAndAuthFail(t *testing.T) {
 			e.startForwarder(t, testConfig(), api)
 			id := e.create(t, api.name)
 
-			st := e.waitStatus(t, id, ledger.StatusFailed)
+			st := e.waitStatus(t, id, request.StatusFailed)
 			if !strings.Contains(st.LastError, c.reason) || !strings.Contains(st.Detail, c.reason) || st.Attempts != 1 || st.NextAttemptAt != nil {
 				t.Errorf("failed status %+v: want the reason %q after one attempt", st, c.reason)
 			}
@@ -201,7 +201,7 @@ func TestKeyedAttemptsExhausted(t *testing.T) {
 	e.startForwarder(t, cfg, api)
 	id := e.create(t, api.name)
 
-	st := e.waitStatus(t, id, ledger.StatusFailed)
+	st := e.waitStatus(t, id, request.StatusFailed)
 	if !strings.Contains(st.LastError, "attempts exhausted") || !strings.Contains(st.LastError, "internal error 3") || st.Attempts != 3 {
 		t.Errorf("failed status %+v: want attempts exhausted after 3 with the last error", st)
 	}
@@ -236,7 +236,7 @@ func TestThrottledCallsDoNotCount(t *testing.T) {
 	e.startForwarder(t, cfg, api)
 	id := e.create(t, api.name)
 
-	st := e.waitStatus(t, id, ledger.StatusDelivered)
+	st := e.waitStatus(t, id, request.StatusDelivered)
 	if st.Attempts != throttled+2 || st.Throttled != throttled {
 		t.Errorf("delivered: %+v; want %d attempts, %d of them throttled", st, throttled+2, throttled)
 	}
@@ -249,7 +249,7 @@ func TestThrottledCallsDoNotCount(t *testing.T) {
 		return failBefore, transient(503, "service unavailable")
 	}
 	id = e.create(t, api.name)
-	st = e.waitStatus(t, id, ledger.StatusFailed)
+	st = e.waitStatus(t, id, request.StatusFailed)
 	if st.Attempts != 3 || st.Throttled != 1 || !strings.Contains(st.LastError, "2 attempts exhausted (and 1 more refused by a rate limit)") {
 		t.Errorf("failed: %+v; want 2 counted attempts exhausted after 1 throttled", st)
 	}
@@ -275,7 +275,7 @@ func TestKeyedLostResponseResendsSameKey(t *testing.T) {
 			e.startForwarder(t, cfg, api)
 			id := e.create(t, api.name)
 
-			st := e.waitStatus(t, id, ledger.StatusDelivered)
+			st := e.waitStatus(t, id, request.StatusDelivered)
 			calls := api.Calls()
 			if len(calls) != 2 {
 				t.Fatalf("%d calls, want 2 (the lost one and the resend)", len(calls))

@@ -16,8 +16,8 @@ import (
 	"ticketrelay/downstream"
 	"ticketrelay/forwarder"
 	"ticketrelay/internal/archetype"
-	"ticketrelay/ledger"
 	"ticketrelay/outbox"
+	"ticketrelay/request"
 )
 
 // Requests waiting out a long Retry-After stay among their target's
@@ -43,10 +43,10 @@ func TestRetryingRequestsDoNotBlockTheTarget(t *testing.T) {
 		waiting = append(waiting, e.create(t, api.name))
 	}
 	for _, id := range waiting {
-		e.waitStatus(t, id, ledger.StatusRetrying)
+		e.waitStatus(t, id, request.StatusRetrying)
 	}
 	refuse.Store(false)
-	e.waitStatus(t, e.create(t, api.name), ledger.StatusDelivered)
+	e.waitStatus(t, e.create(t, api.name), request.StatusDelivered)
 }
 
 // The wait an API asks for is capped: a Retry-After far in the future must
@@ -61,7 +61,7 @@ func TestRetryAfterIsCapped(t *testing.T) {
 	e.startForwarder(t, testConfig(), api)
 	before := time.Now()
 	id := e.create(t, api.name)
-	st := e.waitStatus(t, id, ledger.StatusRetrying)
+	st := e.waitStatus(t, id, request.StatusRetrying)
 	if st.NextAttemptAt == nil || st.NextAttemptAt.Before(before) || st.NextAttemptAt.After(time.Now().Add(24*time.Hour+time.Minute)) {
 		t.Fatalf("next_attempt_at %v: want within a day of now", st.NextAttemptAt)
 	}
@@ -74,11 +74,11 @@ func TestDeletedConsumerIsCreatedAgain(t *testing.T) {
 	e := newEnv(t)
 	api := newKeyedAPI("tracker")
 	e.startForwarder(t, testConfig(), api)
-	e.waitStatus(t, e.create(t, api.name), ledger.StatusDelivered)
+	e.waitStatus(t, e.create(t, api.name), request.StatusDelivered)
 	if err := e.js.DeleteConsumer(context.Background(), "TICKETS", forwarder.ConsumerName(api.name)); err != nil {
 		t.Fatal(err)
 	}
-	e.waitStatus(t, e.create(t, api.name), ledger.StatusDelivered)
+	e.waitStatus(t, e.create(t, api.name), request.StatusDelivered)
 	if n := len(api.Calls()); n != 2 {
 		t.Errorf("%d calls, want 2: the first request is settled and must not be sent again", n)
 	}
@@ -101,9 +101,9 @@ func TestEarlyCopyWaitsForItsRetryTime(t *testing.T) {
 	}
 	e.startForwarder(t, testConfig(), api)
 	id := e.create(t, api.name)
-	st := e.waitStatus(t, id, ledger.StatusRetrying)
+	st := e.waitStatus(t, id, request.StatusRetrying)
 	e.publishRaw(t, outbox.SubjectFor(api.name), "copy-"+id, e.payload(t, id))
-	e.waitStatus(t, id, ledger.StatusDelivered)
+	e.waitStatus(t, id, request.StatusDelivered)
 	calls := api.Calls()
 	if len(calls) != 2 {
 		t.Fatalf("%d calls, want 2", len(calls))
@@ -187,7 +187,7 @@ func TestConsumerDeletedWhileDisconnected(t *testing.T) {
 	cfg := testConfig()
 	cfg.ConsumerCheck = 200 * time.Millisecond
 	runInBackground(t, "forwarder", forwarder.New(archetype.Archetype{Logger: e.log, Metrics: e.m}, cfg, js, e.l, []downstream.Target{api}).Run)
-	e.waitStatus(t, e.create(t, api.name), ledger.StatusDelivered)
+	e.waitStatus(t, e.create(t, api.name), request.StatusDelivered)
 
 	p.block(true)
 	p.cut()
@@ -197,5 +197,5 @@ func TestConsumerDeletedWhileDisconnected(t *testing.T) {
 	}
 	p.block(false)
 	waitFor(t, 10*time.Second, "reconnected", func() bool { return nc.IsConnected() })
-	e.waitStatus(t, e.create(t, api.name), ledger.StatusDelivered)
+	e.waitStatus(t, e.create(t, api.name), request.StatusDelivered)
 }

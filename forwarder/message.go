@@ -4,7 +4,7 @@ import (
 	"errors"
 	"time"
 
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 )
 
 // pace waits until the target takes another call: a place under its
@@ -121,7 +121,7 @@ func (a *attempt) ack() error {
 // bookkeepingFailed hands the message back: the ledger could not be read or
 // written, or its record changed under this copy, so look again soon.
 func (a *attempt) bookkeepingFailed(err error) {
-	if errors.Is(err, ledger.ErrStale) {
+	if errors.Is(err, request.ErrStale) {
 		a.log().Info("forwarder: another copy of the message changed the delivery record first; looking again")
 	} else {
 		a.log().Error("forwarder: delivery bookkeeping failed; message will be redelivered", "err", err)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"ticketrelay/downstream"
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 )
 
 // A downstream that is down for a long while (compressed here with fast
@@ -40,11 +40,11 @@ func TestLongOutageLosesNothing(t *testing.T) {
 		retried := 0
 		for _, id := range ids {
 			switch st := e.find(t, id); st.Status {
-			case ledger.StatusRetrying:
+			case request.StatusRetrying:
 				if st.Attempts >= 3 {
 					retried++
 				}
-			case ledger.StatusQueued, ledger.StatusPublished:
+			case request.StatusQueued, request.StatusPublished:
 			default:
 				t.Fatalf("%s is %s during the outage: %+v", id, st.Status, st)
 			}
@@ -55,14 +55,14 @@ func TestLongOutageLosesNothing(t *testing.T) {
 		t.Fatalf("%d items created while the downstream was down", len(api.Items()))
 	}
 	for _, id := range ids {
-		if st := e.find(t, id); st.Status == ledger.StatusRetrying && (st.LastError == "" || st.NextAttemptAt == nil) {
+		if st := e.find(t, id); st.Status == request.StatusRetrying && (st.LastError == "" || st.NextAttemptAt == nil) {
 			t.Errorf("retrying status lacks the last error or next attempt: %+v", st)
 		}
 	}
 
 	down.Store(false)
 	for _, id := range ids {
-		e.waitStatus(t, id, ledger.StatusDelivered)
+		e.waitStatus(t, id, request.StatusDelivered)
 	}
 	items := api.Items()
 	if len(items) != n {

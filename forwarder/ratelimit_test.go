@@ -11,7 +11,7 @@ import (
 	"ticketrelay/downstream"
 	"ticketrelay/forwarder"
 	"ticketrelay/internal/archetype"
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 	"ticketrelay/targets"
 )
 
@@ -142,9 +142,9 @@ func TestRateLimitWaitEndsAtShutdown(t *testing.T) {
 	for _, id := range ids {
 		st := e.find(t, id)
 		switch st.Status {
-		case ledger.StatusDelivered:
+		case request.StatusDelivered:
 			delivered++
-		case ledger.StatusRetrying, ledger.StatusFailed, ledger.StatusUncertain:
+		case request.StatusRetrying, request.StatusFailed, request.StatusUncertain:
 			t.Errorf("request %s is %s after waiting for the rate limit: nothing should be recorded", id, st.Status)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -32,10 +32,8 @@ const priorFresh = time.Second
 // (the ledger). A store without it (the cluster record) is read request by
 // request.
 type BatchDeliveries interface {
-	PriorDeliveries(ctx context.Context, ids []string) ([]ledger.Prior, []error, error)
+	PriorDeliveries(ctx context.Context, ids []string) ([]request.Prior, []error, error)
 }
-
-var _ BatchDeliveries = (*ledger.Ledger)(nil)
 
 // item is a message in a target's inbox.
 type item struct {
@@ -44,7 +42,7 @@ type item struct {
 	bad error  // the message does not decode: ref is empty
 	gen uint64 // this copy's number among the request's copies (copies.enter)
 
-	prior  *ledger.Prior // read ahead; nil: the attempt reads it
+	prior  *request.Prior // read ahead; nil: the attempt reads it
 	readAt time.Time
 }
 
@@ -154,7 +152,7 @@ func (f *Forwarder) readAhead(group []*item) {
 
 // readAheadFor is it's record read ahead, if it still stands for a read of
 // its own: the caller handles the request (Forwarder.busy).
-func (f *Forwarder) readAheadFor(it *item) *ledger.Prior {
+func (f *Forwarder) readAheadFor(it *item) *request.Prior {
 	if it.prior == nil || time.Since(it.readAt) >= priorFresh || !f.copies.alone(it.ref.RequestID, it.gen) {
 		return nil
 	}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -18,7 +18,7 @@ func TestReadAheadStandsOnlyForTheLoneCopy(t *testing.T) {
 		return &item{ref: ticket.Ref{RequestID: id}, gen: f.copies.enter(id)}
 	}
 	readAt := func(it *item, at time.Time) *item {
-		it.prior, it.readAt = &ledger.Prior{Accepted: true}, at
+		it.prior, it.readAt = &request.Prior{Accepted: true}, at
 		return it
 	}
 	now := time.Now()

@@ -7,8 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"ticketrelay/ledger"
 	"ticketrelay/outbox"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -34,9 +34,9 @@ func TestMessageOnAnotherTargetsSubjectNotDelivered(t *testing.T) {
 	if n := len(api.Calls()); n != 0 {
 		t.Fatalf("%d calls to %s for a ticket bound to hook, want 0", n, api.name)
 	}
-	if st := e.find(t, id); st.Status == ledger.StatusDelivered || st.Target != "hook" {
+	if st := e.find(t, id); st.Status == request.StatusDelivered || st.Target != "hook" {
 		t.Fatalf("status %+v: want it still on its way to hook", st)
 	}
 	// The consumer goes on with its own messages.
-	e.waitStatus(t, e.create(t, api.name), ledger.StatusDelivered)
+	e.waitStatus(t, e.create(t, api.name), request.StatusDelivered)
 }

@@ -12,7 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"ticketrelay/downstream"
-	"ticketrelay/ledger"
+	"ticketrelay/mcptools"
+	"ticketrelay/request"
 )
 
 // Targets without a dedupe key: record before the call, reconcile by a
@@ -29,7 +30,7 @@ func TestUnkeyedNoLookupUncertain(t *testing.T) {
 	e.startForwarder(t, testConfig(), api)
 	id := e.create(t, api.name)
 
-	st := e.waitStatus(t, id, ledger.StatusUncertain)
+	st := e.waitStatus(t, id, request.StatusUncertain)
 	if !strings.Contains(st.Detail, "Check "+api.name) || !strings.Contains(st.Detail, st.TicketID) {
 		t.Errorf("uncertain detail %q: want it to tell to check %s for %s", st.Detail, api.name, st.TicketID)
 	}
@@ -62,7 +63,7 @@ func TestUnkeyedNoLookupRetriesWhenNothingActed(t *testing.T) {
 	}
 	e.startForwarder(t, testConfig(), api)
 	id := e.create(t, api.name)
-	st := e.waitStatus(t, id, ledger.StatusDelivered)
+	st := e.waitStatus(t, id, request.StatusDelivered)
 	if n := len(api.Items()); n != 1 || st.Attempts != 2 || len(api.Calls()) != 2 {
 		t.Errorf("items %d, calls %d, status %+v: want one item after two calls", n, len(api.Calls()), st)
 	}
@@ -75,12 +76,12 @@ func TestUnkeyedCrashDuringCallUncertain(t *testing.T) {
 	e := newEnv(t)
 	api := newUnkeyedAPI("webhook")
 	id := e.createAttempted(t, api.name)
-	if st := e.find(t, id); st.Status != ledger.StatusPublished || !st.InProgress {
+	if st := e.find(t, id); st.Status != request.StatusPublished || !st.InProgress {
 		t.Fatalf("before the forwarder: %+v, want an attempt in progress", st)
 	}
 	e.startForwarder(t, testConfig(), api)
 
-	st := e.waitStatus(t, id, ledger.StatusUncertain)
+	st := e.waitStatus(t, id, request.StatusUncertain)
 	e.waitConsumerIdle(t, api.name)
 	if n := len(api.Calls()); n != 0 {
 		t.Errorf("%d calls after a crashed attempt, want 0", n)
@@ -104,7 +105,7 @@ func TestUnkeyedConsistentLookup(t *testing.T) {
 		receipt := api.seed(id)
 		e.startForwarder(t, testConfig(), api)
 
-		st := e.waitStatus(t, id, ledger.StatusDelivered)
+		st := e.waitStatus(t, id, request.StatusDelivered)
 		if st.ExternalID != receipt.ExternalID || st.ExternalURL != receipt.URL {
 			t.Errorf("delivered as %s %s, want the found item %+v", st.ExternalID, st.ExternalURL, receipt)
 		}
@@ -126,7 +127,7 @@ func TestUnkeyedConsistentLookup(t *testing.T) {
 		id := e.createAttempted(t, api.name)
 		e.startForwarder(t, testConfig(), api)
 
-		st := e.waitStatus(t, id, ledger.StatusDelivered)
+		st := e.waitStatus(t, id, request.StatusDelivered)
 		e.waitConsumerIdle(t, api.name)
 		calls := api.Calls()
 		if len(calls) != 1 || calls[0].D.Attempt != 2 || calls[0].D.Key != id {
@@ -152,7 +153,7 @@ func TestUnkeyedConsistentLookup(t *testing.T) {
 		e.startForwarder(t, testConfig(), api)
 		id := e.create(t, api.name)
 
-		st := e.waitStatus(t, id, ledger.StatusDelivered)
+		st := e.waitStatus(t, id, request.StatusDelivered)
 		e.waitConsumerIdle(t, api.name)
 		if n := len(api.Calls()); n != 1 {
 			t.Errorf("%d create calls, want 1 (the second delivery must look up, not resend)", n)
@@ -178,12 +179,12 @@ func TestUnkeyedConsistentLookup(t *testing.T) {
 		e.startForwarder(t, cfg, api)
 		id := e.create(t, api.name)
 
-		var st ledger.RequestStatus
+		var st mcptools.RequestStatus
 		waitFor(t, 15*time.Second, "the request to fail or the API to get more than MaxAttempts calls", func() bool {
 			st = e.find(t, id)
-			return st.Status == ledger.StatusFailed || len(api.Calls()) > cfg.MaxAttempts
+			return st.Status == request.StatusFailed || len(api.Calls()) > cfg.MaxAttempts
 		})
-		if st.Status != ledger.StatusFailed || !strings.Contains(st.LastError, "attempts exhausted") {
+		if st.Status != request.StatusFailed || !strings.Contains(st.LastError, "attempts exhausted") {
 			t.Fatalf("status %+v after %d calls: want failed with attempts exhausted after %d calls",
 				st, len(api.Calls()), cfg.MaxAttempts)
 		}
@@ -215,7 +216,7 @@ func TestUnkeyedConsistentLookup(t *testing.T) {
 			return nil
 		}
 		e.startForwarder(t, testConfig(), api)
-		e.waitStatus(t, id, ledger.StatusDelivered)
+		e.waitStatus(t, id, request.StatusDelivered)
 		if n := len(api.Finds()); n != 2 {
 			t.Errorf("%d lookups, want 2", n)
 		}
@@ -240,7 +241,7 @@ func TestPermanentLookupFailureIsUncertain(t *testing.T) {
 			id := e.createAttempted(t, api.name)
 			api.findHook = func(context.Context, downstream.Delivery) error { return lookupErr }
 			e.startForwarder(t, testConfig(), api)
-			st := e.waitStatus(t, id, ledger.StatusUncertain)
+			st := e.waitStatus(t, id, request.StatusUncertain)
 			if !strings.Contains(st.LastError, "lookup") {
 				t.Errorf("last error %q does not say the lookup failed", st.LastError)
 			}
@@ -273,15 +274,15 @@ func TestUnkeyedClaimIsDurableBeforeTheCall(t *testing.T) {
 	held.WaitArrived(t)
 
 	st := e.find(t, id)
-	if st.Status != ledger.StatusPublished || !st.InProgress || st.Attempts != 1 {
+	if st.Status != request.StatusPublished || !st.InProgress || st.Attempts != 1 {
 		t.Fatalf("during the call: %+v; want published, in progress, attempt 1", st)
 	}
 	d, found, err := e.l.Delivery(context.Background(), id)
-	if err != nil || !found || d.State != ledger.DeliveryAttempting || d.Attempts != 1 || !d.NextAttemptAt.IsZero() {
+	if err != nil || !found || d.State != request.DeliveryAttempting || d.Attempts != 1 || !d.NextAttemptAt.IsZero() {
 		t.Fatalf("delivery record during the call: %+v, found %v, %v; want a claim of attempt 1", d, found, err)
 	}
 	held.Open()
-	st = e.waitStatus(t, id, ledger.StatusDelivered)
+	st = e.waitStatus(t, id, request.StatusDelivered)
 	if st.Attempts != 1 || len(api.Calls()) != 1 {
 		t.Errorf("after the call: %+v, %d calls; want delivered by one call", st, len(api.Calls()))
 	}
@@ -305,8 +306,8 @@ func TestUnkeyedRefusedClaimDoesNotCall(t *testing.T) {
 			// The other dispatcher reads the record and claims attempt 2.
 			prev, _, err := e.l.Delivery(ctx, id)
 			if err == nil {
-				err = e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: api.name,
-					State: ledger.DeliveryAttempting, Attempts: prev.Attempts + 1, Version: prev.Version})
+				err = e.l.RecordDelivery(ctx, request.Delivery{RequestID: id, Target: api.name,
+					State: request.DeliveryAttempting, Attempts: prev.Attempts + 1, Version: prev.Version})
 			}
 			claimErr <- err
 		case 2:
@@ -320,7 +321,7 @@ func TestUnkeyedRefusedClaimDoesNotCall(t *testing.T) {
 	cfg.DeliveryTimeout = 300 * time.Millisecond // the wait for the other call to end
 	e.startForwarder(t, cfg, api)
 
-	st := e.waitStatus(t, id, ledger.StatusDelivered)
+	st := e.waitStatus(t, id, request.StatusDelivered)
 	if err := <-claimErr; err != nil {
 		t.Fatalf("the other dispatcher's claim: %v", err)
 	}

@@ -8,25 +8,12 @@ import (
 	"time"
 
 	"ticketrelay/outbox"
+	"ticketrelay/request"
 )
-
-// Published is an outbox row as the stream audit sees it, with its
-// request's delivery record.
-type Published struct {
-	outbox.Row
-	Target string
-	// Delivery is the state of the request's delivery record ("": none
-	// yet), DeliveryUpdated when it was last written.
-	Delivery        string
-	DeliveryUpdated time.Time
-}
-
-// Settled reports whether the request's delivery needs nothing more.
-func (p Published) Settled() bool { return Delivery{State: p.Delivery}.Settled() }
 
 // LastID is the highest outbox (and ledger row) id, 0 if there is none.
 func (l *Ledger) LastID(ctx context.Context) (int64, error) {
-	id, err := outbox.LastID(ctx, l.db.read)
+	id, err := outbox.LastID(ctx, l.db.Reader())
 	if err != nil {
 		return 0, fmt.Errorf("ledger: %w", err)
 	}
@@ -36,8 +23,8 @@ func (l *Ledger) LastID(ctx context.Context) (int64, error) {
 // PublishedAfter returns up to limit outbox rows with ids above after, in id
 // order, each with its request's delivery record state, read in one read
 // transaction.
-func (l *Ledger) PublishedAfter(ctx context.Context, after int64, limit int) ([]Published, error) {
-	tx, err := l.db.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+func (l *Ledger) PublishedAfter(ctx context.Context, after int64, limit int) ([]request.Published, error) {
+	tx, err := l.db.Reader().BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("ledger: read published rows: %w", err)
 	}
@@ -50,10 +37,10 @@ func (l *Ledger) PublishedAfter(ctx context.Context, after int64, limit int) ([]
 	if err != nil {
 		return nil, fmt.Errorf("ledger: read published rows: %w", err)
 	}
-	out := make([]Published, len(rows))
+	out := make([]request.Published, len(rows))
 	for i, r := range rows {
 		s := states[r.ID]
-		out[i] = Published{Row: r, Target: outbox.TargetOf(r.Subject), Delivery: s.state, DeliveryUpdated: s.updated}
+		out[i] = request.Published{Row: r, Target: outbox.TargetOf(r.Subject), Delivery: s.state, DeliveryUpdated: s.updated}
 	}
 	return out, nil
 }
@@ -95,7 +82,7 @@ func deliveryStates(ctx context.Context, tx *sql.Tx, rows []outbox.Row) (map[int
 // does nothing and returns false if the row or its delivery record changed
 // since p was read (a delivery was recorded, it was republished already), or
 // the delivery is settled.
-func (l *Ledger) RepublishLost(ctx context.Context, p Published) (bool, error) {
+func (l *Ledger) RepublishLost(ctx context.Context, p request.Published) (bool, error) {
 	if p.Settled() {
 		return false, nil
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 )
 
 // PublishedAfter reads rows in id order with what the audit needs, and
@@ -16,7 +16,7 @@ func TestPublishedAfterAndRepublishLost(t *testing.T) {
 	ctx := context.Background()
 	e := openEnv(t, dbPath(t))
 	for _, id := range []string{"a", "b", "c", "d"} {
-		if _, err := e.l.Create(ctx, request(id)); err != nil {
+		if _, err := e.l.Create(ctx, newRequest(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -24,7 +24,7 @@ func TestPublishedAfterAndRepublishLost(t *testing.T) {
 	if _, err := db.Exec(`UPDATE outbox SET published_at = 1, stream_seq = id + 100 WHERE request_id <> 'd'`); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: "b", Target: "local", State: string(ledger.StatusRetrying), Attempts: 1}); err != nil {
+	if err := e.l.RecordDelivery(ctx, request.Delivery{RequestID: "b", Target: "local", State: string(request.StatusRetrying), Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 	all, err := e.l.PublishedAfter(ctx, 0, 10)
@@ -54,10 +54,10 @@ func TestPublishedAfterAndRepublishLost(t *testing.T) {
 	bOlder := b
 	bOlder.DeliveryUpdated = b.DeliveryUpdated.Add(-time.Second) // the record was written again since
 	bSettled := b
-	bSettled.Delivery = string(ledger.StatusDelivered)
+	bSettled.Delivery = string(request.StatusDelivered)
 	for _, tc := range []struct {
 		name string
-		p    ledger.Published
+		p    request.Published
 		want bool
 	}{
 		{"a delivery record was written since the read", bNone, false},

@@ -16,6 +16,8 @@ import (
 
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
+	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -28,7 +30,7 @@ func benchLedger(b *testing.B) (*ledger.Ledger, *metrics.Writer, func()) {
 		b.Fatal(err)
 	}
 	m := metrics.NewFront(prometheus.NewRegistry()).Writer
-	w := ledger.NewWriter(db, slog.New(slog.NewTextHandler(io.Discard, nil)), m)
+	w := sqlitedb.NewWriter(db, slog.New(slog.NewTextHandler(io.Discard, nil)), m)
 	return ledger.New(db, w, time.Now), m, func() { w.Close(); db.Close() }
 }
 
@@ -141,7 +143,7 @@ func BenchmarkPriorDeliveries(b *testing.B) {
 	for i, r := range reqs {
 		ids[i] = r.RequestID
 		if i%2 == 0 {
-			d := ledger.Delivery{RequestID: r.RequestID, Target: r.Target, State: string(ledger.StatusRetrying), Attempts: 1}
+			d := request.Delivery{RequestID: r.RequestID, Target: r.Target, State: string(request.StatusRetrying), Attempts: 1}
 			if err := l.RecordDelivery(ctx, d); err != nil {
 				b.Fatal(err)
 			}

@@ -14,7 +14,7 @@ import (
 func TestCallerRecordedWithTheTicket(t *testing.T) {
 	ctx := context.Background()
 	e := openEnv(t, dbPath(t))
-	first := request("r-caller")
+	first := newRequest("r-caller")
 	first.Subject = "idp.example.com/u1"
 	first.Caller = ticket.Caller{Subject: first.Subject, Name: "Alice Example", Email: "alice@example.com"}
 	if _, err := e.l.Create(ctx, first); err != nil {
@@ -47,7 +47,7 @@ func TestCallerRecordedWithTheTicket(t *testing.T) {
 	}
 
 	// The anonymous caller has none to report.
-	anon := request("r-anon")
+	anon := newRequest("r-anon")
 	if _, err := e.l.Create(ctx, anon); err != nil {
 		t.Fatal(err)
 	}

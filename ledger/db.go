@@ -1,139 +1,34 @@
-// Package ledger opens the SQLite file and runs its one migration
-// sequence (its own steps and the outbox's, see schema). It owns the
-// tables requests (the idempotency ledger: request_id → argument hash and
-// result, and the ticket), deliveries (the delivery records, with the
-// class of a failure), dispatchers and settings, with their schema,
-// migrations and queries, and reports where a request stands as data
-// (RequestStatus); the words said about it are its callers'.
-//
-// All writes of a process go through one Writer goroutine that batches
-// concurrent operations into one IMMEDIATE transaction (group commit), so a
-// durable commit (WAL, synchronous=FULL) is paid once per batch rather than
-// once per call, and no two connections of the process ever race for the
-// write lock.
+// Package ledger owns the tables requests (the idempotency ledger:
+// request_id → argument hash and result, and the ticket), deliveries (the
+// delivery records, with the class of a failure), dispatchers and
+// settings, with their migration steps and queries, on the database of
+// package sqlitedb, and reports where a request stands as data
+// (request.Report); the words said about it are its callers'.
 package ledger
 
 import (
 	"context"
-	"database/sql"
-	"errors"
-	"fmt"
-	"net/url"
-	"os"
-	"path/filepath"
-	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
-
-	"ticketrelay/internal/migrate"
 	"ticketrelay/outbox"
+	"ticketrelay/sqlitedb"
 )
 
-// DB is an open ticketrelay database: a single-connection pool for the writer
-// and a small read-only pool for lookups.
-type DB struct {
-	Path      string
-	write     *sql.DB
-	read      *sql.DB
-	ckpt      *sql.DB // the Writer's checkpoints (checkpoint.go)
-	readStmts readStmts
+// Open opens (creating if needed) the ticketrelay database at path and
+// migrates it to schema.
+func Open(ctx context.Context, path string) (*sqlitedb.DB, error) {
+	return sqlitedb.Open(ctx, path, schema)
 }
-
-// dsn builds a modernc.org/sqlite DSN. WAL lets readers run beside the
-// writer; synchronous=FULL makes every commit durable before it returns;
-// _txlock=immediate takes the write lock at BEGIN, so a transaction never
-// fails half-way on upgrade. Readers wait on a busy file with busy_timeout.
-// The writer does not: SQLite's busy handler sleeps 1, 2, 5, 10 … 100 ms
-// between tries, so against the other process's steady stream of short
-// transactions it starves (decision 0069 has the measurements). The
-// Writer retries BEGIN itself with sub-millisecond pauses (beginImmediate).
-func dsn(path string, readOnly bool) string {
-	q := url.Values{}
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous(FULL)")
-	q.Add("_pragma", "foreign_keys(1)")
-	if readOnly {
-		q.Add("_pragma", "busy_timeout(10000)")
-		q.Add("_pragma", "query_only(1)")
-	} else {
-		q.Add("_pragma", "busy_timeout(0)")
-		q.Add("_pragma", fmt.Sprintf("wal_autocheckpoint(%d)", autoCheckpointPages))
-		q.Set("_txlock", "immediate")
-	}
-	return "file:" + filepath.ToSlash(path) + "?" + q.Encode()
-}
-
-// Open opens (creating if needed) the database at path and migrates it to
-// the current schema. A new file is readable by its owner only (it holds
-// every ticket); SQLite gives its -wal and -shm files the same mode.
-func Open(ctx context.Context, path string) (*DB, error) {
-	if path == "" {
-		return nil, errors.New("ledger: empty database path")
-	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
-	}
-	f.Close()
-	w, err := sql.Open("sqlite", dsn(path, false))
-	if err != nil {
-		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
-	}
-	// One connection: the writer serialises all writes of this process.
-	w.SetMaxOpenConns(1)
-	w.SetMaxIdleConns(1)
-	w.SetConnMaxLifetime(0)
-	if err := migrateRetrying(ctx, w); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("ledger: migrate %s: %w", path, err)
-	}
-	r, err := sql.Open("sqlite", dsn(path, true))
-	if err != nil {
-		w.Close()
-		return nil, fmt.Errorf("ledger: open %s read-only: %w", path, err)
-	}
-	r.SetMaxOpenConns(4)
-	r.SetMaxIdleConns(4)
-	c, err := sql.Open("sqlite", dsn(path, false))
-	if err != nil {
-		w.Close()
-		r.Close()
-		return nil, fmt.Errorf("ledger: open %s for checkpoints: %w", path, err)
-	}
-	c.SetMaxOpenConns(1)
-	c.SetMaxIdleConns(1)
-	return &DB{Path: path, write: w, read: r, ckpt: c}, nil
-}
-
-// Close closes the pools.
-func (db *DB) Close() error {
-	return errors.Join(db.readStmts.close(), db.read.Close(), db.ckpt.Close(), db.write.Close())
-}
-
-// queryRow runs a query of the ledger's own on the read pool, prepared.
-func (db *DB) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
-	return db.readStmts.queryRow(ctx, db.read, query, args...)
-}
-
-// query is queryRow for a query that returns rows.
-func (db *DB) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return db.readStmts.query(ctx, db.read, query, args...)
-}
-
-// Reader is the read-only pool, for packages that own their own queries
-// (the relay's backlog gauge, status commands).
-func (db *DB) Reader() *sql.DB { return db.read }
 
 // schema is the database's one migration sequence: the ledger's steps and
 // the outbox's (outbox.Migrations), each owner's SQL in its own package,
 // numbered as the file's user_version has always counted them. At a
 // version with steps of both, the ledger's run first.
-var schema = migrate.MustMerge(migrations, outbox.Migrations)
+var schema = sqlitedb.MustMerge(migrations, outbox.Migrations)
 
 // migrations are the ledger's steps: the tables requests (with the tickets
 // view), deliveries, dispatchers and settings. Append only: never edit a
 // step that has shipped.
-var migrations = []migrate.Step{
+var migrations = []sqlitedb.Step{
 	// 1: ledger, tickets, deliveries (the outbox adds outbox and leases).
 	{Version: 1, SQL: `CREATE TABLE requests (
 		request_id TEXT PRIMARY KEY,
@@ -272,46 +167,4 @@ var migrations = []migrate.Step{
 	// and are named by their subject.
 	{Version: 12, SQL: `ALTER TABLE requests ADD COLUMN caller_name TEXT NOT NULL DEFAULT '';
 	ALTER TABLE requests ADD COLUMN caller_email TEXT NOT NULL DEFAULT '';`},
-}
-
-// migrateRetrying runs runMigrations, retrying SQLITE_BUSY for about 10 s. When
-// both processes open a fresh file at once, both connections race to switch
-// it to WAL (the journal_mode pragma runs as each connection opens), and
-// SQLite answers the loser SQLITE_BUSY at once, without calling the busy
-// handler, as it does for any lock upgrade that could deadlock.
-func migrateRetrying(ctx context.Context, db *sql.DB) error {
-	delay := 5 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := runMigrations(ctx, db)
-		if err == nil || !isBusy(err) || attempt == 100 {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 100*time.Millisecond)
-	}
-}
-
-func runMigrations(ctx context.Context, db *sql.DB) error {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	// WAL is persistent in the file; set it outside any transaction.
-	if _, err := conn.ExecContext(ctx, "PRAGMA journal_mode=WAL"); err != nil {
-		return fmt.Errorf("set WAL: %w", err)
-	}
-	tx, err := conn.BeginTx(ctx, nil) // IMMEDIATE: the other process waits for us
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if err := schema.Up(ctx, tx); err != nil {
-		return err
-	}
-	return tx.Commit()
 }

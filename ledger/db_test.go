@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"ticketrelay/ledger"
+	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -27,7 +29,7 @@ func TestReopenKeepsDataAndSchemaVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	e1 := wrapEnv(t, path, db)
-	first, err := e1.l.Create(ctx, request("req-persist"))
+	first, err := e1.l.Create(ctx, newRequest("req-persist"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +46,7 @@ func TestReopenKeepsDataAndSchemaVersion(t *testing.T) {
 	if got := userVersion(t, path); got != v {
 		t.Fatalf("user_version = %d after reopening, was %d", got, v)
 	}
-	res, err := e2.l.Create(ctx, request("req-persist"))
+	res, err := e2.l.Create(ctx, newRequest("req-persist"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +56,7 @@ func TestReopenKeepsDataAndSchemaVersion(t *testing.T) {
 		t.Fatalf("Create after reopen = %+v, want replay of %+v", res, first)
 	}
 	st, err := e2.l.Find(ctx, "", "req-persist")
-	if err != nil || st.Status != ledger.StatusQueued || st.TicketID != first.TicketID {
+	if err != nil || st.Status != request.StatusQueued || st.TicketID != first.TicketID {
 		t.Fatalf("Find after reopen = %+v, %v", st, err)
 	}
 }
@@ -64,7 +66,7 @@ func TestReopenKeepsDataAndSchemaVersion(t *testing.T) {
 func TestTwoHandlesOnOneFile(t *testing.T) {
 	path := dbPath(t)
 	ctx := context.Background()
-	var dbs [2]*ledger.DB
+	var dbs [2]*sqlitedb.DB
 	var errs [2]error
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -86,7 +88,7 @@ func TestTwoHandlesOnOneFile(t *testing.T) {
 
 	const n = 40
 	type answer struct {
-		res ledger.Result
+		res request.Result
 		err error
 	}
 	answers := make([][2]answer, n)
@@ -98,7 +100,7 @@ func TestTwoHandlesOnOneFile(t *testing.T) {
 				if i%2 == 1 {
 					id = fmt.Sprintf("req-%02d-%d", i, j)
 				}
-				res, err := e.l.Create(ctx, request(id))
+				res, err := e.l.Create(ctx, newRequest(id))
 				answers[i][j] = answer{res, err}
 			})
 		}
@@ -129,7 +131,7 @@ func TestTwoHandlesOnOneFile(t *testing.T) {
 	// Each handle sees what the other wrote.
 	for _, id := range []string{"req-01-1", "req-01-0"} {
 		for name, e := range map[string]*env{"a": a, "b": b} {
-			if st, err := e.l.Find(ctx, "", id); err != nil || st.Status != ledger.StatusQueued {
+			if st, err := e.l.Find(ctx, "", id); err != nil || st.Status != request.StatusQueued {
 				t.Errorf("handle %s Find(%s) = %+v, %v", name, id, st, err)
 			}
 		}
@@ -168,7 +170,7 @@ func TestMigrationKeepsTicketsOfSchema2(t *testing.T) {
 	path := dbPath(t)
 	ctx := context.Background()
 	old := atSchema(t, path, 2)
-	req := request("req-schema2")
+	req := newRequest("req-schema2")
 	stmts := []struct {
 		query string
 		args  []any
@@ -206,7 +208,7 @@ func TestMigrationKeepsTicketsOfSchema2(t *testing.T) {
 	if title != req.Title || body != req.Body || priority != req.Priority || labels != `["disk","ops"]` {
 		t.Fatalf("ticket after migration = %q %q %q %q", title, body, priority, labels)
 	}
-	if st, err := e.l.Find(ctx, "", req.RequestID); err != nil || st.TicketID != "tkt_old" || st.Status != ledger.StatusQueued {
+	if st, err := e.l.Find(ctx, "", req.RequestID); err != nil || st.TicketID != "tkt_old" || st.Status != request.StatusQueued {
 		t.Fatalf("Find after migration = %+v, %v", st, err)
 	}
 }
@@ -223,7 +225,7 @@ func TestMigrationKeepsDeliveriesOfSchema4(t *testing.T) {
 		{"req-failed", "failed", ""},
 		{"req-queued", "", ""},
 	} {
-		req := request(c.id)
+		req := newRequest(c.id)
 		rowID := int64(10 + i)
 		insertPublished(t, old, rowID, req, "tkt_"+c.id)
 		if c.state == "" {
@@ -239,8 +241,8 @@ func TestMigrationKeepsDeliveriesOfSchema4(t *testing.T) {
 	if got, want := userVersion(t, path), len(ledger.MigrationsForTest(5)); got < want {
 		t.Fatalf("user_version = %d after Open, want at least %d", got, want)
 	}
-	for id, want := range map[string]ledger.Status{
-		"req-delivered": ledger.StatusDelivered, "req-failed": ledger.StatusFailed, "req-queued": ledger.StatusPublished,
+	for id, want := range map[string]request.Status{
+		"req-delivered": request.StatusDelivered, "req-failed": request.StatusFailed, "req-queued": request.StatusPublished,
 	} {
 		st, err := e.l.Find(ctx, "", id)
 		if err != nil || st.Status != want {
@@ -257,7 +259,7 @@ func TestMigrationKeepsDeliveriesOfSchema4(t *testing.T) {
 	if err := e.l.Redrive(ctx, "req-failed"); err != nil {
 		t.Fatalf("Redrive after migration: %v", err)
 	}
-	if st, err := e.l.Find(ctx, "", "req-failed"); err != nil || st.Status != ledger.StatusRetrying {
+	if st, err := e.l.Find(ctx, "", "req-failed"); err != nil || st.Status != request.StatusRetrying {
 		t.Fatalf("Find after redrive = %+v, %v; want retrying", st, err)
 	}
 	if n := count(t, raw(t, path), `SELECT count(*) FROM deliveries WHERE id IN (10, 11)`); n != 2 {
@@ -285,7 +287,7 @@ func atSchema(t *testing.T, path string, n int) *sql.DB {
 // are readable by their owner only.
 func TestNewDatabaseIsPrivate(t *testing.T) {
 	e := openEnv(t, dbPath(t))
-	if _, err := e.l.Create(context.Background(), request("req-private")); err != nil {
+	if _, err := e.l.Create(context.Background(), newRequest("req-private")); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{e.path, e.path + "-wal", e.path + "-shm"} {
@@ -309,18 +311,18 @@ func TestMigrationClassifiesFailuresOfSchema10(t *testing.T) {
 	old := atSchema(t, path, 10)
 	cases := []struct {
 		id, state, lastError string
-		want                 ledger.Failure
+		want                 request.Failure
 	}{
-		{"req-rejected", "failed", "permanent error (HTTP 422): title too long", ledger.FailureRejected},
-		{"req-auth", "failed", "auth error (HTTP 401): invalid token", ledger.FailureAuth},
-		{"req-exhausted", "failed", "10 attempts exhausted; last error: transient error (HTTP 503): unavailable", ledger.FailureExhausted},
-		{"req-settled", "failed", "settled as not delivered by an operator", ledger.FailureSettled},
-		{"req-other", "failed", "permanent error: encoding the request: json: unsupported value", ledger.FailurePermanent},
-		{"req-5xx", "failed", "permanent error (HTTP 501): not implemented", ledger.FailurePermanent},
-		{"req-retrying", "retrying", "permanent error (HTTP 422): not failed", ledger.FailureUnknown},
+		{"req-rejected", "failed", "permanent error (HTTP 422): title too long", request.FailureRejected},
+		{"req-auth", "failed", "auth error (HTTP 401): invalid token", request.FailureAuth},
+		{"req-exhausted", "failed", "10 attempts exhausted; last error: transient error (HTTP 503): unavailable", request.FailureExhausted},
+		{"req-settled", "failed", "settled as not delivered by an operator", request.FailureSettled},
+		{"req-other", "failed", "permanent error: encoding the request: json: unsupported value", request.FailurePermanent},
+		{"req-5xx", "failed", "permanent error (HTTP 501): not implemented", request.FailurePermanent},
+		{"req-retrying", "retrying", "permanent error (HTTP 422): not failed", request.FailureUnknown},
 	}
 	for i, c := range cases {
-		req := request(c.id)
+		req := newRequest(c.id)
 		rowID := int64(10 + i)
 		insertPublished(t, old, rowID, req, "tkt_"+c.id)
 		if _, err := old.Exec(`INSERT INTO deliveries (id, target, state, attempts, last_error, updated_at) VALUES (?, 'local', ?, 1, ?, 3)`,
@@ -339,7 +341,7 @@ func TestMigrationClassifiesFailuresOfSchema10(t *testing.T) {
 			t.Errorf("Delivery(%s) after migration = %+v, %v, %v; want failure %q", c.id, d, found, err, c.want)
 		}
 		st, err := e.find(ctx, "", c.id)
-		if err != nil || st.Failure() != c.want || string(st.Status) != c.state {
+		if err != nil || st.Failure != c.want || string(st.Status) != c.state {
 			t.Errorf("Find(%s) after migration = %+v, %v; want %s with failure %q", c.id, st, err, c.state, c.want)
 		}
 	}

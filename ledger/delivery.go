@@ -6,64 +6,29 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
+
+	"ticketrelay/request"
 )
 
-// Delivery is the forwarder's record of a request's delivery.
-type Delivery struct {
-	RequestID     string
-	Target        string
-	State         string // DeliveryAttempting or a Status: delivered, retrying, failed, uncertain
-	Attempts      int
-	Throttled     int // of Attempts, calls the downstream refused for its rate limit
-	NextAttemptAt time.Time
-	LastError     string
-	Failure       Failure // why a failed delivery failed; "" otherwise
-	ExternalID    string
-	ExternalURL   string
-	UpdatedAt     time.Time
-	// Version is the record's version as read; 0: there is no record yet.
-	// Each write makes it one higher (see RecordDelivery).
-	Version int64
-}
-
-// Counted is how many of the attempts count toward the attempt limit: those
-// the downstream did not refuse for its rate limit.
-func (d Delivery) Counted() int { return d.Attempts - d.Throttled }
-
-// Settled reports whether the delivery needs no further call downstream.
-func (d Delivery) Settled() bool {
-	switch Status(d.State) {
-	case StatusDelivered, StatusFailed, StatusUncertain:
-		return true
-	}
-	return false
-}
-
 // Delivery reads the delivery record of requestID.
-func (l *Ledger) Delivery(ctx context.Context, requestID string) (Delivery, bool, error) {
+func (l *Ledger) Delivery(ctx context.Context, requestID string) (request.Delivery, bool, error) {
 	p, err := l.PriorDelivery(ctx, requestID)
 	return p.Delivery, p.Found, err
 }
-
-// ErrStale: the delivery record is no longer at the version the writer read;
-// another copy of the message (or an operator) changed it first, and the
-// write was not made.
-var ErrStale = errors.New("ledger: the delivery record changed since it was read")
 
 // RecordDelivery writes d durably if the record is still at d.Version (0:
 // none yet), making it d.Version+1; UpdatedAt is set to now. Otherwise it
 // writes nothing and returns ErrStale. One exception: a delivery is a fact,
 // so a delivered record replaces any record that is not delivered already,
 // whatever its version.
-func (l *Ledger) RecordDelivery(ctx context.Context, d Delivery) error {
+func (l *Ledger) RecordDelivery(ctx context.Context, d request.Delivery) error {
 	return recordErr(d, l.w.InTx(ctx, l.recordTx(d)))
 }
 
 // RecordDeliveryThen is RecordDelivery without the wait: it returns once the
 // write is queued, and then hears RecordDelivery's answer once the record is
 // durable (see Writer.InTxThen: then runs on the writer goroutine).
-func (l *Ledger) RecordDeliveryThen(ctx context.Context, d Delivery, then func(error)) error {
+func (l *Ledger) RecordDeliveryThen(ctx context.Context, d request.Delivery, then func(error)) error {
 	err := l.w.InTxThen(ctx, l.recordTx(d), func(err error) { then(recordErr(d, err)) })
 	return recordErr(d, err)
 }
@@ -73,21 +38,21 @@ func (l *Ledger) RecordDeliveryThen(ctx context.Context, d Delivery, then func(e
 // holds the request: whatever the local version, except that a delivered
 // record stays delivered. It keeps the host's own views (dispatcher
 // status, retention) true; it decides nothing.
-func (l *Ledger) MirrorDelivery(ctx context.Context, d Delivery) error {
+func (l *Ledger) MirrorDelivery(ctx context.Context, d request.Delivery) error {
 	err := l.w.InTx(ctx, l.writeTx(d, true))
-	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrStale) {
+	if errors.Is(err, request.ErrNotFound) || errors.Is(err, request.ErrStale) {
 		return nil
 	}
 	return recordErr(d, err)
 }
 
-func (l *Ledger) recordTx(d Delivery) func(ctx context.Context, tx *sql.Tx) error {
+func (l *Ledger) recordTx(d request.Delivery) func(ctx context.Context, tx *sql.Tx) error {
 	return l.writeTx(d, false)
 }
 
 // writeTx writes d: if the record is at d.Version (a mirror: at any
 // version), or d is a delivery of a record not yet delivered.
-func (l *Ledger) writeTx(d Delivery, mirror bool) func(ctx context.Context, tx *sql.Tx) error {
+func (l *Ledger) writeTx(d request.Delivery, mirror bool) func(ctx context.Context, tx *sql.Tx) error {
 	var next any
 	if !d.NextAttemptAt.IsZero() {
 		next = d.NextAttemptAt.UnixNano()
@@ -95,7 +60,7 @@ func (l *Ledger) writeTx(d Delivery, mirror bool) func(ctx context.Context, tx *
 	return func(ctx context.Context, tx *sql.Tx) error {
 		// The record takes the ledger row's id (see migration 5); a request
 		// the ledger does not hold gets none.
-		res, err := l.w.prepared(tx).ExecContext(ctx, `
+		res, err := l.w.Prepared(tx).ExecContext(ctx, `
 			INSERT INTO deliveries (id, target, state, attempts, throttled, next_attempt_at, last_error, failure, external_id, external_url, updated_at, version)
 			SELECT id, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1 FROM requests WHERE request_id = ?
 			ON CONFLICT(id) DO UPDATE SET
@@ -114,9 +79,9 @@ func (l *Ledger) writeTx(d Delivery, mirror bool) func(ctx context.Context, tx *
 			return err
 		}
 		if ok, err := holds(ctx, tx, d.RequestID); err != nil || !ok {
-			return cmp.Or(err, ErrNotFound)
+			return cmp.Or(err, request.ErrNotFound)
 		}
-		return ErrStale
+		return request.ErrStale
 	}
 }
 
@@ -128,7 +93,7 @@ func holds(ctx context.Context, tx *sql.Tx, requestID string) (bool, error) {
 	return ok, err
 }
 
-func recordErr(d Delivery, err error) error {
+func recordErr(d request.Delivery, err error) error {
 	if err != nil {
 		return fmt.Errorf("ledger: record delivery %s: %w", d.RequestID, err)
 	}

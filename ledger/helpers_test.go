@@ -3,20 +3,19 @@ package ledger_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"io"
 	"log/slog"
 	"path/filepath"
-	"sync"
 	"testing"
-	"ticketrelay/internal/testclock"
 	"time"
+
+	"ticketrelay/internal/testclock"
+	"ticketrelay/sqlitedb"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	_ "modernc.org/sqlite"
 
-	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
 	"ticketrelay/mcptools"
 	"ticketrelay/metrics"
@@ -30,8 +29,8 @@ func newClock() *testclock.Clock {
 // env is one process's view of a database: DB, writer, ledger, metrics.
 type env struct {
 	path  string
-	db    *ledger.DB
-	w     *ledger.Writer
+	db    *sqlitedb.DB
+	w     *sqlitedb.Writer
 	l     *ledger.Ledger
 	m     *metrics.Writer
 	clock *testclock.Clock
@@ -51,10 +50,10 @@ func openEnv(t *testing.T, path string) *env {
 	return wrapEnv(t, path, db)
 }
 
-func wrapEnv(t *testing.T, path string, db *ledger.DB) *env {
+func wrapEnv(t *testing.T, path string, db *sqlitedb.DB) *env {
 	t.Helper()
 	m := metrics.NewFront(prometheus.NewRegistry()).Writer
-	w := ledger.NewWriter(db, discard(), m)
+	w := sqlitedb.NewWriter(db, discard(), m)
 	c := newClock()
 	e := &env{path: path, db: db, w: w, m: m, clock: c, l: ledger.New(db, w, c.Now)}
 	t.Cleanup(func() {
@@ -97,7 +96,7 @@ func rows(t *testing.T, db *sql.DB) [3]int {
 	}
 }
 
-func request(id string) ticket.Request {
+func newRequest(id string) ticket.Request {
 	r := ticket.Request{
 		RequestID: id,
 		Tool:      "create_ticket",
@@ -131,63 +130,10 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// waitFor waits for cond with a deadline (see internal/testwait).
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	testwait.For(t, timeout, what, cond)
-}
-
-// blockWriter parks the writer goroutine inside an operation until the
-// returned release is called, so that the next operations queue up and are
-// committed together in the following batch.
-func blockWriter(t *testing.T, w *ledger.Writer) (release func()) {
-	t.Helper()
-	started := make(chan struct{})
-	unblock := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- w.InTx(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
-			close(started)
-			select {
-			case <-unblock:
-				return nil
-			case <-time.After(30 * time.Second):
-				return errors.New("blocker never released")
-			}
-		})
-	}()
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("writer did not start the blocking operation")
-	}
-	var once sync.Once
-	release = func() {
-		once.Do(func() {
-			close(unblock)
-			if err := <-done; err != nil {
-				t.Errorf("blocking operation: %v", err)
-			}
-		})
-	}
-	t.Cleanup(release)
-	return release
-}
-
-func testGauge(t *testing.T, g prometheus.Gauge) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := g.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetGauge().GetValue()
-}
-
 // find is Find with the detail the front writes for the agent
 // (mcptools.Advise): the words are the front's, the facts they are
 // written from the ledger's.
-func (e *env) find(ctx context.Context, subject, requestID string) (ledger.RequestStatus, error) {
+func (e *env) find(ctx context.Context, subject, requestID string) (mcptools.RequestStatus, error) {
 	st, err := e.l.Find(ctx, subject, requestID)
-	st.Detail = mcptools.Advise(st)
-	return st, err
+	return mcptools.RequestStatus{Report: st, Detail: mcptools.Advise(st)}, err
 }

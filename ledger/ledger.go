@@ -4,64 +4,26 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	"ticketrelay/outbox"
+	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
-// ErrConflict is wrapped by ConflictError.
-var ErrConflict = errors.New("request_id reused with different arguments")
-
-// ConflictError reports a request id that was first used with other
-// arguments (IETF Idempotency-Key draft: 422). What the caller may do
-// next is said by the front that answers it.
-type ConflictError struct {
-	RequestID string
-	TicketID  string
-	Tool      string
-}
-
-func (e *ConflictError) Error() string {
-	return fmt.Sprintf("request_id %q was already used with different arguments for ticket %s (tool %s); nothing was written",
-		e.RequestID, e.TicketID, e.Tool)
-}
-
-func (e *ConflictError) Unwrap() error { return ErrConflict }
-
-// ErrOtherSubject: the scoped id of a request (ticket.ScopedID) names
-// another subject's request. Only an anonymous request_id that spells
-// "subject:id" can meet it; the answer says nothing of the other request.
-var ErrOtherSubject = errors.New("request_id is in use by another caller; nothing was written")
-
-// Result is the answer to a create: it is saved with the ledger row and
-// replayed, unchanged but for Replayed, to every repeat of the request.
-type Result struct {
-	RequestID string    `json:"request_id"`
-	TicketID  string    `json:"ticket_id"`
-	Target    string    `json:"target"`
-	Status    Status    `json:"status"`
-	CreatedAt time.Time `json:"created_at"`
-	Replayed  bool      `json:"replayed"`
-	// Live is, on a replay, where the request stands now (what Find would
-	// answer), read in the same transaction; nil on a first call. Not
-	// stored.
-	Live *RequestStatus `json:"-"`
-}
-
 // Ledger is the idempotency ledger of one database.
 type Ledger struct {
-	db     *DB
-	w      *Writer
+	db     *sqlitedb.DB
+	w      *sqlitedb.Writer
 	now    func() time.Time
 	prior  priorReads
 	served servedCache
 }
 
 // New returns a ledger that writes through w and reads through db's read pool.
-func New(db *DB, w *Writer, now func() time.Time) *Ledger {
+func New(db *sqlitedb.DB, w *sqlitedb.Writer, now func() time.Time) *Ledger {
 	return &Ledger{db: db, w: w, now: now}
 }
 
@@ -71,21 +33,21 @@ func New(db *DB, w *Writer, now func() time.Time) *Ledger {
 // arguments gets a *ConflictError. A repeat that arrives while the first is
 // still committing is queued behind it on the writer and then replayed.
 // req must already be normalized (ticket.Request.Normalize).
-func (l *Ledger) Create(ctx context.Context, req ticket.Request) (Result, error) {
+func (l *Ledger) Create(ctx context.Context, req ticket.Request) (request.Result, error) {
 	return l.CreateAt(ctx, req, req.Hash(), l.now())
 }
 
 // CreateAt is Create for a request whose hash is known and whose
 // acceptance time was decided elsewhere: the cluster record's claim, so
 // that every host that commits the request stores the same ticket.
-func (l *Ledger) CreateAt(ctx context.Context, req ticket.Request, hash string, at time.Time) (Result, error) {
+func (l *Ledger) CreateAt(ctx context.Context, req ticket.Request, hash string, at time.Time) (request.Result, error) {
 	// No lookup on the read pool first: a retry is rare, and answering it
 	// from the writer's transaction costs it one queued batch, while a
 	// lookup before every first call cost a notable share of the server's
 	// CPU (decision 0071 has the measurements).
-	var res Result
+	var res request.Result
 	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		ptx := l.w.prepared(tx)
+		ptx := l.w.Prepared(tx)
 		// Insert first: the unique index answers whether the id is new in
 		// the same probe, and only a repeat pays for a lookup.
 		r, inserted, err := l.insert(ctx, ptx, req, hash, at)
@@ -97,7 +59,7 @@ func (l *Ledger) CreateAt(ctx context.Context, req ticket.Request, hash string, 
 		return err
 	})
 	if err != nil {
-		return Result{}, err
+		return request.Result{}, err
 	}
 	if res.Live != nil {
 		// The replay is answered even if the running dispatchers cannot be
@@ -110,9 +72,9 @@ func (l *Ledger) CreateAt(ctx context.Context, req ticket.Request, hash string, 
 // lookup answers from the existing ledger row of req: a replay, with where
 // the request stands now (Result.Live, read in the same query), or a
 // conflict.
-func lookup(ctx context.Context, q outbox.Querier, req ticket.Request, hash string) (Result, error) {
+func lookup(ctx context.Context, q outbox.Querier, req ticket.Request, hash string) (request.Result, error) {
 	var storedHash, stored, subject string
-	var st RequestStatus
+	var st request.Report
 	var row statusRow
 	err := q.QueryRowContext(ctx, `SELECT r.args_hash, r.result, r.subject, `+statusColumns+` `+statusJoins+` WHERE r.request_id = ?`,
 		req.Scoped()).Scan(append([]any{&storedHash, &stored, &subject}, row.dest(&st)...)...)
@@ -120,20 +82,20 @@ func lookup(ctx context.Context, q outbox.Querier, req ticket.Request, hash stri
 		err = row.readPublished(ctx, q)
 	}
 	if err != nil {
-		return Result{}, fmt.Errorf("ledger: look up %s: %w", req.RequestID, err)
+		return request.Result{}, fmt.Errorf("ledger: look up %s: %w", req.RequestID, err)
 	}
 	if subject != req.Subject {
-		return Result{}, ErrOtherSubject
+		return request.Result{}, request.ErrOtherSubject
 	}
-	var res Result
+	var res request.Result
 	if err := json.Unmarshal([]byte(stored), &res); err != nil {
-		return Result{}, fmt.Errorf("ledger: stored result of %s: %w", req.RequestID, err)
+		return request.Result{}, fmt.Errorf("ledger: stored result of %s: %w", req.RequestID, err)
 	}
 	if storedHash != hash {
-		return Result{}, &ConflictError{RequestID: req.RequestID, TicketID: res.TicketID, Tool: st.Tool}
+		return request.Result{}, &request.ConflictError{RequestID: req.RequestID, TicketID: res.TicketID, Tool: st.Tool}
 	}
 	res.Replayed = true
-	st.RequestID, st.scoped = req.RequestID, req.Scoped()
+	st.RequestID, st.Scoped = req.RequestID, req.Scoped()
 	row.fill(&st)
 	res.Live = &st
 	return res, nil
@@ -142,21 +104,21 @@ func lookup(ctx context.Context, q outbox.Querier, req ticket.Request, hash stri
 // insert writes the ledger row, with its ticket, and the outbox row, and
 // returns the result, unless the ledger already holds req.RequestID: then it
 // writes nothing and reports false.
-func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash string, now time.Time) (res Result, inserted bool, err error) {
+func (l *Ledger) insert(ctx context.Context, tx sqlitedb.Tx, req ticket.Request, hash string, now time.Time) (res request.Result, inserted bool, err error) {
 	scoped := req.Scoped()
 	t := ticket.Ticket{Request: req, ID: ticket.IDFor(scoped), CreatedAt: now.UTC()}
-	res = Result{RequestID: req.RequestID, TicketID: t.ID, Target: req.Target, Status: StatusQueued, CreatedAt: t.CreatedAt}
+	res = request.Result{RequestID: req.RequestID, TicketID: t.ID, Target: req.Target, Status: request.StatusQueued, CreatedAt: t.CreatedAt}
 	stored, err := json.Marshal(res)
 	if err != nil {
-		return Result{}, false, err
+		return request.Result{}, false, err
 	}
 	payload, err := json.Marshal(ticket.Ref{RequestID: scoped, TicketID: t.ID})
 	if err != nil {
-		return Result{}, false, err
+		return request.Result{}, false, err
 	}
 	labels, err := json.Marshal(req.Labels)
 	if err != nil {
-		return Result{}, false, err
+		return request.Result{}, false, err
 	}
 	// The ticket is stored in the ledger row, and the outbox row takes its
 	// id: one insert at a random key per create (see migration 3).
@@ -166,14 +128,14 @@ func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash
 		scoped, req.Subject, req.Caller.Name, req.Caller.Email, req.Tool, req.Target, hash, t.ID, string(stored), now.UnixNano(),
 		req.Title, req.Body, req.Priority, string(labels))
 	if err != nil {
-		return Result{}, false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
+		return request.Result{}, false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
 	}
 	if n, err := ins.RowsAffected(); err != nil || n == 0 {
-		return Result{}, false, err
+		return request.Result{}, false, err
 	}
 	id, err := ins.LastInsertId()
 	if err != nil {
-		return Result{}, false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
+		return request.Result{}, false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
 	}
 	if err := outbox.InsertTx(ctx, tx, outbox.Message{
 		ID:        id,
@@ -182,7 +144,7 @@ func (l *Ledger) insert(ctx context.Context, tx stmtTx, req ticket.Request, hash
 		Payload:   payload,
 		CreatedAt: now,
 	}); err != nil {
-		return Result{}, false, err
+		return request.Result{}, false, err
 	}
 	return res, true, nil
 }

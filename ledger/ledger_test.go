@@ -10,24 +10,24 @@ import (
 	"sync"
 	"testing"
 
-	"ticketrelay/ledger"
 	"ticketrelay/mcptools"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
 func TestCreateWritesLedgerTicketAndOutboxInOneGo(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	ctx := context.Background()
-	req := request("req-create-1")
+	req := newRequest("req-create-1")
 	now := e.clock.Now()
 
 	res, err := e.l.Create(ctx, req)
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	want := ledger.Result{
+	want := request.Result{
 		RequestID: req.RequestID, TicketID: ticket.IDFor(req.RequestID), Target: "local",
-		Status: ledger.StatusQueued, CreatedAt: now, Replayed: false,
+		Status: request.StatusQueued, CreatedAt: now, Replayed: false,
 	}
 	if res != want {
 		t.Fatalf("Create = %+v, want %+v", res, want)
@@ -46,7 +46,7 @@ func TestCreateWritesLedgerTicketAndOutboxInOneGo(t *testing.T) {
 	if tool != "create_ticket" || target != "local" || hash != req.Hash() || ticketID != want.TicketID || created != now.UnixNano() {
 		t.Errorf("requests row = %q %q %q %q %d", tool, target, hash, ticketID, created)
 	}
-	var storedRes ledger.Result
+	var storedRes request.Result
 	if err := json.Unmarshal([]byte(stored), &storedRes); err != nil || storedRes != want {
 		t.Errorf("stored result = %+v (%v), want %+v", storedRes, err, want)
 	}
@@ -84,7 +84,7 @@ func TestCreateWritesLedgerTicketAndOutboxInOneGo(t *testing.T) {
 func TestCreateReplaysSameArguments(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	ctx := context.Background()
-	first, err := e.l.Create(ctx, request("req-replay"))
+	first, err := e.l.Create(ctx, newRequest("req-replay"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestCreateReplaysSameArguments(t *testing.T) {
 	before := dataVersion()
 	e.clock.Add(90e9) // a retry 90 s later answers with the original time
 
-	again := request("req-replay")
+	again := newRequest("req-replay")
 	again.Labels = []string{" ops", "disk", "disk"} // same set, other spelling
 	if err := again.Normalize(); err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func TestCreateReplaysSameArguments(t *testing.T) {
 		t.Fatalf("replay = %+v, want %+v", res, want)
 	}
 	// The replay says where the request stands now, read in its transaction.
-	if live == nil || live.Status != ledger.StatusQueued || live.TicketID != first.TicketID || mcptools.Advise(*live) == "" {
+	if live == nil || live.Status != request.StatusQueued || live.TicketID != first.TicketID || mcptools.Advise(*live) == "" {
 		t.Fatalf("replay's live status = %+v, want queued with a detail", live)
 	}
 	if got := rows(t, raw(t, e.path)); got != [3]int{1, 1, 1} {
@@ -136,7 +136,7 @@ func TestCreateReplaysSameArguments(t *testing.T) {
 func TestCreateConflictNamesTheTicketAndWritesNothing(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	ctx := context.Background()
-	first, err := e.l.Create(ctx, request("req-conflict"))
+	first, err := e.l.Create(ctx, newRequest("req-conflict"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,23 +149,23 @@ func TestCreateConflictNamesTheTicketAndWritesNothing(t *testing.T) {
 		"target":   func(r *ticket.Request) { r.Target = "jira"; r.Tool = "create_ticket_jira" },
 	} {
 		t.Run(name, func(t *testing.T) {
-			r := request("req-conflict")
+			r := newRequest("req-conflict")
 			edit(&r)
 			res, err := e.l.Create(ctx, r)
-			if !errors.Is(err, ledger.ErrConflict) {
+			if !errors.Is(err, request.ErrConflict) {
 				t.Fatalf("Create = %+v, %v; want ErrConflict", res, err)
 			}
-			var ce *ledger.ConflictError
+			var ce *request.ConflictError
 			if !errors.As(err, &ce) {
 				t.Fatalf("error %T is not *ConflictError", err)
 			}
-			if *ce != (ledger.ConflictError{RequestID: "req-conflict", TicketID: first.TicketID, Tool: "create_ticket"}) {
+			if *ce != (request.ConflictError{RequestID: "req-conflict", TicketID: first.TicketID, Tool: "create_ticket"}) {
 				t.Errorf("ConflictError = %+v", *ce)
 			}
 			if !strings.Contains(err.Error(), first.TicketID) || !strings.Contains(err.Error(), "nothing was written") {
 				t.Errorf("message %q does not name ticket %s", err.Error(), first.TicketID)
 			}
-			if res != (ledger.Result{}) {
+			if res != (request.Result{}) {
 				t.Errorf("result on conflict = %+v, want zero", res)
 			}
 			if got := rows(t, db); got != [3]int{1, 1, 1} {
@@ -191,13 +191,13 @@ func TestConcurrentIdenticalCreatesCommitOnce(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	const n = 64
 	start := make(chan struct{})
-	results := make([]ledger.Result, n)
+	results := make([]request.Result, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			results[i], errs[i] = e.l.Create(context.Background(), request("req-same"))
+			results[i], errs[i] = e.l.Create(context.Background(), newRequest("req-same"))
 		})
 	}
 	close(start)
@@ -233,8 +233,8 @@ func TestConcurrentDistinctCreatesShareCommits(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			var res ledger.Result
-			res, errs[i] = e.l.Create(context.Background(), request(fmt.Sprintf("req-%03d", i)))
+			var res request.Result
+			res, errs[i] = e.l.Create(context.Background(), newRequest(fmt.Sprintf("req-%03d", i)))
 			if errs[i] == nil && res.Replayed {
 				errs[i] = errors.New("a new request was answered as a replay")
 			}

@@ -9,13 +9,8 @@ import (
 	"time"
 
 	"ticketrelay/outbox"
+	"ticketrelay/request"
 )
-
-// ErrNotFound is returned for a request id the ledger does not hold.
-var ErrNotFound = errors.New("ledger: no such request")
-
-// ErrState is returned when an operator action does not fit the request's state.
-var ErrState = errors.New("ledger: request is not in a state that allows this")
 
 // Redrive puts a failed request back into delivery: its delivery record is
 // reset (attempts from zero) and its message is published again under a new
@@ -33,19 +28,19 @@ func (l *Ledger) redriveTx(ctx context.Context, tx *sql.Tx, requestID string) er
 		case err != nil:
 			return fmt.Errorf("ledger: redrive %s: %w", requestID, err)
 		case !ok:
-			return fmt.Errorf("%w: %s", ErrNotFound, requestID)
+			return fmt.Errorf("%w: %s", request.ErrNotFound, requestID)
 		}
-		return fmt.Errorf("%w: %s has no delivery record yet (it is still on its way)", ErrState, requestID)
+		return fmt.Errorf("%w: %s has no delivery record yet (it is still on its way)", request.ErrState, requestID)
 	}
 	if err != nil {
 		return fmt.Errorf("ledger: redrive %s: %w", requestID, err)
 	}
-	if Status(state) != StatusFailed {
-		return fmt.Errorf("%w: %s is %s; only failed requests can be redriven", ErrState, requestID, state)
+	if request.Status(state) != request.StatusFailed {
+		return fmt.Errorf("%w: %s is %s; only failed requests can be redriven", request.ErrState, requestID, state)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, attempts = 0, throttled = 0, next_attempt_at = NULL,
 		last_error = ?, failure = '', updated_at = ?, version = version + 1 WHERE id = ?`,
-		string(StatusRetrying), "redriven by an operator after: "+state, l.now().UnixNano(), id); err != nil {
+		string(request.StatusRetrying), "redriven by an operator after: "+state, l.now().UnixNano(), id); err != nil {
 		return fmt.Errorf("ledger: redrive %s: %w", requestID, err)
 	}
 	return outbox.RedriveTx(ctx, tx, id)
@@ -67,7 +62,7 @@ func (l *Ledger) RedriveFailed(ctx context.Context, target string) ([]string, er
 		ids = ids[:0]
 		rows, err := tx.QueryContext(ctx, `SELECT r.request_id FROM deliveries d JOIN requests r ON r.id = d.id
 			WHERE d.state = ? AND (? = '' OR d.target = ?) ORDER BY d.updated_at`,
-			string(StatusFailed), target, target)
+			string(request.StatusFailed), target, target)
 		if err != nil {
 			return err
 		}
@@ -102,17 +97,17 @@ func (l *Ledger) Resolve(ctx context.Context, requestID string, delivered bool, 
 	return l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		id, state, err := deliveryState(ctx, tx, requestID)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w: %s has no delivery record", ErrNotFound, requestID)
+			return fmt.Errorf("%w: %s has no delivery record", request.ErrNotFound, requestID)
 		}
 		if err != nil {
 			return err
 		}
-		if Status(state) != StatusUncertain {
-			return fmt.Errorf("%w: %s is %s; only uncertain requests can be resolved", ErrState, requestID, state)
+		if request.Status(state) != request.StatusUncertain {
+			return fmt.Errorf("%w: %s is %s; only uncertain requests can be resolved", request.ErrState, requestID, state)
 		}
-		newState, msg, failure := string(StatusFailed), "settled as not delivered by an operator", FailureSettled
+		newState, msg, failure := string(request.StatusFailed), "settled as not delivered by an operator", request.FailureSettled
 		if delivered {
-			newState, msg, failure = string(StatusDelivered), "", FailureUnknown
+			newState, msg, failure = string(request.StatusDelivered), "", request.FailureUnknown
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, external_id = ?, last_error = ?, failure = ?, next_attempt_at = NULL,
 			updated_at = ?, version = version + 1 WHERE id = ?`, newState, externalID, msg, string(failure), l.now().UnixNano(), id)
@@ -141,13 +136,13 @@ type Summary struct {
 	OldestAge   time.Duration
 	Dispatchers int // running (see Presence)
 	Targets     []TargetCounts
-	Uncertain   []RequestStatus
+	Uncertain   []request.Report
 }
 
 // Summarize reads the backlog, the per-target counts and the uncertain requests.
 func (l *Ledger) Summarize(ctx context.Context) (Summary, error) {
 	var s Summary
-	n, oldest, err := outbox.Backlog(ctx, l.db.read)
+	n, oldest, err := outbox.Backlog(ctx, l.db.Reader())
 	if err != nil {
 		return s, err
 	}
@@ -200,11 +195,11 @@ func (l *Ledger) countByTarget(ctx context.Context) (*targetCounts, error) {
 	// Requests with no delivery record yet are "waiting": counting them
 	// scans the ledger (an operator's command, not a hot path). Those of a
 	// target no running dispatcher serves appear nowhere else.
-	rows, err := l.db.read.QueryContext(ctx, `SELECT target, shown, count(*) FROM (
+	rows, err := l.db.Reader().QueryContext(ctx, `SELECT target, shown, count(*) FROM (
 			SELECT target, CASE WHEN state = ? AND next_attempt_at IS NOT NULL THEN ? ELSE state END AS shown FROM deliveries
 			UNION ALL
 			SELECT r.target, 'waiting' FROM requests r LEFT JOIN deliveries d ON d.id = r.id WHERE d.id IS NULL
-		) GROUP BY target, shown`, DeliveryAttempting, string(StatusRetrying))
+		) GROUP BY target, shown`, request.DeliveryAttempting, string(request.StatusRetrying))
 	if err != nil {
 		return nil, err
 	}
@@ -220,15 +215,15 @@ func (l *Ledger) countByTarget(ctx context.Context) (*targetCounts, error) {
 		switch state {
 		case "waiting":
 			tc.Waiting = c
-		case string(StatusRetrying):
+		case string(request.StatusRetrying):
 			tc.Retrying = c
-		case string(StatusFailed):
+		case string(request.StatusFailed):
 			tc.Failed = c
-		case string(StatusUncertain):
+		case string(request.StatusUncertain):
 			tc.Uncertain = c
-		case string(StatusDelivered):
+		case string(request.StatusDelivered):
 			tc.Delivered = c
-		case DeliveryAttempting:
+		case request.DeliveryAttempting:
 			tc.InFlight = c
 		}
 	}
@@ -237,9 +232,9 @@ func (l *Ledger) countByTarget(ctx context.Context) (*targetCounts, error) {
 
 // uncertain reads the status of the (first thousand) uncertain requests,
 // oldest first.
-func (l *Ledger) uncertain(ctx context.Context) ([]RequestStatus, error) {
-	rows, err := l.db.read.QueryContext(ctx, `SELECT r.request_id FROM deliveries d JOIN requests r ON r.id = d.id
-		WHERE d.state = ? ORDER BY d.updated_at LIMIT 1000`, string(StatusUncertain))
+func (l *Ledger) uncertain(ctx context.Context) ([]request.Report, error) {
+	rows, err := l.db.Reader().QueryContext(ctx, `SELECT r.request_id FROM deliveries d JOIN requests r ON r.id = d.id
+		WHERE d.state = ? ORDER BY d.updated_at LIMIT 1000`, string(request.StatusUncertain))
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +248,7 @@ func (l *Ledger) uncertain(ctx context.Context) ([]RequestStatus, error) {
 		ids = append(ids, id)
 	}
 	rows.Close()
-	var out []RequestStatus
+	var out []request.Report
 	for _, id := range ids {
 		st, err := l.FindScoped(ctx, id)
 		if err != nil {

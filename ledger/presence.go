@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"ticketrelay/request"
 )
 
 // A dispatcher says, in the ledger, that it runs and which targets it
@@ -16,24 +18,10 @@ import (
 // different -config files, or no dispatcher running at all) waited as
 // "queued" or "published" for ever, and nothing said why.
 const (
-	// PresenceFresh is how old an entry may be and still stand for a
-	// running dispatcher: three renewals missed (a dispatcher renews its
-	// entry every maintenance.PresenceInterval).
-	PresenceFresh = 30 * time.Second
 	// presenceForget is how old an entry is deleted (a crashed
 	// dispatcher's, or one stopped too hard to take its own out).
 	presenceForget = 24 * time.Hour
 )
-
-// Served is what the running dispatchers deliver to.
-type Served struct {
-	Dispatchers int             // entries renewed within PresenceFresh
-	Targets     map[string]bool // the union of their targets
-	// BlockedSince is when the earliest of them found the stream
-	// unavailable (zero: none has), BlockedReason why (see Presence.Blocked).
-	BlockedSince  time.Time
-	BlockedReason string
-}
 
 // blockedPrefix + a dispatcher's holder names, in the settings table, its
 // note that it cannot hand requests to the stream: JSON {since, reason}.
@@ -74,9 +62,6 @@ func (p *Presence) Unblocked(ctx context.Context) error {
 	}
 	return nil
 }
-
-// Serves reports whether a running dispatcher delivers to target.
-func (s Served) Serves(target string) bool { return s.Targets[target] }
 
 // Presence is one dispatcher's entry in the dispatchers table: the
 // writes that say it runs, what it serves, and that it cannot reach the
@@ -141,10 +126,10 @@ func (p *Presence) Withdraw(ctx context.Context) error {
 }
 
 // Served reads what the running dispatchers deliver to.
-func (l *Ledger) Served(ctx context.Context) (Served, error) {
-	s := Served{Targets: map[string]bool{}}
-	rows, err := l.db.query(ctx, `SELECT targets FROM dispatchers WHERE seen_at >= ?`,
-		l.now().Add(-PresenceFresh).UnixNano())
+func (l *Ledger) Served(ctx context.Context) (request.Served, error) {
+	s := request.Served{Targets: map[string]bool{}}
+	rows, err := l.db.Query(ctx, `SELECT targets FROM dispatchers WHERE seen_at >= ?`,
+		l.now().Add(-request.PresenceFresh).UnixNano())
 	if err != nil {
 		return s, fmt.Errorf("ledger: read dispatchers: %w", err)
 	}
@@ -168,8 +153,8 @@ func (l *Ledger) Served(ctx context.Context) (Served, error) {
 	}
 	rows.Close()
 	// A running dispatcher's note that it cannot reach the stream.
-	blocked, err := l.db.query(ctx, `SELECT s.value FROM settings s JOIN dispatchers d ON s.name = ? || d.holder
-		WHERE d.seen_at >= ?`, blockedPrefix, l.now().Add(-PresenceFresh).UnixNano())
+	blocked, err := l.db.Query(ctx, `SELECT s.value FROM settings s JOIN dispatchers d ON s.name = ? || d.holder
+		WHERE d.seen_at >= ?`, blockedPrefix, l.now().Add(-request.PresenceFresh).UnixNano())
 	if err != nil {
 		return s, fmt.Errorf("ledger: read blocked dispatchers: %w", err)
 	}
@@ -199,7 +184,7 @@ func (l *Ledger) Served(ctx context.Context) (Served, error) {
 // through this ledger forgets it at once.
 type servedCache struct {
 	mu sync.Mutex
-	s  Served
+	s  request.Served
 	at time.Time // when s was read (the machine's clock: the cache is not a rule)
 }
 
@@ -212,7 +197,7 @@ func (c *servedCache) forget() {
 }
 
 // servedRecently is Served, read at most once a second.
-func (l *Ledger) servedRecently(ctx context.Context) (Served, error) {
+func (l *Ledger) servedRecently(ctx context.Context) (request.Served, error) {
 	l.served.mu.Lock()
 	defer l.served.mu.Unlock()
 	if !l.served.at.IsZero() && time.Since(l.served.at) < servedCacheFor {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 )
 
 // A dispatcher's entry says which targets it serves while it is renewed;
@@ -15,10 +15,10 @@ import (
 func TestPresence(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	ctx := context.Background()
-	if _, err := e.l.Create(ctx, request("req-waits")); err != nil { // target "local"
+	if _, err := e.l.Create(ctx, newRequest("req-waits")); err != nil { // target "local"
 		t.Fatal(err)
 	}
-	served := func() ledger.Served {
+	served := func() request.Served {
 		t.Helper()
 		s, err := e.l.Served(ctx)
 		if err != nil {
@@ -72,7 +72,7 @@ func TestPresence(t *testing.T) {
 	if s := served(); s.Serves("local") {
 		t.Fatalf("Served = %+v after d2 withdrew", s)
 	}
-	e.clock.Add(ledger.PresenceFresh + time.Second)
+	e.clock.Add(request.PresenceFresh + time.Second)
 	if s := served(); s.Dispatchers != 0 {
 		t.Fatalf("Served = %+v after d1 missed its renewals", s)
 	}
@@ -91,7 +91,7 @@ func TestPresence(t *testing.T) {
 func TestPresenceBlockedDelivery(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	ctx := context.Background()
-	if _, err := e.l.Create(ctx, request("req-blocked")); err != nil {
+	if _, err := e.l.Create(ctx, newRequest("req-blocked")); err != nil {
 		t.Fatal(err)
 	}
 	detail := func() string {
@@ -100,7 +100,7 @@ func TestPresenceBlockedDelivery(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Status != ledger.StatusQueued {
+		if st.Status != request.StatusQueued {
 			t.Fatalf("status %s, want queued", st.Status)
 		}
 		return st.Detail
@@ -140,7 +140,7 @@ func TestPresenceBlockedDelivery(t *testing.T) {
 	if err := p.Blocked(ctx, since, "stale"); err != nil {
 		t.Fatal(err)
 	}
-	e.clock.Add(ledger.PresenceFresh + time.Second)
+	e.clock.Add(request.PresenceFresh + time.Second)
 	if d := detail(); strings.Contains(d, "Delivery is blocked") {
 		t.Fatalf("detail %q: a stale dispatcher's note still counts", d)
 	}

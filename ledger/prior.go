@@ -8,20 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
-
-// Prior is what the forwarder reads before an attempt.
-type Prior struct {
-	// Accepted: the ledger holds the request, and Ticket is the ticket its
-	// row holds (the message names it; see ticket.Ref).
-	Accepted bool
-	Ticket   ticket.Ticket
-	// Found: the request has a delivery record, Delivery. Delivery's
-	// RequestID is set either way.
-	Found    bool
-	Delivery Delivery
-}
 
 // PriorDelivery reads the ticket of requestID and its delivery record.
 //
@@ -32,12 +22,9 @@ type Prior struct {
 // WAL index, and after every commit of either process the interior pages of
 // both indexes read again. The caller's ctx does not cut a shared query
 // short; the read pool's busy_timeout bounds it.
-func (l *Ledger) PriorDelivery(ctx context.Context, requestID string) (Prior, error) {
+func (l *Ledger) PriorDelivery(ctx context.Context, requestID string) (request.Prior, error) {
 	return l.prior.read(context.WithoutCancel(ctx), l.db, requestID)
 }
-
-// MaxPriorBatch bounds the request ids one query reads.
-const MaxPriorBatch = 64
 
 // PriorDeliveries is PriorDelivery for many requests in one query: ps[i]
 // answers ids[i], unless errs[i], that request's own error, is set. err is
@@ -46,11 +33,11 @@ const MaxPriorBatch = 64
 // The forwarder reads the messages its consumer pulled together with it:
 // one query, one read transaction and one look at the WAL index for a
 // pull's worth of tickets.
-func (l *Ledger) PriorDeliveries(ctx context.Context, ids []string) (ps []Prior, errs []error, err error) {
-	if len(ids) > MaxPriorBatch {
-		return nil, nil, fmt.Errorf("ledger: read deliveries: %d ids, at most %d", len(ids), MaxPriorBatch)
+func (l *Ledger) PriorDeliveries(ctx context.Context, ids []string) (ps []request.Prior, errs []error, err error) {
+	if len(ids) > request.MaxPriorBatch {
+		return nil, nil, fmt.Errorf("ledger: read deliveries: %d ids, at most %d", len(ids), request.MaxPriorBatch)
 	}
-	ps = make([]Prior, len(ids))
+	ps = make([]request.Prior, len(ids))
 	calls := make([]priorCall, len(ids))
 	batch := make([]*priorCall, len(ids))
 	for i, id := range ids {
@@ -70,7 +57,7 @@ func (l *Ledger) PriorDeliveries(ctx context.Context, ids []string) (ps []Prior,
 // priorCall is one PriorDelivery call waiting for its answer.
 type priorCall struct {
 	requestID string
-	p         *Prior // where the answer goes
+	p         *request.Prior // where the answer goes
 	err       error
 	lead      bool          // woken to run the next query rather than with an answer
 	wake      chan struct{} // closed once p/err are set, or lead is
@@ -85,8 +72,8 @@ type priorReads struct {
 	running bool // a caller is running a query
 }
 
-func (r *priorReads) read(ctx context.Context, db *DB, requestID string) (Prior, error) {
-	var p Prior
+func (r *priorReads) read(ctx context.Context, db *sqlitedb.DB, requestID string) (request.Prior, error) {
+	var p request.Prior
 	c := &priorCall{requestID: requestID, p: &p, wake: make(chan struct{})}
 	r.mu.Lock()
 	r.pending = append(r.pending, c)
@@ -100,7 +87,7 @@ func (r *priorReads) read(ctx context.Context, db *DB, requestID string) (Prior,
 		}
 	}
 	r.mu.Lock()
-	n := min(len(r.pending), MaxPriorBatch)
+	n := min(len(r.pending), request.MaxPriorBatch)
 	batch := r.pending[:n:n]
 	r.pending = r.pending[n:]
 	r.mu.Unlock()
@@ -129,17 +116,17 @@ func (r *priorReads) read(ctx context.Context, db *DB, requestID string) (Prior,
 }
 
 // readPriors answers batch in one query.
-func readPriors(ctx context.Context, db *DB, batch []*priorCall) error {
+func readPriors(ctx context.Context, db *sqlitedb.DB, batch []*priorCall) error {
 	ids := make([]string, len(batch))
 	for i, c := range batch {
 		ids[i] = c.requestID
-		*c.p = Prior{Delivery: Delivery{RequestID: c.requestID}}
+		*c.p = request.Prior{Delivery: request.Delivery{RequestID: c.requestID}}
 	}
 	list, err := json.Marshal(ids)
 	if err != nil {
 		return err
 	}
-	rows, err := db.query(ctx, `
+	rows, err := db.Query(ctx, `
 		SELECT j.key, r.id IS NOT NULL, r.subject, r.caller_name, r.caller_email, r.tool, r.target, r.ticket_id, r.title, r.body, r.priority, r.labels, r.created_at,
 			d.target, d.state, d.attempts, d.throttled, d.next_attempt_at, d.last_error, d.failure, d.external_id, d.external_url, d.updated_at, d.version
 		FROM json_each(?) j LEFT JOIN requests r ON r.request_id = j.value LEFT JOIN deliveries d ON d.id = r.id`, string(list))
@@ -190,7 +177,7 @@ func readPriors(ctx context.Context, db *DB, batch []*priorCall) error {
 		p.Found = true
 		d := &p.Delivery
 		d.Target, d.State, d.Attempts, d.Throttled = dTarget.String, state.String, int(attempts.Int64), int(throttled.Int64)
-		d.LastError, d.Failure, d.ExternalID, d.ExternalURL = lastErr.String, Failure(failure.String), extID.String, extURL.String
+		d.LastError, d.Failure, d.ExternalID, d.ExternalURL = lastErr.String, request.Failure(failure.String), extID.String, extURL.String
 		if next.Valid {
 			d.NextAttemptAt = time.Unix(0, next.Int64).UTC()
 		}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -22,11 +22,11 @@ func TestPriorDeliveries(t *testing.T) {
 		if i%3 == 0 {
 			continue // never accepted
 		}
-		if _, err := e.l.Create(ctx, request(id)); err != nil {
+		if _, err := e.l.Create(ctx, newRequest(id)); err != nil {
 			t.Fatal(err)
 		}
 		if i%3 == 2 {
-			if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: string(ledger.StatusRetrying), Attempts: i}); err != nil {
+			if err := e.l.RecordDelivery(ctx, request.Delivery{RequestID: id, Target: "local", State: string(request.StatusRetrying), Attempts: i}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -50,7 +50,7 @@ func TestPriorDeliveries(t *testing.T) {
 			t.Errorf("%s: ticket %+v", id, p.Ticket)
 		}
 	}
-	if _, _, err := e.l.PriorDeliveries(ctx, make([]string, ledger.MaxPriorBatch+1)); err == nil {
+	if _, _, err := e.l.PriorDeliveries(ctx, make([]string, request.MaxPriorBatch+1)); err == nil {
 		t.Error("PriorDeliveries of more than MaxPriorBatch ids: no error")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"ticketrelay/outbox"
+	"ticketrelay/request"
 )
 
 // pruneQuery picks the oldest settled requests. CROSS JOIN keeps requests
@@ -46,7 +47,7 @@ func (l *Ledger) PruneFrom(ctx context.Context, from, cutoff time.Time, batch in
 	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		n, next = 0, from
 		rows, err := tx.QueryContext(ctx, pruneQuery,
-			fromNS, cutoff.UnixNano(), string(StatusDelivered), string(StatusFailed), batch)
+			fromNS, cutoff.UnixNano(), string(request.StatusDelivered), string(request.StatusFailed), batch)
 		if err != nil {
 			return err
 		}
@@ -91,7 +92,7 @@ func (l *Ledger) PruneFrom(ctx context.Context, from, cutoff time.Time, batch in
 // gauge).
 func (l *Ledger) CountRequests(ctx context.Context) (int64, error) {
 	var n int64
-	if err := l.db.read.QueryRowContext(ctx, `SELECT count(*) FROM requests`).Scan(&n); err != nil {
+	if err := l.db.Reader().QueryRowContext(ctx, `SELECT count(*) FROM requests`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("ledger: count requests: %w", err)
 	}
 	return n, nil

@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"ticketrelay/ledger"
+	"ticketrelay/request"
 )
 
 func settle(t *testing.T, e *env, id, state string) {
 	t.Helper()
-	if err := e.l.RecordDelivery(context.Background(), ledger.Delivery{RequestID: id, Target: "local", State: state, Attempts: 1}); err != nil {
+	if err := e.l.RecordDelivery(context.Background(), request.Delivery{RequestID: id, Target: "local", State: state, Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -23,13 +24,13 @@ func TestRedriveAndResolve(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	db := raw(t, e.path)
 	for _, id := range []string{"failed-1", "delivered-1", "uncertain-1"} {
-		if _, err := e.l.Create(ctx, request(id)); err != nil {
+		if _, err := e.l.Create(ctx, newRequest(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	settle(t, e, "failed-1", string(ledger.StatusFailed))
-	settle(t, e, "delivered-1", string(ledger.StatusDelivered))
-	settle(t, e, "uncertain-1", string(ledger.StatusUncertain))
+	settle(t, e, "failed-1", string(request.StatusFailed))
+	settle(t, e, "delivered-1", string(request.StatusDelivered))
+	settle(t, e, "uncertain-1", string(request.StatusUncertain))
 	if _, err := db.Exec(`UPDATE outbox SET published_at = 1`); err != nil {
 		t.Fatal(err)
 	}
@@ -38,36 +39,36 @@ func TestRedriveAndResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, err := e.l.Find(ctx, "", "failed-1")
-	if err != nil || st.Status != ledger.StatusRetrying || st.Attempts != 0 {
+	if err != nil || st.Status != request.StatusRetrying || st.Attempts != 0 {
 		t.Fatalf("after redrive: %+v, %v; want retrying with 0 attempts", st, err)
 	}
 	if got := count(t, db, `SELECT count(*) FROM outbox WHERE request_id = 'failed-1' AND published_at IS NULL AND generation = 1`); got != 1 {
 		t.Fatal("redrive did not queue the message again under generation 1")
 	}
 	for _, id := range []string{"delivered-1", "uncertain-1", "failed-1"} {
-		if err := e.l.Redrive(ctx, id); !errors.Is(err, ledger.ErrState) {
+		if err := e.l.Redrive(ctx, id); !errors.Is(err, request.ErrState) {
 			t.Errorf("Redrive(%s) = %v, want ErrState", id, err)
 		}
 	}
 	// A request the ledger never accepted is no such request; one accepted
 	// and not yet tried is on its way.
-	if err := e.l.Redrive(ctx, "never-seen"); !errors.Is(err, ledger.ErrNotFound) || errors.Is(err, ledger.ErrState) {
+	if err := e.l.Redrive(ctx, "never-seen"); !errors.Is(err, request.ErrNotFound) || errors.Is(err, request.ErrState) {
 		t.Errorf("Redrive(never-seen) = %v, want ErrNotFound", err)
 	}
-	if _, err := e.l.Create(ctx, request("queued-1")); err != nil {
+	if _, err := e.l.Create(ctx, newRequest("queued-1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.l.Redrive(ctx, "queued-1"); !errors.Is(err, ledger.ErrState) || !strings.Contains(err.Error(), "on its way") {
+	if err := e.l.Redrive(ctx, "queued-1"); !errors.Is(err, request.ErrState) || !strings.Contains(err.Error(), "on its way") {
 		t.Errorf("Redrive(queued-1) = %v, want ErrState: still on its way", err)
 	}
-	if err := e.l.Resolve(ctx, "delivered-1", true, "X-1"); !errors.Is(err, ledger.ErrState) {
+	if err := e.l.Resolve(ctx, "delivered-1", true, "X-1"); !errors.Is(err, request.ErrState) {
 		t.Errorf("Resolve of a delivered request = %v, want ErrState", err)
 	}
 	if err := e.l.Resolve(ctx, "uncertain-1", true, "ZD-42"); err != nil {
 		t.Fatal(err)
 	}
 	st, err = e.l.Find(ctx, "", "uncertain-1")
-	if err != nil || st.Status != ledger.StatusDelivered || st.ExternalID != "ZD-42" {
+	if err != nil || st.Status != request.StatusDelivered || st.ExternalID != "ZD-42" {
 		t.Fatalf("after resolve: %+v, %v", st, err)
 	}
 }
@@ -106,11 +107,11 @@ func TestPruneFromResumes(t *testing.T) {
 	var created []time.Time
 	for i := range 3 {
 		id := fmt.Sprintf("req-%d", i)
-		if _, err := e.l.Create(ctx, request(id)); err != nil {
+		if _, err := e.l.Create(ctx, newRequest(id)); err != nil {
 			t.Fatal(err)
 		}
 		created = append(created, e.clock.Now())
-		if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: string(ledger.StatusDelivered), Attempts: 1}); err != nil {
+		if err := e.l.RecordDelivery(ctx, request.Delivery{RequestID: id, Target: "local", State: string(request.StatusDelivered), Attempts: 1}); err != nil {
 			t.Fatal(err)
 		}
 		e.clock.Add(time.Minute)

@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+
+	"ticketrelay/request"
 )
 
 // ErrKeyNamespaceChanged: the dispatcher was started with another dedupe key
@@ -28,7 +30,7 @@ func (l *Ledger) UseKeyNamespace(ctx context.Context, ns string) error {
 		// consumers: one may take over another's retry.
 		var holder, other string
 		err := tx.QueryRowContext(ctx, `SELECT holder, key_namespace FROM dispatchers WHERE seen_at >= ? AND key_namespace != ? LIMIT 1`,
-			l.now().Add(-PresenceFresh).UnixNano(), ns).Scan(&holder, &other)
+			l.now().Add(-request.PresenceFresh).UnixNano(), ns).Scan(&holder, &other)
 		switch {
 		case err == nil:
 			return fmt.Errorf("%w: dispatcher %s runs with key_namespace %q, this one has %q: the dispatchers of one ledger "+
@@ -49,7 +51,7 @@ func (l *Ledger) UseKeyNamespace(ctx context.Context, ns string) error {
 		default:
 			var waiting int
 			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM requests r LEFT JOIN deliveries d ON d.id = r.id
-				WHERE d.id IS NULL OR d.state IN (?, ?)`, DeliveryAttempting, string(StatusRetrying)).Scan(&waiting); err != nil {
+				WHERE d.id IS NULL OR d.state IN (?, ?)`, request.DeliveryAttempting, string(request.StatusRetrying)).Scan(&waiting); err != nil {
 				return fmt.Errorf("ledger: count requests on their way: %w", err)
 			}
 			if waiting > 0 {

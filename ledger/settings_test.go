@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"ticketrelay/ledger"
+	"ticketrelay/request"
 )
 
 // The dedupe key namespace may change only while no request will be sent
@@ -20,7 +21,7 @@ func TestKeyNamespaceChange(t *testing.T) {
 	if err := e.l.UseKeyNamespace(ctx, "prod"); err != nil {
 		t.Fatalf("same namespace: %v", err)
 	}
-	if _, err := e.l.Create(ctx, request("req-on-its-way")); err != nil {
+	if _, err := e.l.Create(ctx, newRequest("req-on-its-way")); err != nil {
 		t.Fatal(err)
 	}
 	err := e.l.UseKeyNamespace(ctx, "renamed")
@@ -32,21 +33,21 @@ func TestKeyNamespaceChange(t *testing.T) {
 	if err := e.l.UseKeyNamespace(ctx, "prod"); err != nil {
 		t.Fatalf("back to the old namespace: %v", err)
 	}
-	for _, state := range []string{ledger.DeliveryAttempting, string(ledger.StatusRetrying)} {
-		if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: "req-on-its-way", Target: "local", State: state, Attempts: 1, Version: version(t, e, "req-on-its-way")}); err != nil {
+	for _, state := range []string{request.DeliveryAttempting, string(request.StatusRetrying)} {
+		if err := e.l.RecordDelivery(ctx, request.Delivery{RequestID: "req-on-its-way", Target: "local", State: state, Attempts: 1, Version: version(t, e, "req-on-its-way")}); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.l.UseKeyNamespace(ctx, "renamed"); !errors.Is(err, ledger.ErrKeyNamespaceChanged) {
 			t.Fatalf("change while %s: %v", state, err)
 		}
 	}
-	if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: "req-on-its-way", Target: "local", State: string(ledger.StatusDelivered), Attempts: 1}); err != nil {
+	if err := e.l.RecordDelivery(ctx, request.Delivery{RequestID: "req-on-its-way", Target: "local", State: string(request.StatusDelivered), Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.l.UseKeyNamespace(ctx, "renamed"); err != nil {
 		t.Fatalf("change once everything is delivered: %v", err)
 	}
-	if _, err := e.l.Create(ctx, request("req-next")); err != nil {
+	if _, err := e.l.Create(ctx, newRequest("req-next")); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.l.UseKeyNamespace(ctx, "renamed"); err != nil {

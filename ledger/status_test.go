@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"ticketrelay/ledger"
+	"ticketrelay/mcptools"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -20,7 +21,7 @@ func TestFindUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Status != ledger.StatusUnknown || st.RequestID != "never-seen" || st.TicketID != "" || st.AcceptedAt != nil {
+	if st.Status != request.StatusUnknown || st.RequestID != "never-seen" || st.TicketID != "" || st.AcceptedAt != nil {
 		t.Fatalf("Find(unknown) = %+v", st)
 	}
 	// True while a first call is still being stored and after retention,
@@ -43,12 +44,12 @@ func TestFindFollowsTheRequest(t *testing.T) {
 	ctx := context.Background()
 	db := raw(t, e.path)
 	accepted := e.clock.Now()
-	res, err := e.l.Create(ctx, request("req-life"))
+	res, err := e.l.Create(ctx, newRequest("req-life"))
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	find := func() ledger.RequestStatus {
+	find := func() mcptools.RequestStatus {
 		t.Helper()
 		st, err := e.find(ctx, "", "req-life")
 		if err != nil {
@@ -62,7 +63,7 @@ func TestFindFollowsTheRequest(t *testing.T) {
 	}
 
 	st := find()
-	if st.Status != ledger.StatusQueued || st.PublishedAt != nil || st.UpdatedAt != nil || st.Attempts != 0 {
+	if st.Status != request.StatusQueued || st.PublishedAt != nil || st.UpdatedAt != nil || st.Attempts != 0 {
 		t.Fatalf("after Create: %+v, want queued", st)
 	}
 	if !strings.Contains(st.Detail, "Do not create it again") {
@@ -74,7 +75,7 @@ func TestFindFollowsTheRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	st = find()
-	if st.Status != ledger.StatusPublished || st.InProgress || st.PublishedAt == nil || !st.PublishedAt.Equal(published) {
+	if st.Status != request.StatusPublished || st.InProgress || st.PublishedAt == nil || !st.PublishedAt.Equal(published) {
 		t.Fatalf("after publish: %+v, want published at %v", st, published)
 	}
 	if !strings.Contains(st.Detail, "queued for delivery to local") {
@@ -82,7 +83,7 @@ func TestFindFollowsTheRequest(t *testing.T) {
 	}
 
 	var version int64 // of the record, as the forwarder would track it
-	record := func(d ledger.Delivery) time.Time {
+	record := func(d request.Delivery) time.Time {
 		t.Helper()
 		e.clock.Add(time.Second)
 		d.RequestID, d.Target, d.Version = "req-life", "local", version
@@ -93,9 +94,9 @@ func TestFindFollowsTheRequest(t *testing.T) {
 		return e.clock.Now()
 	}
 
-	at := record(ledger.Delivery{State: ledger.DeliveryAttempting, Attempts: 1})
+	at := record(request.Delivery{State: request.DeliveryAttempting, Attempts: 1})
 	st = find()
-	if st.Status != ledger.StatusPublished || !st.InProgress || st.Attempts != 1 || st.UpdatedAt == nil || !st.UpdatedAt.Equal(at) {
+	if st.Status != request.StatusPublished || !st.InProgress || st.Attempts != 1 || st.UpdatedAt == nil || !st.UpdatedAt.Equal(at) {
 		t.Fatalf("attempting: %+v, want published and in progress", st)
 	}
 	if st.PublishedAt == nil || !st.PublishedAt.Equal(published) {
@@ -108,9 +109,9 @@ func TestFindFollowsTheRequest(t *testing.T) {
 	// An attempt that ended without a known outcome and waits to look it up
 	// before any resend is not in progress: it is retrying.
 	lookupAt := e.clock.Now().Add(10 * time.Second)
-	record(ledger.Delivery{State: ledger.DeliveryAttempting, Attempts: 1, NextAttemptAt: lookupAt, LastError: "lookup failed: HTTP 502"})
+	record(request.Delivery{State: request.DeliveryAttempting, Attempts: 1, NextAttemptAt: lookupAt, LastError: "lookup failed: HTTP 502"})
 	st = find()
-	if st.Status != ledger.StatusRetrying || st.InProgress || st.NextAttemptAt == nil || !st.NextAttemptAt.Equal(lookupAt) {
+	if st.Status != request.StatusRetrying || st.InProgress || st.NextAttemptAt == nil || !st.NextAttemptAt.Equal(lookupAt) {
 		t.Fatalf("attempting, waiting for its lookup: %+v, want retrying, not in progress", st)
 	}
 	if !strings.Contains(st.Detail, "lookup failed: HTTP 502") || !strings.Contains(st.Detail, "retried automatically") {
@@ -118,9 +119,9 @@ func TestFindFollowsTheRequest(t *testing.T) {
 	}
 
 	next := e.clock.Now().Add(30 * time.Second)
-	at = record(ledger.Delivery{State: string(ledger.StatusRetrying), Attempts: 1, NextAttemptAt: next, LastError: "HTTP 503: busy"})
+	at = record(request.Delivery{State: string(request.StatusRetrying), Attempts: 1, NextAttemptAt: next, LastError: "HTTP 503: busy"})
 	st = find()
-	if st.Status != ledger.StatusRetrying || st.InProgress || st.Attempts != 1 || st.LastError != "HTTP 503: busy" ||
+	if st.Status != request.StatusRetrying || st.InProgress || st.Attempts != 1 || st.LastError != "HTTP 503: busy" ||
 		st.NextAttemptAt == nil || !st.NextAttemptAt.Equal(next) || !st.UpdatedAt.Equal(at) {
 		t.Fatalf("retrying: %+v", st)
 	}
@@ -132,9 +133,9 @@ func TestFindFollowsTheRequest(t *testing.T) {
 		t.Fatalf("Delivery = %+v %v %v", d, ok, err)
 	}
 
-	record(ledger.Delivery{State: string(ledger.StatusDelivered), Attempts: 2, ExternalID: "line-7", ExternalURL: "file:///tmp/t.jsonl#L7"})
+	record(request.Delivery{State: string(request.StatusDelivered), Attempts: 2, ExternalID: "line-7", ExternalURL: "file:///tmp/t.jsonl#L7"})
 	st = find()
-	if st.Status != ledger.StatusDelivered || st.ExternalID != "line-7" || st.ExternalURL != "file:///tmp/t.jsonl#L7" ||
+	if st.Status != request.StatusDelivered || st.ExternalID != "line-7" || st.ExternalURL != "file:///tmp/t.jsonl#L7" ||
 		st.Attempts != 2 || st.NextAttemptAt != nil || st.LastError != "" || st.InProgress {
 		t.Fatalf("delivered: %+v (next attempt and last error must be cleared)", st)
 	}
@@ -150,19 +151,19 @@ func TestFindTerminalStates(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	ctx := context.Background()
 	for _, tc := range []struct {
-		state   ledger.Status
-		failure ledger.Failure // as the forwarder records it
+		state   request.Status
+		failure request.Failure // as the forwarder records it
 		detail  string
 	}{
-		{ledger.StatusFailed, ledger.FailureRejected, "local rejected it (permanent error (HTTP 422): title too long)"},
-		{ledger.StatusUncertain, ledger.FailureUnknown, "Check local for ticket "},
+		{request.StatusFailed, request.FailureRejected, "local rejected it (permanent error (HTTP 422): title too long)"},
+		{request.StatusUncertain, request.FailureUnknown, "Check local for ticket "},
 	} {
 		id := "req-" + string(tc.state)
-		res, err := e.l.Create(ctx, request(id))
+		res, err := e.l.Create(ctx, newRequest(id))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: string(tc.state),
+		if err := e.l.RecordDelivery(ctx, request.Delivery{RequestID: id, Target: "local", State: string(tc.state),
 			Attempts: 3, LastError: "permanent error (HTTP 422): title too long", Failure: tc.failure}); err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +177,7 @@ func TestFindTerminalStates(t *testing.T) {
 		if !strings.Contains(st.Detail, tc.detail) {
 			t.Errorf("%s: Detail = %q, want %q", tc.state, st.Detail, tc.detail)
 		}
-		if tc.state == ledger.StatusUncertain && !strings.Contains(st.Detail, res.TicketID) {
+		if tc.state == request.StatusUncertain && !strings.Contains(st.Detail, res.TicketID) {
 			t.Errorf("uncertain Detail %q does not name ticket %s", st.Detail, res.TicketID)
 		}
 		if d, ok, _ := e.l.Delivery(ctx, id); !ok || !d.Settled() {
@@ -196,46 +197,46 @@ func TestFindSettledDetails(t *testing.T) {
 	const newID = "create it with a NEW request_id"
 	const noNewID = "not create it again with a new request_id"
 	for i, tc := range []struct {
-		state     ledger.Status
-		failure   ledger.Failure // as the forwarder (or an operator's resolve) records it
+		state     request.Status
+		failure   request.Failure // as the forwarder (or an operator's resolve) records it
 		lastError string
 		want      []string // with %s for the request id
 		not       []string
 	}{
-		{ledger.StatusFailed, ledger.FailureRejected, "permanent error (HTTP 400): field 'title' is too long",
+		{request.StatusFailed, request.FailureRejected, "permanent error (HTTP 400): field 'title' is too long",
 			[]string{"rejected it (permanent error (HTTP 400): field 'title' is too long)", "fix the arguments and " + newID,
 				"`dispatcher redrive -data DIR %s`", "same dedupe key"},
 			[]string{"permanently"}},
-		{ledger.StatusFailed, ledger.FailureAuth, "auth error (HTTP 401): invalid token",
+		{request.StatusFailed, request.FailureAuth, "auth error (HTTP 401): invalid token",
 			[]string{"refused ticketrelay's credentials (auth error (HTTP 401): invalid token)", "`dispatcher redrive -data DIR %s`",
 				"same dedupe key", "Do " + noNewID},
 			[]string{"permanently", "fix the arguments", newID}},
-		{ledger.StatusFailed, ledger.FailureExhausted, "10 attempts exhausted; last error: transient error (HTTP 503): unavailable",
+		{request.StatusFailed, request.FailureExhausted, "10 attempts exhausted; last error: transient error (HTTP 503): unavailable",
 			[]string{"(10 attempts exhausted; last error: transient error (HTTP 503): unavailable)", "may hold the ticket",
 				"do " + noNewID, "`dispatcher redrive -data DIR %s`", "same dedupe key"},
 			[]string{"permanently", "fix the arguments", newID}},
-		{ledger.StatusFailed, ledger.FailurePermanent, "permanent error: encoding the request: json: unsupported value",
+		{request.StatusFailed, request.FailurePermanent, "permanent error: encoding the request: json: unsupported value",
 			[]string{"(permanent error: encoding the request: json: unsupported value)", "`dispatcher redrive -data DIR %s`",
 				"Do " + noNewID, "may hold it"},
 			[]string{"permanently", "fix the arguments", newID}},
-		{ledger.StatusFailed, ledger.FailureSettled, "settled as not delivered by an operator",
+		{request.StatusFailed, request.FailureSettled, "settled as not delivered by an operator",
 			[]string{"settled this request as not delivered", newID, "`dispatcher redrive -data DIR %s`", "not both"},
 			[]string{"permanently"}},
-		{ledger.StatusUncertain, ledger.FailureUnknown, "attempt 1 may have created the item (transient error (HTTP 503): unavailable) and local has no consistent lookup",
+		{request.StatusUncertain, request.FailureUnknown, "attempt 1 may have created the item (transient error (HTTP 503): unavailable) and local has no consistent lookup",
 			[]string{"outcome of an attempt to deliver to local is unknown (attempt 1 may have created the item (transient error (HTTP 503)",
 				"Check local for ticket ", "`dispatcher resolve -data DIR %s -delivered EXTERNAL_ID`",
 				"If it is not, " + newID, "only repeats this answer", "`dispatcher resolve -data DIR %s -failed`"},
 			[]string{"ended without an answer", "permanently"}},
-		{ledger.StatusUncertain, ledger.FailureUnknown, "attempt 2 ended without an answer and local has no consistent lookup",
+		{request.StatusUncertain, request.FailureUnknown, "attempt 2 ended without an answer and local has no consistent lookup",
 			[]string{"is unknown (attempt 2 ended without an answer", "`dispatcher resolve -data DIR %s -delivered EXTERNAL_ID`",
 				"If it is not, " + newID, "`dispatcher resolve -data DIR %s -failed`"},
 			[]string{"permanently"}},
 	} {
 		id := fmt.Sprintf("req-settled-%d", i)
-		if _, err := e.l.Create(ctx, request(id)); err != nil {
+		if _, err := e.l.Create(ctx, newRequest(id)); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: string(tc.state),
+		if err := e.l.RecordDelivery(ctx, request.Delivery{RequestID: id, Target: "local", State: string(tc.state),
 			Attempts: 10, LastError: tc.lastError, Failure: tc.failure}); err != nil {
 			t.Fatal(err)
 		}
@@ -268,7 +269,7 @@ func TestFindSettledDetails(t *testing.T) {
 func TestPriorDelivery(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	ctx := context.Background()
-	check := func(id string, wantFound, wantAccepted bool) ledger.Prior {
+	check := func(id string, wantFound, wantAccepted bool) request.Prior {
 		t.Helper()
 		p, err := e.l.PriorDelivery(ctx, id)
 		if err != nil || p.Found != wantFound || p.Accepted != wantAccepted || p.Delivery.RequestID != id {
@@ -277,7 +278,7 @@ func TestPriorDelivery(t *testing.T) {
 		return p
 	}
 	check("never-seen", false, false)
-	for _, req := range []ticket.Request{request("req-new"), {RequestID: "req-bare", Tool: "create_ticket", Target: "local", Title: "t"}} {
+	for _, req := range []ticket.Request{newRequest("req-new"), {RequestID: "req-bare", Tool: "create_ticket", Target: "local", Title: "t"}} {
 		if err := req.Normalize(); err != nil {
 			t.Fatal(err)
 		}
@@ -306,7 +307,7 @@ func TestPriorDelivery(t *testing.T) {
 		}
 	}
 	next := e.clock.Now().Add(time.Minute)
-	rec := ledger.Delivery{RequestID: "req-new", Target: "local", State: string(ledger.StatusRetrying), Attempts: 3,
+	rec := request.Delivery{RequestID: "req-new", Target: "local", State: string(request.StatusRetrying), Attempts: 3,
 		NextAttemptAt: next, LastError: "HTTP 503", ExternalID: "x-1", ExternalURL: "https://x/1"}
 	if err := e.l.RecordDelivery(ctx, rec); err != nil {
 		t.Fatal(err)
@@ -318,8 +319,8 @@ func TestPriorDelivery(t *testing.T) {
 	}
 	// A record needs its ledger row: the forwarder never delivers a
 	// message the ledger does not hold, and nothing is written for one.
-	err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: "never-seen", Target: "local", State: string(ledger.StatusDelivered), Attempts: 1})
-	if !errors.Is(err, ledger.ErrNotFound) {
+	err := e.l.RecordDelivery(ctx, request.Delivery{RequestID: "never-seen", Target: "local", State: string(request.StatusDelivered), Attempts: 1})
+	if !errors.Is(err, request.ErrNotFound) {
 		t.Fatalf("RecordDelivery for a request never accepted: %v, want ErrNotFound", err)
 	}
 	check("never-seen", false, false)
@@ -334,11 +335,11 @@ func TestPriorDelivery(t *testing.T) {
 func TestRecordDeliveryIsConditional(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	ctx := context.Background()
-	if _, err := e.l.Create(ctx, request("req-cas")); err != nil {
+	if _, err := e.l.Create(ctx, newRequest("req-cas")); err != nil {
 		t.Fatal(err)
 	}
 	rec := func(state string, version int64) error {
-		return e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: "req-cas", Target: "local", State: state, Attempts: 1, Version: version})
+		return e.l.RecordDelivery(ctx, request.Delivery{RequestID: "req-cas", Target: "local", State: state, Attempts: 1, Version: version})
 	}
 	version := func() int64 {
 		t.Helper()
@@ -354,18 +355,18 @@ func TestRecordDeliveryIsConditional(t *testing.T) {
 		stale       bool
 		wantVersion int64
 	}{
-		{ledger.DeliveryAttempting, 0, false, 1},      // the first copy's claim
-		{ledger.DeliveryAttempting, 0, true, 1},       // the second copy read "none" too: refused
-		{string(ledger.StatusRetrying), 1, false, 2},  // the first copy's outcome
-		{string(ledger.StatusUncertain), 1, true, 2},  // a copy that read version 1: refused
-		{string(ledger.StatusDelivered), 1, false, 3}, // a delivery from a stale read still counts
-		{string(ledger.StatusDelivered), 3, false, 4}, // (from the current version, it is an ordinary write)
-		{string(ledger.StatusDelivered), 1, true, 4},  // but does not replace a delivery from a stale read
-		{string(ledger.StatusUncertain), 2, true, 4},  // nor does anything else
+		{request.DeliveryAttempting, 0, false, 1},      // the first copy's claim
+		{request.DeliveryAttempting, 0, true, 1},       // the second copy read "none" too: refused
+		{string(request.StatusRetrying), 1, false, 2},  // the first copy's outcome
+		{string(request.StatusUncertain), 1, true, 2},  // a copy that read version 1: refused
+		{string(request.StatusDelivered), 1, false, 3}, // a delivery from a stale read still counts
+		{string(request.StatusDelivered), 3, false, 4}, // (from the current version, it is an ordinary write)
+		{string(request.StatusDelivered), 1, true, 4},  // but does not replace a delivery from a stale read
+		{string(request.StatusUncertain), 2, true, 4},  // nor does anything else
 	}
 	for i, s := range steps {
 		err := rec(s.state, s.from)
-		if s.stale != errors.Is(err, ledger.ErrStale) || (!s.stale && err != nil) {
+		if s.stale != errors.Is(err, request.ErrStale) || (!s.stale && err != nil) {
 			t.Fatalf("step %d: %s from version %d: %v, want stale %v", i, s.state, s.from, err, s.stale)
 		}
 		if v := version(); v != s.wantVersion {
@@ -374,13 +375,13 @@ func TestRecordDeliveryIsConditional(t *testing.T) {
 	}
 	// An operator's action moves the version too, so a copy that read the
 	// record before it cannot undo it.
-	if err := rec(string(ledger.StatusUncertain), 4); err != nil {
+	if err := rec(string(request.StatusUncertain), 4); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.l.Resolve(ctx, "req-cas", false, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := rec(string(ledger.StatusRetrying), 5); !errors.Is(err, ledger.ErrStale) {
+	if err := rec(string(request.StatusRetrying), 5); !errors.Is(err, request.ErrStale) {
 		t.Fatalf("write from before the operator's resolve: %v, want ErrStale", err)
 	}
 }
@@ -397,14 +398,14 @@ func TestPriorDeliveryConcurrent(t *testing.T) {
 		case 0: // never accepted
 			continue
 		case 2: // with a delivery record
-			if _, err := e.l.Create(ctx, request(id)); err != nil {
+			if _, err := e.l.Create(ctx, newRequest(id)); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: id, Target: "local", State: string(ledger.StatusRetrying), Attempts: i}); err != nil {
+			if err := e.l.RecordDelivery(ctx, request.Delivery{RequestID: id, Target: "local", State: string(request.StatusRetrying), Attempts: i}); err != nil {
 				t.Fatal(err)
 			}
 		default:
-			if _, err := e.l.Create(ctx, request(id)); err != nil {
+			if _, err := e.l.Create(ctx, newRequest(id)); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -15,7 +15,7 @@ import (
 func TestRequestIDBelongsToItsSubject(t *testing.T) {
 	ctx := context.Background()
 	e := openEnv(t, dbPath(t))
-	alice, bob := request("shared-id"), request("shared-id")
+	alice, bob := newRequest("shared-id"), newRequest("shared-id")
 	alice.Subject, bob.Subject = "alice", "bob"
 	bob.Title = "Bob's own ticket"
 
@@ -43,7 +43,7 @@ func TestRequestIDBelongsToItsSubject(t *testing.T) {
 	}
 	otherArgs := alice
 	otherArgs.Title = "something else"
-	var conflict *ledger.ConflictError
+	var conflict *request.ConflictError
 	if _, err := e.l.Create(ctx, otherArgs); !errors.As(err, &conflict) || conflict.TicketID != ra.TicketID {
 		t.Errorf("alice's id with other arguments: %v; want a conflict naming %s", err, ra.TicketID)
 	}
@@ -57,7 +57,7 @@ func TestRequestIDBelongsToItsSubject(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.TicketID != c.want || (c.want == "") != (st.Status == ledger.StatusUnknown) {
+		if st.TicketID != c.want || (c.want == "") != (st.Status == request.StatusUnknown) {
 			t.Errorf("Find(%q) = %s %s, want ticket %q", c.subject, st.Status, st.TicketID, c.want)
 		}
 		if st.RequestID != "shared-id" {
@@ -81,22 +81,22 @@ func TestRequestIDBelongsToItsSubject(t *testing.T) {
 func TestAnonymousIDSpellingAScopedIDIsRefused(t *testing.T) {
 	ctx := context.Background()
 	e := openEnv(t, dbPath(t))
-	alice := request("x")
+	alice := newRequest("x")
 	alice.Subject = "alice"
 	if _, err := e.l.Create(ctx, alice); err != nil {
 		t.Fatal(err)
 	}
 	for _, args := range []string{"same", "other"} {
-		anon := request("alice:x")
+		anon := newRequest("alice:x")
 		if args == "other" {
 			anon.Title = "other"
 		}
 		res, err := e.l.Create(ctx, anon)
-		if !errors.Is(err, ledger.ErrOtherSubject) {
+		if !errors.Is(err, request.ErrOtherSubject) {
 			t.Fatalf("anonymous alice:x (%s arguments) = %+v, %v; want ErrOtherSubject", args, res, err)
 		}
 	}
-	if st, err := e.l.Find(ctx, "", "alice:x"); err != nil || st.Status != ledger.StatusUnknown {
+	if st, err := e.l.Find(ctx, "", "alice:x"); err != nil || st.Status != request.StatusUnknown {
 		t.Errorf("anonymous Find(alice:x) = %+v, %v; want unknown", st, err)
 	}
 	if n := count(t, raw(t, e.path), `SELECT count(*) FROM requests`); n != 1 {

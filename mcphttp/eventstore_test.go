@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"ticketrelay/request"
 
-	"ticketrelay/ledger"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // after collects what After yields: the events, and the error it ends with.
@@ -455,8 +455,8 @@ func TestResumeAfterPurgeIs400(t *testing.T) {
 
 	// The ticket is delivered; the call sends its progress and its answer.
 	waitFor(t, 5*time.Second, "the create to commit", func() bool { return e.tickets(t) == 1 })
-	if err := e.l.RecordDelivery(context.Background(), ledger.Delivery{RequestID: rid, Target: "local",
-		State: string(ledger.StatusDelivered), Attempts: 1, ExternalID: "EXT-7"}); err != nil {
+	if err := e.l.RecordDelivery(context.Background(), request.Delivery{RequestID: rid, Target: "local",
+		State: string(request.StatusDelivered), Attempts: 1, ExternalID: "EXT-7"}); err != nil {
 		t.Fatal(err)
 	}
 	select {

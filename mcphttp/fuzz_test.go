@@ -20,6 +20,7 @@ import (
 	"ticketrelay/mcphttp"
 	"ticketrelay/mcptools"
 	"ticketrelay/metrics"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -34,7 +35,7 @@ const (
 // fzServer is mcphttp.NewHandler on a real ledger in a temporary
 // directory, with one session opened through the handler itself.
 type fzServer struct {
-	db      *ledger.DB
+	db      *sqlitedb.DB
 	h       *mcphttp.Handler
 	session string
 }
@@ -48,7 +49,7 @@ func newFzServer(f *testing.F) *fzServer {
 	f.Cleanup(func() { db.Close() })
 	log := slog.New(slog.DiscardHandler)
 	m := metrics.NewFront(prometheus.NewRegistry())
-	w := ledger.NewWriter(db, log, m.Writer)
+	w := sqlitedb.NewWriter(db, log, m.Writer)
 	f.Cleanup(w.Close)
 	srv, err := mcptools.New(mcptools.Config{Version: "fuzz", Bindings: []mcptools.Binding{
 		{Tool: fzKeyedTool, Target: "local", Capabilities: downstream.Capabilities{DedupeKey: true, Lookup: downstream.LookupConsistent}},

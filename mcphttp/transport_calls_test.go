@@ -15,8 +15,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"ticketrelay/internal/testwait"
-	"ticketrelay/ledger"
 	"ticketrelay/mcptools"
+	"ticketrelay/request"
 )
 
 // TestKeepaliveSparesClientsWithoutStream: pings go only to sessions with an
@@ -196,8 +196,8 @@ func TestProgressWhileWaiting(t *testing.T) {
 				case <-time.After(10 * time.Second):
 					return
 				}
-				e.l.RecordDelivery(context.Background(), ledger.Delivery{RequestID: rid, Target: "local",
-					State: string(ledger.StatusDelivered), Attempts: 1, ExternalID: "EXT-7", ExternalURL: "https://tracker.example/7"})
+				e.l.RecordDelivery(context.Background(), request.Delivery{RequestID: rid, Target: "local",
+					State: string(request.StatusDelivered), Attempts: 1, ExternalID: "EXT-7", ExternalURL: "https://tracker.example/7"})
 			}()
 			params := &mcp.CallToolParams{Name: "create_ticket", Arguments: map[string]any{"request_id": rid, "title": "progress", "wait_for_delivery_seconds": 20}}
 			params.SetProgressToken("tok-1")

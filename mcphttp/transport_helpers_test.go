@@ -26,11 +26,12 @@ import (
 	"ticketrelay/ledger"
 	"ticketrelay/mcptools"
 	"ticketrelay/metrics"
+	"ticketrelay/sqlitedb"
 )
 
 // tenv is a real ledger on a real SQLite file and the MCP server on it.
 type tenv struct {
-	db   *ledger.DB
+	db   *sqlitedb.DB
 	l    *ledger.Ledger
 	srv  *mcp.Server
 	bind mcptools.Binding // the server's one tool
@@ -49,7 +50,7 @@ func newTenv(t testing.TB) *tenv {
 	}
 	t.Cleanup(func() { db.Close() })
 	m := metrics.NewFront(prometheus.NewRegistry())
-	w := ledger.NewWriter(db, quietLog(), m.Writer)
+	w := sqlitedb.NewWriter(db, quietLog(), m.Writer)
 	t.Cleanup(w.Close)
 	l := ledger.New(db, w, time.Now)
 	bind := mcptools.Binding{Tool: "create_ticket", Target: "local",

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"ticketrelay/request"
 
-	"ticketrelay/ledger"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestResumeAfterStreamDrop: a 2025-11-25 client's POST stream drops in the
@@ -30,8 +30,8 @@ func TestResumeAfterStreamDrop(t *testing.T) {
 
 	// Meanwhile the ticket is delivered.
 	waitFor(t, 5*time.Second, "the create to commit", func() bool { return e.tickets(t) == 1 })
-	if err := e.l.RecordDelivery(context.Background(), ledger.Delivery{RequestID: rid, Target: "local",
-		State: string(ledger.StatusDelivered), Attempts: 1, ExternalID: "EXT-42"}); err != nil {
+	if err := e.l.RecordDelivery(context.Background(), request.Delivery{RequestID: rid, Target: "local",
+		State: string(request.StatusDelivered), Attempts: 1, ExternalID: "EXT-42"}); err != nil {
 		t.Fatal(err)
 	}
 

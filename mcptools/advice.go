@@ -4,41 +4,49 @@ import (
 	"fmt"
 	"time"
 
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 )
 
 // The words find_request (and a replayed or waiting create) says to the
 // agent: what a request's status means and what to do next. The ledger
-// and the cluster record report data only (ledger.RequestStatus); the
+// and the cluster record report data only (request.Report); the
 // words are written here, from the status, the failure's class
-// (ledger.Failure) and what the running dispatchers serve.
+// (request.Failure) and what the running dispatchers serve.
 
 // Advise is st's detail: what its status means and what to do next, and,
 // for a request still on its way, whether anyone will deliver it.
-func Advise(st ledger.RequestStatus) string {
+func Advise(st request.Report) string {
 	d := detail(st)
-	if s := st.Served(); s != nil && st.OnItsWay() {
+	if s := st.Served; s != nil && st.OnItsWay() {
 		d += unserved(*s, st.Target) + blocked(*s)
 	}
 	return d
 }
 
-// advised is st with its detail written.
-func advised(st ledger.RequestStatus) ledger.RequestStatus {
-	st.Detail = Advise(st)
-	return st
+// RequestStatus is find_request's answer: where the request stands, as
+// the ledger or the cluster record reports it, and the detail written
+// here from it.
+type RequestStatus struct {
+	request.Report
+	// Detail says what the status means and what to do next.
+	Detail string `json:"detail"`
+}
+
+// advised is st's answer, with its detail written.
+func advised(st request.Report) RequestStatus {
+	return RequestStatus{Report: st, Detail: Advise(st)}
 }
 
 // conflictAdvice is the tool error of a request_id first used with other
 // arguments.
-func conflictAdvice(c *ledger.ConflictError) string {
+func conflictAdvice(c *request.ConflictError) string {
 	return "idempotency_key_conflict: " + c.Error() + ". To create a new ticket use a fresh request_id; " +
 		"to get the original result, repeat the original arguments or call find_request"
 }
 
 // otherSubjectAdvice is the tool error of a request_id that names another
-// caller's request (ledger.ErrOtherSubject).
-var otherSubjectAdvice = "idempotency_key_conflict: " + ledger.ErrOtherSubject.Error() + ". Use a fresh request_id"
+// caller's request (request.ErrOtherSubject).
+var otherSubjectAdvice = "idempotency_key_conflict: " + request.ErrOtherSubject.Error() + ". Use a fresh request_id"
 
 // detailUnknown is the detail of StatusUnknown. It names no tool: create
 // tools are named by configuration.
@@ -47,36 +55,36 @@ const detailUnknown = "No request with this request_id has been stored: never ac
 	"(it never makes a second ticket); do not use a new request_id for this ticket."
 
 // interruptedDetail is the detail of a request a call claimed in the
-// cluster record and no host accepted (ledger.InterruptedStatus).
+// cluster record and no host accepted (request.InterruptedStatus).
 const interruptedDetail = "Not accepted yet: a call with this request_id was interrupted before it was accepted, or is being " +
 	"accepted right now. Call the same create tool again with the SAME request_id and arguments: that completes it, " +
 	"or returns its result, and never makes a second ticket. Do not use a new request_id."
 
-func detail(st ledger.RequestStatus) string {
+func detail(st request.Report) string {
 	switch st.Status {
-	case ledger.StatusUnknown:
-		if st.Interrupted() {
+	case request.StatusUnknown:
+		if st.Interrupted {
 			return interruptedDetail
 		}
 		return detailUnknown
-	case ledger.StatusQueued:
+	case request.StatusQueued:
 		return "Accepted and stored; waiting to be handed to the delivery queue. Do not create it again."
-	case ledger.StatusPublished:
+	case request.StatusPublished:
 		if st.InProgress {
 			return fmt.Sprintf("Delivery attempt %d to %s is in progress. Do not create it again.", st.Attempts, st.Target)
 		}
 		return "Accepted and queued for delivery to " + st.Target + ". Do not create it again."
-	case ledger.StatusDelivered:
+	case request.StatusDelivered:
 		if st.ExternalID == "" {
 			return "Delivered to " + st.Target + " (it returns no id for what it created)."
 		}
 		return "Delivered to " + st.Target + " as " + st.ExternalID + "."
-	case ledger.StatusRetrying:
+	case request.StatusRetrying:
 		return fmt.Sprintf("Attempt %d to %s failed (%s); it will be retried automatically. Do not create it again.",
 			st.Attempts, st.Target, st.LastError)
-	case ledger.StatusFailed:
+	case request.StatusFailed:
 		return failedDetail(st)
-	case ledger.StatusUncertain:
+	case request.StatusUncertain:
 		return uncertainDetail(st)
 	}
 	return ""
@@ -85,25 +93,25 @@ func detail(st ledger.RequestStatus) string {
 // failedDetail says what happened, by the failure's class, and what the
 // agent and an operator can do next. It never says "permanently" of a
 // request whose attempts may have reached the downstream.
-func failedDetail(st ledger.RequestStatus) string {
+func failedDetail(st request.Report) string {
 	cmd := "`dispatcher redrive -data DIR " + st.OperatorName() + "`"
 	redrive := "redrive it with " + cmd + ", which resends it under the same dedupe key."
 	e := st.LastError
-	switch st.Failure() {
-	case ledger.FailureRejected:
+	switch st.Failure {
+	case request.FailureRejected:
 		return "Delivery to " + st.Target + " failed: " + st.Target + " rejected it (" + e + "). " +
 			"If the error is about the ticket's content, fix the arguments and create it with a NEW request_id " +
 			"(calling again with this one only repeats this answer). Otherwise (e.g. a configuration problem) do not create it again: " +
 			"an operator can " + redrive
-	case ledger.FailureAuth:
+	case request.FailureAuth:
 		return "Delivery to " + st.Target + " failed: " + st.Target + " refused ticketrelay's credentials (" + e + "). " +
 			"An operator must fix them and can then " + redrive +
 			" Do not create it again with a new request_id: once redriven, it would be a second ticket."
-	case ledger.FailureExhausted:
+	case request.FailureExhausted:
 		return "Delivery to " + st.Target + " stopped after its attempts were exhausted (" + e + "). " +
 			"An attempt that timed out or got a server error may still have reached " + st.Target + ", so it may hold the ticket: " +
 			"do not create it again with a new request_id. An operator can " + redrive
-	case ledger.FailureSettled:
+	case request.FailureSettled:
 		return "An operator checked " + st.Target + " and settled this request as not delivered (" + e + "). " +
 			"If it was already created again with a new request_id, nothing more is needed. Otherwise either create it with a NEW request_id, " +
 			"or have an operator redrive this one with " + cmd + ": one of the two, not both."
@@ -114,7 +122,7 @@ func failedDetail(st ledger.RequestStatus) string {
 
 // uncertainDetail names what to check, what an operator runs, and what the
 // agent does if the downstream holds nothing.
-func uncertainDetail(st ledger.RequestStatus) string {
+func uncertainDetail(st request.Report) string {
 	return "The outcome of an attempt to deliver to " + st.Target + " is unknown (" + st.LastError + "), and " + st.Target +
 		" offers no way to check it automatically, so it is not resent. Check " + st.Target + " for ticket " + st.TicketID +
 		" (look for its title) before creating it again. If it is there, do not create it again: an operator records it with " +
@@ -125,11 +133,11 @@ func uncertainDetail(st ledger.RequestStatus) string {
 
 // unserved is what the detail of a request still on its way to target
 // adds when no running dispatcher delivers to it; "" when one does.
-func unserved(s ledger.Served, target string) string {
+func unserved(s request.Served, target string) string {
 	switch {
 	case s.Dispatchers == 0:
 		return fmt.Sprintf(" No dispatcher is running (none has renewed its entry in the last %s): it stays stored and "+
-			"will be delivered once one runs. Tell the operator.", ledger.PresenceFresh)
+			"will be delivered once one runs. Tell the operator.", request.PresenceFresh)
 	case !s.Serves(target):
 		return fmt.Sprintf(" No running dispatcher delivers to %q: its configuration (-config) has no such target. It stays "+
 			"stored and will be delivered once one does. Tell the operator: mcp-front and the dispatcher must be given "+
@@ -140,7 +148,7 @@ func unserved(s ledger.Served, target string) string {
 
 // blocked is what the detail of a request still on its way adds while a
 // running dispatcher cannot hand requests to the stream; "" otherwise.
-func blocked(s ledger.Served) string {
+func blocked(s request.Served) string {
 	if s.BlockedSince.IsZero() {
 		return ""
 	}

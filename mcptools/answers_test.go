@@ -15,13 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"ticketrelay/internal/testwait"
-	"ticketrelay/ledger"
 	"ticketrelay/mcptools"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
 // record writes a delivery record as the forwarder would.
-func (e *env) record(t *testing.T, d ledger.Delivery) {
+func (e *env) record(t *testing.T, d request.Delivery) {
 	t.Helper()
 	if cur, found, err := e.l.Delivery(context.Background(), d.RequestID); err != nil {
 		t.Fatal(err)
@@ -46,14 +46,14 @@ func TestReplayAnswersLiveStatus(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		d    ledger.Delivery
+		d    request.Delivery
 	}{
-		{"delivered", ledger.Delivery{State: string(ledger.StatusDelivered), Attempts: 1, ExternalID: "line-7", ExternalURL: "file:///srv/t.jsonl#L7"}},
-		{"failed", ledger.Delivery{State: string(ledger.StatusFailed), Attempts: 10,
+		{"delivered", request.Delivery{State: string(request.StatusDelivered), Attempts: 1, ExternalID: "line-7", ExternalURL: "file:///srv/t.jsonl#L7"}},
+		{"failed", request.Delivery{State: string(request.StatusFailed), Attempts: 10,
 			LastError: "10 attempts exhausted; last error: transient error (HTTP 503): unavailable"}},
-		{"uncertain", ledger.Delivery{State: string(ledger.StatusUncertain), Attempts: 1,
+		{"uncertain", request.Delivery{State: string(request.StatusUncertain), Attempts: 1,
 			LastError: "attempt 1 may have created the item (transient error (HTTP 500): oops) and local has no consistent lookup"}},
-		{"retrying", ledger.Delivery{State: string(ledger.StatusRetrying), Attempts: 2, NextAttemptAt: time.Now().Add(time.Minute),
+		{"retrying", request.Delivery{State: string(request.StatusRetrying), Attempts: 2, NextAttemptAt: time.Now().Add(time.Minute),
 			LastError: "transient error (HTTP 503): busy"}},
 	}
 	for _, c := range cases {
@@ -178,20 +178,14 @@ func TestAnswersValidateAgainstOutputSchemas(t *testing.T) {
 			t.Errorf("create output schema lacks %s", f)
 		}
 	}
-	rt := reflect.TypeFor[ledger.RequestStatus]()
-	onWire := 0 // fields that reach the JSON answer
-	for i := range rt.NumField() {
-		if !rt.Field(i).IsExported() {
-			continue
-		}
-		onWire++
-		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+	onWire := wireNames(reflect.TypeFor[mcptools.RequestStatus]())
+	for _, name := range onWire {
 		if _, ok := find.Schema().Properties[name]; !ok {
 			t.Errorf("find_request output schema lacks RequestStatus field %s", name)
 		}
 	}
-	if len(find.Schema().Properties) != onWire {
-		t.Errorf("find_request output schema has %d properties, RequestStatus %d fields on the wire", len(find.Schema().Properties), onWire)
+	if len(find.Schema().Properties) != len(onWire) {
+		t.Errorf("find_request output schema has %d properties, RequestStatus %d fields on the wire", len(find.Schema().Properties), len(onWire))
 	}
 
 	id := newID()
@@ -206,15 +200,15 @@ func TestAnswersValidateAgainstOutputSchemas(t *testing.T) {
 
 	steps := []struct {
 		status string
-		d      ledger.Delivery
+		d      request.Delivery
 	}{
-		{"published", ledger.Delivery{State: ledger.DeliveryAttempting, Attempts: 1}}, // in_progress
-		{"retrying", ledger.Delivery{State: string(ledger.StatusRetrying), Attempts: 3, Throttled: 2,
+		{"published", request.Delivery{State: request.DeliveryAttempting, Attempts: 1}}, // in_progress
+		{"retrying", request.Delivery{State: string(request.StatusRetrying), Attempts: 3, Throttled: 2,
 			NextAttemptAt: time.Now().Add(time.Minute), LastError: "transient error (HTTP 429): slow down"}},
-		{"failed", ledger.Delivery{State: string(ledger.StatusFailed), Attempts: 1, LastError: "permanent error (HTTP 400): bad title"}},
-		{"uncertain", ledger.Delivery{State: string(ledger.StatusUncertain), Attempts: 1,
+		{"failed", request.Delivery{State: string(request.StatusFailed), Attempts: 1, LastError: "permanent error (HTTP 400): bad title"}},
+		{"uncertain", request.Delivery{State: string(request.StatusUncertain), Attempts: 1,
 			LastError: "attempt 1 ended without an answer and local has no consistent lookup"}},
-		{"delivered", ledger.Delivery{State: string(ledger.StatusDelivered), Attempts: 1, ExternalID: "line-1", ExternalURL: "file:///x#L1"}},
+		{"delivered", request.Delivery{State: string(request.StatusDelivered), Attempts: 1, ExternalID: "line-1", ExternalURL: "file:///x#L1"}},
 	}
 	for i, s := range steps {
 		sid := fmt.Sprintf("%s-%d", id, i)
@@ -245,13 +239,13 @@ func TestAnswersValidateAgainstOutputSchemas(t *testing.T) {
 		defer close(done)
 		if !testwait.Until(10*time.Second, func() bool {
 			st, err := e.l.Find(ctx, "", wid)
-			return err == nil && st.Status == ledger.StatusQueued
+			return err == nil && st.Status == request.StatusQueued
 		}) {
 			t.Errorf("request %s never became queued", wid)
 			return
 		}
-		if err := e.l.RecordDelivery(ctx, ledger.Delivery{RequestID: wid, Target: keyedTarget,
-			State: string(ledger.StatusDelivered), Attempts: 1, ExternalID: "line-9", ExternalURL: "file:///x#L9"}); err != nil {
+		if err := e.l.RecordDelivery(ctx, request.Delivery{RequestID: wid, Target: keyedTarget,
+			State: string(request.StatusDelivered), Attempts: 1, ExternalID: "line-9", ExternalURL: "file:///x#L9"}); err != nil {
 			t.Errorf("RecordDelivery: %v", err)
 		}
 	}()
@@ -425,4 +419,21 @@ func TestFindRequestAnnotationsOnTheWire(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("find_request annotations %s, want %v (and README's tool table with them)", b, want)
 	}
+}
+
+// wireNames are the JSON names of rt's fields that reach the wire, those
+// of embedded structs included, as encoding/json writes them.
+func wireNames(rt reflect.Type) []string {
+	var names []string
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct:
+			names = append(names, wireNames(f.Type)...)
+		case f.IsExported() && name != "-":
+			names = append(names, name)
+		}
+	}
+	return names
 }

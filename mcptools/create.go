@@ -12,8 +12,8 @@ import (
 
 	"ticketrelay/clusterrec"
 	"ticketrelay/internal/failpoint"
-	"ticketrelay/ledger"
 	"ticketrelay/metrics"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -68,7 +68,7 @@ func labelItem(labels []string, err error) error {
 // known, the request's current status, where it was delivered and what it
 // means.
 type createResult struct {
-	ledger.Result
+	request.Result
 	ExternalID  string `json:"external_id,omitempty"`
 	ExternalURL string `json:"external_url,omitempty"`
 	Detail      string `json:"detail,omitempty"`
@@ -85,7 +85,7 @@ func acceptedDetail(target string) string {
 
 // now sets what st, the request's status as find_request gives it, says
 // of it now: the status, where it was delivered, what it means.
-func (c *createResult) now(st ledger.RequestStatus) {
+func (c *createResult) now(st request.Report) {
 	c.Status, c.ExternalID, c.ExternalURL, c.Detail = st.Status, st.ExternalID, st.ExternalURL, Advise(st)
 	if st.Caller != nil {
 		c.Caller = st.Caller
@@ -95,7 +95,7 @@ func (c *createResult) now(st ledger.RequestStatus) {
 // current is the answer to a replayed call: the first call's result with
 // the status the ledger read in the same statement that found it
 // (Result.Live).
-func (s *Server) current(res ledger.Result) createResult {
+func (s *Server) current(res request.Result) createResult {
 	out := createResult{Result: res}
 	if res.Live != nil {
 		out.now(*res.Live)
@@ -136,12 +136,12 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 // confirm (err), saying whether anything may have been stored and what to
 // do next.
 func (s *Server) notCreated(ctx context.Context, o *outcome, tool, requestID string, err error) *mcp.CallToolResult {
-	var conflict *ledger.ConflictError
+	var conflict *request.ConflictError
 	switch {
 	case errors.As(err, &conflict):
 		o.word = metrics.CallConflict
 		return toolError(conflictAdvice(conflict))
-	case errors.Is(err, ledger.ErrOtherSubject):
+	case errors.Is(err, request.ErrOtherSubject):
 		o.word = metrics.CallConflict
 		return toolError(otherSubjectAdvice)
 	case errors.Is(err, clusterrec.ErrInProgress):

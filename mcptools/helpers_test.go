@@ -18,6 +18,7 @@ import (
 	"ticketrelay/ledger"
 	"ticketrelay/mcptools"
 	"ticketrelay/metrics"
+	"ticketrelay/sqlitedb"
 )
 
 // Tool names used by the test server: one bound to a target with a dedupe
@@ -35,8 +36,8 @@ func testLogger() *slog.Logger {
 
 // env is a real ledger on a real SQLite file and the MCP server built on it.
 type env struct {
-	db  *ledger.DB
-	w   *ledger.Writer
+	db  *sqlitedb.DB
+	w   *sqlitedb.Writer
 	l   *ledger.Ledger
 	m   *metrics.Front
 	srv *mcp.Server
@@ -57,7 +58,7 @@ func newEnvWith(t *testing.T, access *mcptools.Access) *env {
 	}
 	t.Cleanup(func() { db.Close() })
 	m := metrics.NewFront(prometheus.NewRegistry())
-	w := ledger.NewWriter(db, testLogger(), m.Writer)
+	w := sqlitedb.NewWriter(db, testLogger(), m.Writer)
 	t.Cleanup(w.Close)
 	l := ledger.New(db, w, time.Now)
 	srv, err := mcptools.New(mcptools.Config{

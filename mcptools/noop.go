@@ -7,8 +7,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"ticketrelay/ledger"
 	"ticketrelay/metrics"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -42,7 +42,7 @@ func (s *Server) noopHandler(b Binding) mcp.ToolHandler {
 			return invalid(o, err), nil
 		}
 		o.word = metrics.CallCreated
-		return jsonResult(createResult{Result: ledger.Result{RequestID: r.RequestID, TicketID: ticket.IDFor(r.RequestID), Target: r.Target,
-			Status: ledger.StatusQueued, CreatedAt: start.UTC()}, Detail: accepted})
+		return jsonResult(createResult{Result: request.Result{RequestID: r.RequestID, TicketID: ticket.IDFor(r.RequestID), Target: r.Target,
+			Status: request.StatusQueued, CreatedAt: start.UTC()}, Detail: accepted})
 	}
 }

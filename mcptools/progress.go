@@ -7,7 +7,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -22,9 +22,9 @@ const (
 	maxPoll   = time.Second
 )
 
-func settled(s ledger.Status) bool {
+func settled(s request.Status) bool {
 	switch s {
-	case ledger.StatusDelivered, ledger.StatusFailed, ledger.StatusUncertain:
+	case request.StatusDelivered, request.StatusFailed, request.StatusUncertain:
 		return true
 	}
 	return false
@@ -43,7 +43,7 @@ func checkWait(seconds int) error {
 // notifications/progress. The answer carries the latest status seen. Waiting
 // reads only: the request was accepted (or replayed) before it began, so a
 // call that gives up waiting has still created its ticket exactly once.
-func (s *Server) awaitDelivery(ctx context.Context, req *mcp.CallToolRequest, subject string, res ledger.Result, wait time.Duration) createResult {
+func (s *Server) awaitDelivery(ctx context.Context, req *mcp.CallToolRequest, subject string, res request.Result, wait time.Duration) createResult {
 	out := createResult{Result: res}
 	var token any
 	if req.Params != nil {
@@ -52,7 +52,7 @@ func (s *Server) awaitDelivery(ctx context.Context, req *mcp.CallToolRequest, su
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	poll := firstPoll
-	var last ledger.Status
+	var last request.Status
 	sent := 0
 	for {
 		st, err := s.ledger.Find(ctx, subject, res.RequestID)

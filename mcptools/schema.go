@@ -3,7 +3,7 @@ package mcptools
 import (
 	"fmt"
 
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -47,8 +47,8 @@ var createInputSchema = map[string]any{
 }
 
 // statuses lists every Status, in the order of DESIGN.md "Request status".
-var statuses = []string{string(ledger.StatusUnknown), string(ledger.StatusQueued), string(ledger.StatusPublished),
-	string(ledger.StatusDelivered), string(ledger.StatusRetrying), string(ledger.StatusFailed), string(ledger.StatusUncertain)}
+var statuses = []string{string(request.StatusUnknown), string(request.StatusQueued), string(request.StatusPublished),
+	string(request.StatusDelivered), string(request.StatusRetrying), string(request.StatusFailed), string(request.StatusUncertain)}
 
 func schemaString(desc string) map[string]any {
 	return map[string]any{"type": "string", "description": desc}
@@ -99,7 +99,7 @@ func schemaCount(desc string) map[string]any {
 	return map[string]any{"type": "integer", "minimum": 0, "description": desc}
 }
 
-// findOutputSchema describes ledger.RequestStatus.
+// findOutputSchema describes RequestStatus.
 var findOutputSchema = map[string]any{
 	"type":     "object",
 	"required": []string{"request_id", "status", "detail"},

@@ -16,8 +16,8 @@ import (
 
 	"ticketrelay/downstream"
 	"ticketrelay/internal/loggate"
-	"ticketrelay/ledger"
 	"ticketrelay/metrics"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -47,11 +47,9 @@ type Config struct {
 // once, and report where one stands. The ledger is one (a single host); a
 // multi-host installation's front (clusterrec.Front) is the other.
 type Requests interface {
-	Create(ctx context.Context, req ticket.Request) (ledger.Result, error)
-	Find(ctx context.Context, subject, requestID string) (ledger.RequestStatus, error)
+	Create(ctx context.Context, req ticket.Request) (request.Result, error)
+	Find(ctx context.Context, subject, requestID string) (request.Report, error)
 }
-
-var _ Requests = (*ledger.Ledger)(nil)
 
 // Server holds the dependencies of the tool handlers.
 type Server struct {

@@ -28,6 +28,7 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -129,8 +130,8 @@ func countMsgs(byID map[string][]*jetstream.RawStreamMsg) int {
 type node struct {
 	name  string
 	path  string
-	db    *ledger.DB
-	w     *ledger.Writer
+	db    *sqlitedb.DB
+	w     *sqlitedb.Writer
 	l     *ledger.Ledger
 	m     *metrics.Dispatcher
 	relay *outbox.Relay
@@ -160,7 +161,7 @@ func newNodeTx(t *testing.T, name, path string, pub outbox.Publisher, cfg outbox
 	}
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
 	log := slog.New(slog.NewTextHandler(t.Output(), nil)).With("node", name)
-	w := ledger.NewWriter(db, log, m.Writer)
+	w := sqlitedb.NewWriter(db, log, m.Writer)
 	t.Cleanup(func() {
 		w.Close()
 		db.Close()
@@ -213,7 +214,7 @@ func (n *node) stop(t *testing.T) {
 func (n *node) create(t *testing.T, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		if _, err := n.l.Create(testCtx(t), request(id, "local")); err != nil {
+		if _, err := n.l.Create(testCtx(t), newRequest(id, "local")); err != nil {
 			t.Fatalf("Create %s: %v", id, err)
 		}
 	}
@@ -227,7 +228,7 @@ func ids(prefix string, n int) []string {
 	return out
 }
 
-func request(id, target string) ticket.Request {
+func newRequest(id, target string) ticket.Request {
 	r := ticket.Request{RequestID: id, Tool: "create_ticket_" + target, Target: target,
 		Title: "Ticket " + id, Body: "body of " + id, Labels: []string{"relay"}}
 	if err := r.Normalize(); err != nil {

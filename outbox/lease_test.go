@@ -3,8 +3,9 @@ package outbox_test
 import (
 	"path/filepath"
 	"testing"
-	"ticketrelay/internal/testclock"
 	"time"
+
+	"ticketrelay/internal/testclock"
 
 	"ticketrelay/internal/testwait"
 	"ticketrelay/outbox"

@@ -132,7 +132,7 @@ func TestRelayRescansWhileRowsKeepFlowing(t *testing.T) {
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			if _, err := n.l.Create(testCtx(t), request(fmt.Sprintf("flow-%04d", i), "local")); err != nil {
+			if _, err := n.l.Create(testCtx(t), newRequest(fmt.Sprintf("flow-%04d", i), "local")); err != nil {
 				flowing <- err
 				return
 			}

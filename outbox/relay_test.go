@@ -20,6 +20,7 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -58,7 +59,7 @@ func TestRelayPublishesCommittedRows(t *testing.T) {
 	var want []string
 	for i, id := range ids("early", 20) {
 		target := []string{"local", "jira"}[i%2]
-		if _, err := n.l.Create(testCtx(t), request(id, target)); err != nil {
+		if _, err := n.l.Create(testCtx(t), newRequest(id, target)); err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, id)
@@ -345,7 +346,7 @@ func TestRelayIsWokenByAnotherWritersCommit(t *testing.T) {
 	front := frontLedger(t, path, outbox.NewWaker(wake))
 	db := raw(t, path)
 
-	if _, err := front.Create(testCtx(t), request("first", "local")); err != nil {
+	if _, err := front.Create(testCtx(t), newRequest("first", "local")); err != nil {
 		t.Fatal(err)
 	}
 	n.run(t)
@@ -354,7 +355,7 @@ func TestRelayIsWokenByAnotherWritersCommit(t *testing.T) {
 		t.Fatalf("no wake-up socket at %s while the relay holds the lease: %v", wake, err)
 	}
 	for _, id := range []string{"second", "third"} {
-		if _, err := front.Create(testCtx(t), request(id, "local")); err != nil {
+		if _, err := front.Create(testCtx(t), newRequest(id, "local")); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 10*time.Second, id+" to be published after the wake-up", func() bool { return marked(t, db, id) })
@@ -377,7 +378,7 @@ func frontLedger(t *testing.T, path string, w *outbox.Waker) *ledger.Ledger {
 		t.Fatal(err)
 	}
 	m := metrics.NewFront(prometheus.NewRegistry())
-	wr := ledger.NewWriter(db, discard(), m.Writer, ledger.AfterCommit(w.Wake))
+	wr := sqlitedb.NewWriter(db, discard(), m.Writer, sqlitedb.AfterCommit(w.Wake))
 	t.Cleanup(func() {
 		wr.Close()
 		w.Close()

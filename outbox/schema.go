@@ -1,11 +1,11 @@
 package outbox
 
-import "ticketrelay/internal/migrate"
+import "ticketrelay/sqlitedb"
 
 // Migrations are the outbox's steps of the database's one migration
-// sequence (migrate.Merge: the ledger runs them all on the file). Its
+// sequence (sqlitedb.Merge: ledger.Open runs them all on the file). Its
 // tables are outbox and leases. Append only.
-var Migrations = []migrate.Step{
+var Migrations = []sqlitedb.Step{
 	{Version: 1, SQL: schemaV1},
 	{Version: 2, SQL: schemaV2},
 	{Version: 3, SQL: schemaV3},

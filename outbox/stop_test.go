@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"ticketrelay/ledger"
 	"ticketrelay/natsjs"
 	"ticketrelay/outbox"
+	"ticketrelay/request"
 )
 
 // hookPublisher publishes for real and runs before (once, as the batch is
@@ -70,7 +70,7 @@ func TestRelayMarksOnlyTheGenerationItSent(t *testing.T) {
 		// The forwarder failed the first generation for good; an operator
 		// redrives it.
 		ctx := context.Background()
-		if err := n.l.RecordDelivery(ctx, ledger.Delivery{RequestID: "req-1", Target: "local", State: string(ledger.StatusFailed), Attempts: 1}); err != nil {
+		if err := n.l.RecordDelivery(ctx, request.Delivery{RequestID: "req-1", Target: "local", State: string(request.StatusFailed), Attempts: 1}); err != nil {
 			t.Error(err)
 		}
 		if err := n.l.Redrive(ctx, "req-1"); err != nil {

@@ -304,7 +304,7 @@ const SubjectSeparator = ":"
 // ticket id and dedupe key); another subject's are "subject:request_id".
 // An anonymous request_id may spell another subject's scoped id; the
 // ledger keeps the subject of every row and refuses the second of the two
-// (ledger.ErrOtherSubject), so no request ever answers for another's.
+// (request.ErrOtherSubject), so no request ever answers for another's.
 func ScopedID(subject, requestID string) string {
 	if subject == "" {
 		return requestID

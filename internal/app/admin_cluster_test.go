@@ -23,6 +23,7 @@ import (
 	"ticketrelay/internal/archetype"
 	"ticketrelay/ledger"
 	"ticketrelay/natsjs"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -35,7 +36,7 @@ import (
 // is e2e/multihost's TestOperatorsView.
 func TestAdminStatusMultiHost(t *testing.T) {
 	a := newAdminDB(t)
-	a.request(t, "req-delivered", "support", string(ledger.StatusDelivered), 1, "", "4711")
+	a.request(t, "req-delivered", "support", string(request.StatusDelivered), 1, "", "4711")
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ns, js := embeddedCluster(t, log)
@@ -116,7 +117,7 @@ func TestAdminStatusMultiHost(t *testing.T) {
 // check belongs to the commands that connect (issue #38).
 func TestAdminStatusIgnoresNATSCredentials(t *testing.T) {
 	a := newAdminDB(t)
-	a.request(t, "req-delivered", "support", string(ledger.StatusDelivered), 1, "", "4711")
+	a.request(t, "req-delivered", "support", string(request.StatusDelivered), 1, "", "4711")
 	env := newEnv("TICKETRELAY_NATS_PASSWORD", "secret")
 	out, _, err := runOnce(t, dispatcher.Run, env, "status", "-json", "-db", a.path)
 	if err != nil || !strings.Contains(out, `"delivered": 1`) {
@@ -184,9 +185,9 @@ func TestAdminStatusMultiHostCountsOtherHostsDeliveries(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := clusterrec.NewDeliveries(theirs, other.l, time.Now)
-	for _, rec := range []ledger.Delivery{
-		{RequestID: "req-elsewhere", Target: "support", State: ledger.DeliveryAttempting, Attempts: 1},
-		{RequestID: "req-elsewhere", Target: "support", State: string(ledger.StatusDelivered), Attempts: 1, Version: 1, ExternalID: "4712"},
+	for _, rec := range []request.Delivery{
+		{RequestID: "req-elsewhere", Target: "support", State: request.DeliveryAttempting, Attempts: 1},
+		{RequestID: "req-elsewhere", Target: "support", State: string(request.StatusDelivered), Attempts: 1, Version: 1, ExternalID: "4712"},
 	} {
 		if err := d.RecordDelivery(ctx, rec); err != nil {
 			t.Fatal(err)
@@ -211,7 +212,7 @@ func TestAdminStatusMultiHostCountsOtherHostsDeliveries(t *testing.T) {
 	if c := counts("-multi-host", "-nats", ns.ClientURL(), "-installation", "ops"); c.Waiting != 0 || c.Delivered != 1 {
 		t.Errorf("status -multi-host of a request another host delivered: %+v; want delivered", c)
 	}
-	if st := a.find(t, "req-elsewhere"); st.Status != ledger.StatusDelivered || st.ExternalID != "4712" {
+	if st := a.find(t, "req-elsewhere"); st.Status != request.StatusDelivered || st.ExternalID != "4712" {
 		t.Errorf("the ledger after status -multi-host: %+v", st)
 	}
 }

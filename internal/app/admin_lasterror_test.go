@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 )
 
 // last_error holds what a downstream answered: `status` must not pass its
@@ -12,7 +12,7 @@ import (
 // the operator's terminal.
 func TestAdminStatusStripsControlCharacters(t *testing.T) {
 	a := newAdminDB(t)
-	a.request(t, "req-esc", "alerts", string(ledger.StatusUncertain), 1,
+	a.request(t, "req-esc", "alerts", string(request.StatusUncertain), 1,
 		"transient error (HTTP 502): \x1b]0;pwned\x07\x1b[2Jgateway\u009b31m\x7f\r\n  req-forged  ticket tkt_x  target alerts  attempts 9", "")
 	out, err := a.admin(t, "status")
 	if err != nil {

@@ -20,14 +20,16 @@ import (
 	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
+	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
 // adminDB is a database made by the ledger, with requests in known states.
 type adminDB struct {
 	path string
-	db   *ledger.DB
-	w    *ledger.Writer
+	db   *sqlitedb.DB
+	w    *sqlitedb.Writer
 	l    *ledger.Ledger
 }
 
@@ -40,14 +42,14 @@ func newAdminDB(t *testing.T) *adminDB {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w := ledger.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer)
+	w := sqlitedb.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer)
 	t.Cleanup(func() { w.Close(); db.Close() })
 	return &adminDB{path: path, db: db, w: w, l: ledger.New(db, w, time.Now)}
 }
 
 // request accepts a request for target, marks its outbox row published (as
 // the relay would) and records its delivery in state (empty: none).
-func (a *adminDB) request(t *testing.T, id, target, state string, attempts int, lastErr, ext string) ledger.Result {
+func (a *adminDB) request(t *testing.T, id, target, state string, attempts int, lastErr, ext string) request.Result {
 	t.Helper()
 	ctx := context.Background()
 	req := ticket.Request{RequestID: id, Tool: "create_ticket", Target: target, Title: "Ticket " + id, Body: "body", Labels: []string{"admin"}}
@@ -66,7 +68,7 @@ func (a *adminDB) request(t *testing.T, id, target, state string, attempts int, 
 		t.Fatal(err)
 	}
 	if state != "" {
-		d := ledger.Delivery{RequestID: id, Target: target, State: state, Attempts: attempts, LastError: lastErr, ExternalID: ext}
+		d := request.Delivery{RequestID: id, Target: target, State: state, Attempts: attempts, LastError: lastErr, ExternalID: ext}
 		if err := a.l.RecordDelivery(ctx, d); err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +76,7 @@ func (a *adminDB) request(t *testing.T, id, target, state string, attempts int, 
 	return res
 }
 
-func (a *adminDB) find(t *testing.T, id string) ledger.RequestStatus {
+func (a *adminDB) find(t *testing.T, id string) request.Report {
 	t.Helper()
 	st, err := a.l.Find(context.Background(), "", id)
 	if err != nil {
@@ -103,14 +105,14 @@ func (a *adminDB) admin(t *testing.T, args ...string) (string, error) {
 
 func TestAdminCommands(t *testing.T) {
 	a := newAdminDB(t)
-	a.request(t, "req-delivered", "support", string(ledger.StatusDelivered), 1, "", "4711")
-	a.request(t, "req-failed-support", "support", string(ledger.StatusFailed), 3, "permanent error (HTTP 422): Description: cannot be blank", "")
-	a.request(t, "req-failed-jira", "ops-jira", string(ledger.StatusFailed), 1, "auth error (HTTP 401): bad token", "")
-	a.request(t, "req-failed-jira-2", "ops-jira", string(ledger.StatusFailed), 2, "permanent error (HTTP 400): issuetype", "")
-	unc := a.request(t, "req-uncertain", "alerts", string(ledger.StatusUncertain), 1,
+	a.request(t, "req-delivered", "support", string(request.StatusDelivered), 1, "", "4711")
+	a.request(t, "req-failed-support", "support", string(request.StatusFailed), 3, "permanent error (HTTP 422): Description: cannot be blank", "")
+	a.request(t, "req-failed-jira", "ops-jira", string(request.StatusFailed), 1, "auth error (HTTP 401): bad token", "")
+	a.request(t, "req-failed-jira-2", "ops-jira", string(request.StatusFailed), 2, "permanent error (HTTP 400): issuetype", "")
+	unc := a.request(t, "req-uncertain", "alerts", string(request.StatusUncertain), 1,
 		"attempt 1 may have created the item (transient error: EOF) and alerts has no consistent lookup", "")
-	a.request(t, "req-uncertain-2", "alerts", string(ledger.StatusUncertain), 1, "attempt 1 ended without an answer", "")
-	a.request(t, "req-retrying", "support", string(ledger.StatusRetrying), 2, "transient error (HTTP 500)", "")
+	a.request(t, "req-uncertain-2", "alerts", string(request.StatusUncertain), 1, "attempt 1 ended without an answer", "")
+	a.request(t, "req-retrying", "support", string(request.StatusRetrying), 2, "transient error (HTTP 500)", "")
 	// One accepted and not yet published: the backlog.
 	ctx := context.Background()
 	req := ticket.Request{RequestID: "req-queued", Tool: "create_ticket", Target: "support", Title: "Queued"}
@@ -178,7 +180,7 @@ func TestAdminCommands(t *testing.T) {
 			t.Errorf("redrive output %q", out)
 		}
 		st := a.find(t, "req-failed-support")
-		if st.Status != ledger.StatusRetrying || st.Attempts != 0 {
+		if st.Status != request.StatusRetrying || st.Attempts != 0 {
 			t.Errorf("after the redrive: %s with %d attempts; want retrying with 0", st.Status, st.Attempts)
 		}
 		if pub, gen := a.outboxRow(t, "req-failed-support"); pub.Valid || gen != 1 {
@@ -188,7 +190,7 @@ func TestAdminCommands(t *testing.T) {
 		for _, id := range []string{"req-delivered", "req-uncertain", "req-retrying"} {
 			before := a.find(t, id)
 			_, err := a.admin(t, "redrive", id)
-			if err == nil || errors.Is(err, app.ErrUsage) || !errors.Is(err, ledger.ErrState) {
+			if err == nil || errors.Is(err, app.ErrUsage) || !errors.Is(err, request.ErrState) {
 				t.Errorf("redrive of %s (%s): error %v; want a state error", id, before.Status, err)
 			}
 			if after := a.find(t, id); after.Status != before.Status || after.Attempts != before.Attempts {
@@ -198,13 +200,13 @@ func TestAdminCommands(t *testing.T) {
 				t.Errorf("a refused redrive touched %s's outbox row: published %v generation %d", id, pub, gen)
 			}
 		}
-		if _, err := a.admin(t, "redrive", "req-never-seen"); !errors.Is(err, ledger.ErrNotFound) {
+		if _, err := a.admin(t, "redrive", "req-never-seen"); !errors.Is(err, request.ErrNotFound) {
 			t.Errorf("redrive of an unknown request: %v; want ErrNotFound", err)
 		}
 	})
 
 	t.Run("redrive -failed -target", func(t *testing.T) {
-		a.request(t, "req-failed-other", "bugs", string(ledger.StatusFailed), 1, "permanent error", "")
+		a.request(t, "req-failed-other", "bugs", string(request.StatusFailed), 1, "permanent error", "")
 		out, err := a.admin(t, "redrive", "-failed", "-target", "ops-jira")
 		if err != nil {
 			t.Fatalf("redrive -failed -target ops-jira: %v", err)
@@ -213,14 +215,14 @@ func TestAdminCommands(t *testing.T) {
 			t.Errorf("output %q: want 2 redriven", out)
 		}
 		for _, id := range []string{"req-failed-jira", "req-failed-jira-2"} {
-			if st := a.find(t, id); st.Status != ledger.StatusRetrying || st.Attempts != 0 {
+			if st := a.find(t, id); st.Status != request.StatusRetrying || st.Attempts != 0 {
 				t.Errorf("%s: %s/%d after the redrive; want retrying/0", id, st.Status, st.Attempts)
 			}
 			if pub, gen := a.outboxRow(t, id); pub.Valid || gen != 1 {
 				t.Errorf("%s: outbox published %v generation %d; want NULL and 1", id, pub, gen)
 			}
 		}
-		if st := a.find(t, "req-failed-other"); st.Status != ledger.StatusFailed {
+		if st := a.find(t, "req-failed-other"); st.Status != request.StatusFailed {
 			t.Errorf("another target's failed request was redriven: %s", st.Status)
 		}
 	})
@@ -233,27 +235,27 @@ func TestAdminCommands(t *testing.T) {
 		if !strings.Contains(out, "req-uncertain settled as delivered (1712345678.000100)") {
 			t.Errorf("resolve output %q", out)
 		}
-		if st := a.find(t, "req-uncertain"); st.Status != ledger.StatusDelivered || st.ExternalID != "1712345678.000100" {
+		if st := a.find(t, "req-uncertain"); st.Status != request.StatusDelivered || st.ExternalID != "1712345678.000100" {
 			t.Errorf("after resolve: %s with external id %q", st.Status, st.ExternalID)
 		}
 		// Flags before the id work as well.
 		if _, err := a.admin(t, "resolve", "-failed", "req-uncertain-2"); err != nil {
 			t.Fatalf("resolve -failed: %v", err)
 		}
-		if st := a.find(t, "req-uncertain-2"); st.Status != ledger.StatusFailed {
+		if st := a.find(t, "req-uncertain-2"); st.Status != request.StatusFailed {
 			t.Errorf("after resolve -failed: %s", st.Status)
 		}
 		for _, id := range []string{"req-delivered", "req-retrying", "req-uncertain"} {
 			before := a.find(t, id)
 			_, err := a.admin(t, "resolve", id, "-delivered", "X-1")
-			if err == nil || errors.Is(err, app.ErrUsage) || !errors.Is(err, ledger.ErrState) {
+			if err == nil || errors.Is(err, app.ErrUsage) || !errors.Is(err, request.ErrState) {
 				t.Errorf("resolve of %s (%s): error %v; want a state error", id, before.Status, err)
 			}
 			if after := a.find(t, id); after.Status != before.Status || after.ExternalID != before.ExternalID {
 				t.Errorf("a refused resolve changed %s: %+v → %+v", id, before, after)
 			}
 		}
-		if _, err := a.admin(t, "resolve", "req-never-seen", "-failed"); !errors.Is(err, ledger.ErrNotFound) {
+		if _, err := a.admin(t, "resolve", "req-never-seen", "-failed"); !errors.Is(err, request.ErrNotFound) {
 			t.Errorf("resolve of an unknown request: %v; want ErrNotFound", err)
 		}
 	})

@@ -18,6 +18,7 @@ import (
 	"ticketrelay/ledger"
 	"ticketrelay/mcpauth"
 	"ticketrelay/mcpauth/mcpauthtest"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -136,7 +137,7 @@ func TestStatusNamesTheCaller(t *testing.T) {
 	if _, err := a.l.Create(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	d := ledger.Delivery{RequestID: req.Scoped(), Target: "alerts", State: string(ledger.StatusUncertain), Attempts: 1, LastError: "attempt 1 ended without an answer"}
+	d := request.Delivery{RequestID: req.Scoped(), Target: "alerts", State: string(request.StatusUncertain), Attempts: 1, LastError: "attempt 1 ended without an answer"}
 	if err := a.l.RecordDelivery(ctx, d); err != nil {
 		t.Fatal(err)
 	}

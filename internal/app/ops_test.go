@@ -17,7 +17,7 @@ import (
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/internal/app/front"
-	"ticketrelay/ledger"
+	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
 
@@ -159,8 +159,8 @@ func TestAdminNeedsAnExistingDatabase(t *testing.T) {
 // status -json has snake_case keys only, the age in seconds.
 func TestStatusJSONKeys(t *testing.T) {
 	a := newAdminDB(t)
-	a.request(t, "req-failed", "support", string(ledger.StatusFailed), 1, "permanent error", "")
-	a.request(t, "req-uncertain", "alerts", string(ledger.StatusUncertain), 1, "no answer", "")
+	a.request(t, "req-failed", "support", string(request.StatusFailed), 1, "permanent error", "")
+	a.request(t, "req-uncertain", "alerts", string(request.StatusUncertain), 1, "no answer", "")
 	if _, err := a.l.Create(t.Context(), queued(t, "req-queued")); err != nil {
 		t.Fatal(err)
 	}
@@ -222,18 +222,18 @@ func sortedKeys[V any](m map[string]V) []string {
 // ledger has never delivered to.
 func TestRedriveUnknowns(t *testing.T) {
 	a := newAdminDB(t)
-	a.request(t, "req-failed", "support", string(ledger.StatusFailed), 1, "permanent error", "")
-	a.request(t, "req-delivered", "ops", string(ledger.StatusDelivered), 1, "", "X-1")
+	a.request(t, "req-failed", "support", string(request.StatusFailed), 1, "permanent error", "")
+	a.request(t, "req-delivered", "ops", string(request.StatusDelivered), 1, "", "X-1")
 	if _, err := a.l.Create(t.Context(), queued(t, "req-queued")); err != nil {
 		t.Fatal(err)
 	}
 
 	_, err := a.admin(t, "redrive", "req-never-seen")
-	if !errors.Is(err, ledger.ErrNotFound) || strings.Contains(err.Error(), "on its way") {
+	if !errors.Is(err, request.ErrNotFound) || strings.Contains(err.Error(), "on its way") {
 		t.Errorf("redrive of a request never accepted: %v; want no such request", err)
 	}
 	_, err = a.admin(t, "redrive", "req-queued")
-	if !errors.Is(err, ledger.ErrState) || !strings.Contains(err.Error(), "on its way") {
+	if !errors.Is(err, request.ErrState) || !strings.Contains(err.Error(), "on its way") {
 		t.Errorf("redrive of a request not yet tried: %v; want \"still on its way\"", err)
 	}
 
@@ -246,7 +246,7 @@ func TestRedriveUnknowns(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, w)
 		}
 	}
-	if st := a.find(t, "req-failed"); st.Status != ledger.StatusFailed {
+	if st := a.find(t, "req-failed"); st.Status != request.StatusFailed {
 		t.Errorf("req-failed is %s after a refused redrive", st.Status)
 	}
 	// A known target with nothing failed is no error.
@@ -261,15 +261,15 @@ func TestRedriveUnknowns(t *testing.T) {
 // -db keeps its twin.
 func TestAdminFlagsIgnoreTheEnvironment(t *testing.T) {
 	a := newAdminDB(t)
-	a.request(t, "req-failed", "support", string(ledger.StatusFailed), 1, "permanent error", "")
-	a.request(t, "req-uncertain", "alerts", string(ledger.StatusUncertain), 1, "no answer", "")
+	a.request(t, "req-failed", "support", string(request.StatusFailed), 1, "permanent error", "")
+	a.request(t, "req-uncertain", "alerts", string(request.StatusUncertain), 1, "no answer", "")
 	env := newEnv("TICKETRELAY_FAILED", "true", "TICKETRELAY_TARGET", "support", "TICKETRELAY_JSON", "true",
 		"TICKETRELAY_DELIVERED", "X-9", "TICKETRELAY_DB", a.path)
 
 	if _, _, err := runOnce(t, dispatcher.Run, env, "redrive"); !errors.Is(err, app.ErrUsage) {
 		t.Errorf("bare redrive with TICKETRELAY_FAILED=true: %v; want a usage error", err)
 	}
-	if st := a.find(t, "req-failed"); st.Status != ledger.StatusFailed {
+	if st := a.find(t, "req-failed"); st.Status != request.StatusFailed {
 		t.Errorf("req-failed is %s: the environment redrove it", st.Status)
 	}
 	out, _, err := runOnce(t, dispatcher.Run, env, "status")
@@ -279,7 +279,7 @@ func TestAdminFlagsIgnoreTheEnvironment(t *testing.T) {
 	if _, _, err := runOnce(t, dispatcher.Run, env, "resolve", "req-uncertain"); !errors.Is(err, app.ErrUsage) {
 		t.Errorf("resolve with TICKETRELAY_DELIVERED and TICKETRELAY_FAILED: %v; want a usage error", err)
 	}
-	if st := a.find(t, "req-uncertain"); st.Status != ledger.StatusUncertain {
+	if st := a.find(t, "req-uncertain"); st.Status != request.StatusUncertain {
 		t.Errorf("req-uncertain is %s: the environment resolved it", st.Status)
 	}
 	for cmd, own := range map[string][]string{"status": {"json"}, "redrive": {"failed", "target"}, "resolve": {"failed", "delivered"}} {
@@ -347,7 +347,7 @@ func TestStatusShowsUnservedTargets(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A target the configuration no longer has, with a past request.
-	a.request(t, "req-old", "local", string(ledger.StatusDelivered), 1, "", "1")
+	a.request(t, "req-old", "local", string(request.StatusDelivered), 1, "", "1")
 	out, err := a.admin(t, "status")
 	if err != nil {
 		t.Fatal(err)

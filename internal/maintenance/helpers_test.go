@@ -15,6 +15,8 @@ import (
 	"ticketrelay/downstream/downstreamtest"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
+	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -36,7 +38,7 @@ func openEnv(t *testing.T) *env {
 		t.Fatalf("Open(%s): %v", path, err)
 	}
 	m := metrics.NewFront(prometheus.NewRegistry()).Writer
-	w := ledger.NewWriter(db, discard(), m)
+	w := sqlitedb.NewWriter(db, discard(), m)
 	c := downstreamtest.NewClock(time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC))
 	t.Cleanup(func() {
 		w.Close()
@@ -68,7 +70,7 @@ func count(t *testing.T, db *sql.DB, query string, args ...any) int {
 }
 
 // create accepts a request with id for the target "local".
-func (e *env) create(t *testing.T, id string) ledger.Result {
+func (e *env) create(t *testing.T, id string) request.Result {
 	t.Helper()
 	r := ticket.Request{RequestID: id, Tool: "create_ticket", Target: "local", Title: "Disk full on db-1", Priority: "urgent"}
 	if err := r.Normalize(); err != nil {
@@ -84,7 +86,7 @@ func (e *env) create(t *testing.T, id string) ledger.Result {
 // settle writes id's delivery record in state.
 func (e *env) settle(t *testing.T, id, state string) {
 	t.Helper()
-	if err := e.l.RecordDelivery(context.Background(), ledger.Delivery{RequestID: id, Target: "local", State: state, Attempts: 1}); err != nil {
+	if err := e.l.RecordDelivery(context.Background(), request.Delivery{RequestID: id, Target: "local", State: state, Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,8 +1,13 @@
-// Package maintenance holds the dispatcher's background services that keep
-// the database in shape beside the delivery path: the Pruner (retention)
-// and the Presence renewal. Each works on the slice of the store it
-// declares, and all have one shape: a Loop run by Run(ctx) until its
-// context ends.
+// Package maintenance holds the one shape of the dispatcher's periodic
+// services (Loop) and those that keep the database in shape beside the
+// delivery path: the Pruner (retention) and the Presence renewal. Each
+// works on the slice of the store it declares.
+//
+// Every long-running service of a process, periodic or not, is run the
+// same way (decision 0142): built by New…(arch, cfg, collaborators),
+// started by Run(ctx) on a goroutine of the wiring's, stopped by the end
+// of ctx, and done when Run returns: nil on a stop, an error only when it
+// cannot go on.
 package maintenance
 
 import (
@@ -28,6 +33,12 @@ type Loop struct {
 	Log   *slog.Logger
 	// Failed is the warning logged with a round's error.
 	Failed string
+	// Poke, if set, starts a round at once when it receives: someone saw
+	// that a round is due before the Interval ends.
+	Poke <-chan struct{}
+	// Due, if set, is asked before each wait for a channel that starts a
+	// round at once when it is closed or receives; nil: none is due.
+	Due func() <-chan struct{}
 }
 
 // Run runs the loop until ctx ends; it returns nil then, or Final's error.
@@ -38,12 +49,18 @@ func (l Loop) Run(ctx context.Context) error {
 		l.round(ctx)
 	}
 	for {
+		var due <-chan struct{}
+		if l.Due != nil {
+			due = l.Due()
+		}
 		select {
 		case <-ctx.Done():
 			return l.final(ctx)
 		case <-t.C:
-			l.round(ctx)
+		case <-l.Poke:
+		case <-due:
 		}
+		l.round(ctx)
 	}
 }
 

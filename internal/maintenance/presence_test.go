@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/maintenance"
 )
 
@@ -15,7 +16,7 @@ func TestPresenceRunWithdrawsOnStop(t *testing.T) {
 	if err := entry.Announce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	p := maintenance.NewPresence(entry, discard())
+	p := maintenance.NewPresence(archetype.Archetype{Logger: discard()}, entry)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"ticketrelay/ledger"
+	"ticketrelay/internal/archetype"
 	"ticketrelay/metrics"
 )
 
@@ -58,8 +58,6 @@ type PruneStore interface {
 	CountRequests(ctx context.Context) (int64, error)
 }
 
-var _ PruneStore = (*ledger.Ledger)(nil)
-
 // Pruner removes expired requests in the background.
 type Pruner struct {
 	cfg     RetentionConfig
@@ -69,8 +67,11 @@ type Pruner struct {
 	now     func() time.Time
 }
 
-// NewPruner validates cfg and returns a pruner.
-func NewPruner(cfg RetentionConfig, store PruneStore, log *slog.Logger, m *metrics.Dispatcher, now func() time.Time) (*Pruner, error) {
+// NewPruner validates cfg and returns a pruner; it records into
+// arch.Metrics.
+func NewPruner(arch archetype.Archetype, cfg RetentionConfig, store PruneStore) (*Pruner, error) {
+	arch = arch.WithDefaults()
+	m := arch.Metrics
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -80,7 +81,7 @@ func NewPruner(cfg RetentionConfig, store PruneStore, log *slog.Logger, m *metri
 		n, err := store.CountRequests(ctx)
 		return float64(n), err
 	})
-	return &Pruner{cfg: cfg, store: store, log: log, metrics: m, now: now}, nil
+	return &Pruner{cfg: cfg, store: store, log: arch.Logger, metrics: m, now: arch.Now}, nil
 }
 
 // Run prunes at once and then every Interval until ctx is cancelled; it

@@ -10,9 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/maintenance"
-	"ticketrelay/ledger"
 	"ticketrelay/metrics"
+	"ticketrelay/request"
 )
 
 // TestLedgerRequestsGaugeFollowsAcceptedRequests: ledger_requests counts
@@ -24,7 +25,7 @@ func TestLedgerRequestsGaugeFollowsAcceptedRequests(t *testing.T) {
 	ctx := context.Background()
 	e := openEnv(t)
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
-	p, err := maintenance.NewPruner(maintenance.RetentionConfig{Keep: 24 * time.Hour}, e.l, discard(), m, e.clock.Now)
+	p, err := maintenance.NewPruner(archetype.Archetype{Logger: discard(), Now: e.clock.Now, Metrics: m}, maintenance.RetentionConfig{Keep: 24 * time.Hour}, e.l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,11 +64,11 @@ func TestPruneRemovesOnlyExpiredSettledRequests(t *testing.T) {
 	e := openEnv(t)
 	db := e.raw(t)
 	states := map[string]string{
-		"old-delivered": string(ledger.StatusDelivered),
-		"old-failed":    string(ledger.StatusFailed),
-		"old-uncertain": string(ledger.StatusUncertain),
-		"old-retrying":  string(ledger.StatusRetrying),
-		"old-inflight":  ledger.DeliveryAttempting,
+		"old-delivered": string(request.StatusDelivered),
+		"old-failed":    string(request.StatusFailed),
+		"old-uncertain": string(request.StatusUncertain),
+		"old-retrying":  string(request.StatusRetrying),
+		"old-inflight":  request.DeliveryAttempting,
 		"old-queued":    "",
 	}
 	for id, state := range states {
@@ -82,10 +83,10 @@ func TestPruneRemovesOnlyExpiredSettledRequests(t *testing.T) {
 	}
 	e.clock.Add(25 * time.Hour)
 	e.create(t, "young-delivered")
-	e.settle(t, "young-delivered", string(ledger.StatusDelivered))
+	e.settle(t, "young-delivered", string(request.StatusDelivered))
 
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
-	p, err := maintenance.NewPruner(maintenance.RetentionConfig{Keep: 24 * time.Hour, Batch: 1}, e.l, discard(), m, e.clock.Now)
+	p, err := maintenance.NewPruner(archetype.Archetype{Logger: discard(), Now: e.clock.Now, Metrics: m}, maintenance.RetentionConfig{Keep: 24 * time.Hour, Batch: 1}, e.l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,12 +135,12 @@ func TestPruneInBatches(t *testing.T) {
 	for i := range 23 {
 		id := fmt.Sprintf("r-%02d", i)
 		e.create(t, id)
-		e.settle(t, id, string(ledger.StatusDelivered))
+		e.settle(t, id, string(request.StatusDelivered))
 	}
 	e.clock.Add(time.Hour)
 	before := batches(t, e.m.BatchSize)
-	p, err := maintenance.NewPruner(maintenance.RetentionConfig{Keep: 30 * time.Minute, Batch: 5}, e.l, discard(),
-		metrics.NewDispatcher(prometheus.NewRegistry()), e.clock.Now)
+	p, err := maintenance.NewPruner(archetype.Archetype{Logger: discard(), Now: e.clock.Now, Metrics: metrics.NewDispatcher(prometheus.NewRegistry())},
+		maintenance.RetentionConfig{Keep: 30 * time.Minute, Batch: 5}, e.l)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"ticketrelay/internal/powercut"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -33,7 +34,7 @@ func childLedger() int {
 		log.Error("open", "err", err)
 		return 1
 	}
-	w := ledger.NewWriter(db, log, metrics.NewFront(prometheus.NewRegistry()).Writer)
+	w := sqlitedb.NewWriter(db, log, metrics.NewFront(prometheus.NewRegistry()).Writer)
 	l := ledger.New(db, w, time.Now)
 	prefix := os.Getenv("POWERCUT_PREFIX")
 	var out sync.Mutex

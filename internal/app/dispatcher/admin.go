@@ -23,6 +23,8 @@ import (
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/outbox"
+	"ticketrelay/request"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
 )
 
@@ -83,7 +85,7 @@ func runAdmin(ctx context.Context, cmd command, env app.Env) error {
 	// A redrive puts rows back in the outbox: the relay hears of it at once.
 	waker := outbox.NewWaker(outbox.WakeupPath(db.Path))
 	defer waker.Close()
-	w := ledger.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer, ledger.AfterCommit(waker.Wake))
+	w := sqlitedb.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer, sqlitedb.AfterCommit(waker.Wake))
 	defer w.Close()
 	return cmd.run(ctx, ledger.New(db, w, time.Now), cf.fs, natsOpts, args, env.Stdout)
 }
@@ -189,29 +191,36 @@ func callerText(c *ticket.Caller) string {
 	return "  caller " + downstream.Printable(who)
 }
 
+// uncertainJSON is an uncertain request in `status -json`: where it
+// stands, and what the operator is told of it.
+type uncertainJSON struct {
+	request.Report
+	Detail string `json:"detail"`
+}
+
 // withOperatorDetail writes each uncertain request's detail for the
 // operator: what to check and which command settles it.
-func withOperatorDetail(uncertain []ledger.RequestStatus) []ledger.RequestStatus {
-	for i := range uncertain {
-		u := &uncertain[i]
-		u.Detail = "The outcome of an attempt to deliver to " + u.Target + " is unknown (" + u.LastError + "), and " + u.Target +
+func withOperatorDetail(uncertain []request.Report) []uncertainJSON {
+	var out []uncertainJSON
+	for _, u := range uncertain {
+		out = append(out, uncertainJSON{Report: u, Detail: "The outcome of an attempt to deliver to " + u.Target + " is unknown (" + u.LastError + "), and " + u.Target +
 			" offers no way to check it automatically, so it is not resent. Check " + u.Target + " for ticket " + u.TicketID +
 			" (look for its title). If it is there, record it with `dispatcher resolve -data DIR " + u.OperatorName() +
 			" -delivered EXTERNAL_ID`; if it is not, settle it with `dispatcher resolve -data DIR " + u.OperatorName() +
-			" -failed` (the agent is told to create it again with a new request_id)."
+			" -failed` (the agent is told to create it again with a new request_id)."})
 	}
-	return uncertain
+	return out
 }
 
 // statusJSON is `status -json`: snake_case keys, the age in seconds, lists
 // never null.
 type statusJSON struct {
-	Dispatchers      int                    `json:"dispatchers"`
-	Backlog          int64                  `json:"backlog"`
-	OldestAgeSeconds float64                `json:"oldest_age_seconds"`
-	Targets          []ledger.TargetCounts  `json:"targets"`
-	Uncertain        []ledger.RequestStatus `json:"uncertain"`
-	Cluster          *clusterView           `json:"cluster,omitempty"` // with -multi-host
+	Dispatchers      int                   `json:"dispatchers"`
+	Backlog          int64                 `json:"backlog"`
+	OldestAgeSeconds float64               `json:"oldest_age_seconds"`
+	Targets          []ledger.TargetCounts `json:"targets"`
+	Uncertain        []uncertainJSON       `json:"uncertain"`
+	Cluster          *clusterView          `json:"cluster,omitempty"` // with -multi-host
 }
 
 func orEmpty[T any](s []T) []T {
@@ -250,7 +259,7 @@ func adminRedrive(ctx context.Context, l adminStore, fs *flag.FlagSet, _ []nats.
 	var errs []error
 	for _, id := range args {
 		if err := l.Redrive(ctx, id); err != nil {
-			if errors.Is(err, ledger.ErrNotFound) {
+			if errors.Is(err, request.ErrNotFound) {
 				err = fmt.Errorf("%w (never accepted, or forgotten after -retention)", err)
 			}
 			errs = append(errs, err)

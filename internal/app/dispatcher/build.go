@@ -23,6 +23,7 @@ import (
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/natsjs"
+	"ticketrelay/sqlitedb"
 	"ticketrelay/targets"
 )
 
@@ -38,8 +39,8 @@ type dispatcher struct {
 	cfg                 *config.File
 	holder, predecessor string // relay lease holder ids: this process's, the dead one's on this data directory
 	reg                 *prometheus.Registry
-	db                  *ledger.DB
-	w                   *ledger.Writer
+	db                  *sqlitedb.DB
+	w                   *sqlitedb.Writer
 	l                   *ledger.Ledger
 	ledgerID            string
 	stream              natsjs.StreamConfig
@@ -118,7 +119,7 @@ func (d *dispatcher) openLedger(ctx context.Context) error {
 		return err
 	}
 	d.OnClose(func() { db.Close() })
-	w := ledger.NewWriter(db, d.log, d.arch.Metrics.Writer)
+	w := sqlitedb.NewWriter(db, d.log, d.arch.Metrics.Writer)
 	d.OnClose(func() { w.Close() })
 	d.db, d.w, d.l = db, w, ledger.New(db, w, d.arch.Now)
 	if err := d.l.UseKeyNamespace(ctx, d.cfg.KeyNamespace); err != nil {

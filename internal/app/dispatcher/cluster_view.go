@@ -11,6 +11,7 @@ import (
 
 	"ticketrelay/clusterrec"
 	"ticketrelay/installation"
+	"ticketrelay/internal/maintenance"
 	"ticketrelay/metrics"
 )
 
@@ -167,33 +168,31 @@ type clusterWatch struct {
 	m         *metrics.Cluster
 	log       *slog.Logger
 	now       func() time.Time
+	lastErrs  int // questions the last look left unanswered
 }
 
+// Run looks at once, then every `every`, until ctx ends.
 func (w *clusterWatch) Run(ctx context.Context) error {
-	t := time.NewTicker(w.every)
-	defer t.Stop()
-	var lastErrs int
-	for {
-		v := lookAtCluster(ctx, w.js, w.store, w.inst, w.deadAfter, w.now())
-		if ctx.Err() != nil {
-			return nil
-		}
-		w.m.Set(v.metricsState())
-		// Say it when the view breaks and when it mends, not every round.
-		if n := len(v.Errors); (n > 0) != (lastErrs > 0) {
-			if n > 0 {
-				w.log.Warn("cluster: the request bucket or the stream does not answer", "err", errors.New(v.Errors[0]), "questions_unanswered", n)
-			} else {
-				w.log.Info("cluster: the request bucket and the stream answer again")
-			}
-			lastErrs = n
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	return maintenance.Loop{Interval: w.every, Eager: true, RunOnce: w.look, Log: w.log}.Run(ctx)
+}
+
+// look exports the view once. It says when the view breaks and when it
+// mends, not every round, so it returns no error for the Loop to log.
+func (w *clusterWatch) look(ctx context.Context) error {
+	v := lookAtCluster(ctx, w.js, w.store, w.inst, w.deadAfter, w.now())
+	if ctx.Err() != nil {
+		return nil
 	}
+	w.m.Set(v.metricsState())
+	if n := len(v.Errors); (n > 0) != (w.lastErrs > 0) {
+		if n > 0 {
+			w.log.Warn("cluster: the request bucket or the stream does not answer", "err", errors.New(v.Errors[0]), "questions_unanswered", n)
+		} else {
+			w.log.Info("cluster: the request bucket and the stream answer again")
+		}
+		w.lastErrs = n
+	}
+	return nil
 }
 
 // clusterWatchEvery is how often the dispatcher looks at the cluster for

@@ -23,8 +23,10 @@ import (
 // the hosts' heartbeat and the cluster's watch. A configuration a service
 // refuses is a usage error.
 func (d *dispatcher) buildServices(ctx context.Context) error {
-	var watcher *audit.Watcher // made below, before anything runs
-	pub := audit.PokeOnError(natsjs.NewPublisher(d.js, d.pubOpts...), func() { watcher.Poke() })
+	// A failed publish pokes the stream watcher, which is made with the
+	// relay: its pokes are made first.
+	pokes := audit.NewPokes()
+	pub := audit.PokeOnError(natsjs.NewPublisher(d.js, d.pubOpts...), pokes)
 	relay, err := outbox.NewRelay(d.arch.Component("relay"), outbox.RelayConfig{
 		Holder:       d.holder,
 		Predecessor:  d.predecessor, // crashed on this data directory: its lease is not waited out
@@ -57,7 +59,7 @@ func (d *dispatcher) buildServices(ctx context.Context) error {
 		Retention:       d.o.retention().Keep,
 		Backlog:         app.DrainingGC,
 	}, d.js, deliveries, d.tgts).Run
-	pruner, err := maintenance.NewPruner(d.o.retention(), d.l, d.log.With("component", "retention"), d.arch.Metrics, d.arch.Now)
+	pruner, err := maintenance.NewPruner(d.arch.Component("retention"), d.o.retention(), d.l)
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
@@ -74,8 +76,8 @@ func (d *dispatcher) buildServices(ctx context.Context) error {
 	}
 	// The stream watcher puts back a stream deleted or changed under this
 	// dispatcher and has what it lost published again (audit/watch.go).
-	watcher, err = audit.NewWatcher(d.arch.Component("stream-watch"), audit.WatchConfig{MaxAge: d.stream.MaxAge}, d.l,
-		natsjs.NewStreamWatch(d.js, d.stream, d.st), presence, relay)
+	watcher, err := audit.NewWatcher(d.arch.Component("stream-watch"), audit.WatchConfig{MaxAge: d.stream.MaxAge}, d.l,
+		natsjs.NewStreamWatch(d.js, d.stream, d.st), presence, relay, pokes)
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
@@ -96,7 +98,7 @@ func (d *dispatcher) announcePresence(ctx context.Context) (*ledger.Presence, er
 	if err := presence.Announce(ctx); err != nil {
 		return nil, err
 	}
-	d.services["presence"] = maintenance.NewPresence(presence, d.log.With("component", "presence")).Run
+	d.services["presence"] = maintenance.NewPresence(d.arch.Component("presence"), presence).Run
 	return presence, nil
 }
 

@@ -24,6 +24,7 @@ import (
 	"ticketrelay/mcptools"
 	"ticketrelay/metrics"
 	"ticketrelay/outbox"
+	"ticketrelay/sqlitedb"
 )
 
 // synopsis is mcp-front's short usage.
@@ -151,7 +152,7 @@ func (f *front) openLedger(ctx context.Context) (mcptools.Requests, error) {
 	// Every commit wakes the relay of this database, which reads the new
 	// outbox rows at once instead of at its next poll.
 	waker := outbox.NewWaker(outbox.WakeupPath(db.Path))
-	w := ledger.NewWriter(db, f.log, f.m.Writer, ledger.AfterCommit(waker.Wake))
+	w := sqlitedb.NewWriter(db, f.log, f.m.Writer, sqlitedb.AfterCommit(waker.Wake))
 	f.OnClose(func() {
 		w.Close()
 		waker.Close()

@@ -1,4 +1,4 @@
-package ledger
+package sqlitedb
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 )
 
 // ErrWriterClosed is returned for work submitted after Close.
-var ErrWriterClosed = errors.New("ledger: writer closed")
+var ErrWriterClosed = errors.New("sqlitedb: writer closed")
 
 // MaxBatch bounds how many operations share one transaction.
 const MaxBatch = 256
@@ -213,13 +213,13 @@ func (w *Writer) runBatch(ctx context.Context, batch []job, errs []error) error 
 func (w *Writer) runTx(ctx context.Context, batch []job, errs []error, savepoints bool) (failed bool, err error) {
 	tx, err := beginImmediate(ctx, w.db)
 	if err != nil {
-		return false, fmt.Errorf("ledger: begin: %w", err)
+		return false, fmt.Errorf("sqlitedb: begin: %w", err)
 	}
 	defer tx.Rollback()
 	for i, j := range batch {
 		if savepoints {
 			if _, err := w.stmts.exec(ctx, tx, "SAVEPOINT op"); err != nil {
-				return false, fmt.Errorf("ledger: savepoint: %w", err)
+				return false, fmt.Errorf("sqlitedb: savepoint: %w", err)
 			}
 		}
 		if errs[i] = j.fn(ctx, tx); errs[i] != nil {
@@ -227,17 +227,17 @@ func (w *Writer) runTx(ctx context.Context, batch []job, errs []error, savepoint
 				return true, nil // deferred rollback
 			}
 			if _, err := w.stmts.exec(ctx, tx, "ROLLBACK TO op"); err != nil {
-				return false, fmt.Errorf("ledger: rollback to savepoint: %w", err)
+				return false, fmt.Errorf("sqlitedb: rollback to savepoint: %w", err)
 			}
 		}
 		if savepoints {
 			if _, err := w.stmts.exec(ctx, tx, "RELEASE op"); err != nil {
-				return false, fmt.Errorf("ledger: release savepoint: %w", err)
+				return false, fmt.Errorf("sqlitedb: release savepoint: %w", err)
 			}
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return false, fmt.Errorf("ledger: commit: %w", err)
+		return false, fmt.Errorf("sqlitedb: commit: %w", err)
 	}
 	return false, nil
 }

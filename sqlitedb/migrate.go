@@ -1,11 +1,4 @@
-// Package migrate runs the schema migrations of one SQLite file whose tables
-// belong to several packages. Each owner package declares its own steps,
-// numbered in one sequence shared by all owners; PRAGMA user_version
-// records how many versions ran. A version may have steps of more than one
-// owner (the first ones do: they were written before the tables had
-// separate owners); they run in the order the owners are given, in one
-// transaction with the rest of the upgrade.
-package migrate
+package sqlitedb
 
 import (
 	"cmp"
@@ -14,6 +7,13 @@ import (
 	"fmt"
 	"slices"
 )
+
+// The migrations runner. Each owner package declares its own steps,
+// numbered in one sequence shared by all owners; PRAGMA user_version
+// records how many versions ran. A version may have steps of more than one
+// owner (the first ones do: they were written before the tables had
+// separate owners); they run in the order the owners are given, in one
+// transaction with the rest of the upgrade.
 
 // Step is one owner's part of a numbered migration. Append only: never
 // edit a step that has shipped, never renumber one.
@@ -42,7 +42,7 @@ func Merge(owners ...[]Step) (Sequence, error) {
 		case s.Version == len(seq)+1:
 			seq = append(seq, []Step{s})
 		default:
-			return nil, fmt.Errorf("migrate: step for version %d follows version %d", s.Version, len(seq))
+			return nil, fmt.Errorf("sqlitedb: migrate: step for version %d follows version %d", s.Version, len(seq))
 		}
 	}
 	return seq, nil

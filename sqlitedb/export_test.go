@@ -1,8 +1,8 @@
-package ledger
+package sqlitedb
 
 import "fmt"
 
-// Hooks for the writer tests in package ledger_test: they let a test see
+// Hooks for the writer tests in package sqlitedb_test: they let a test see
 // operations waiting in the queue and the closed flag without sleeping.
 
 // QueuedForTest reports how many submitted operations wait for the writer.
@@ -21,16 +21,3 @@ func (db *DB) LimitPagesForTest(n int) error {
 	_, err := db.write.Exec(fmt.Sprintf("PRAGMA max_page_count = %d", n))
 	return err
 }
-
-// MigrationsForTest returns the first n migrations, so that a test can build
-// a database as an older binary left it.
-func MigrationsForTest(n int) []string {
-	out := make([]string, n)
-	for v := 1; v <= n; v++ {
-		out[v-1] = schema.SQL(v)
-	}
-	return out
-}
-
-// PruneQueryForTest is the query that picks the requests Prune removes.
-const PruneQueryForTest = pruneQuery

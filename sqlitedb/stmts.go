@@ -1,4 +1,4 @@
-package ledger
+package sqlitedb
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 )
 
 // maxStmts bounds the prepared statements kept for the write connection.
-// The ledger's and the outbox's queries are constant strings, a few dozen at
+// The owners' queries are constant strings, a few dozen at
 // most; the bound only guards against a caller that builds queries.
 const maxStmts = 64
 
@@ -107,25 +107,27 @@ func (c *stmtCache) close() {
 	c.stmts = nil
 }
 
-// stmtTx is a group-commit transaction whose statements go through the
+// Tx is a group-commit transaction whose statements go through the
 // writer's prepared statements. It satisfies outbox.Execer, so the outbox's
 // insert inside the ledger's transaction is prepared too.
-type stmtTx struct {
+type Tx struct {
 	tx *sql.Tx
 	c  *stmtCache
 }
 
-func (t stmtTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+// ExecContext runs query in the transaction, prepared once it has run before.
+func (t Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	return t.c.exec(ctx, t.tx, query, args...)
 }
 
-func (t stmtTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+// QueryRowContext is ExecContext for a query that returns at most one row.
+func (t Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	return t.c.queryRow(ctx, t.tx, query, args...)
 }
 
-// prepared wraps tx, which must be the transaction of an operation running
+// Prepared wraps tx, which must be the transaction of an operation running
 // on the writer goroutine, so its statements are prepared ones.
-func (w *Writer) prepared(tx *sql.Tx) stmtTx { return stmtTx{tx: tx, c: &w.stmts} }
+func (w *Writer) Prepared(tx *sql.Tx) Tx { return Tx{tx: tx, c: &w.stmts} }
 
 // readStmts keeps the read pool's per-message queries prepared: the forwarder
 // reads a delivery record before every attempt, and SQLite used to parse that

@@ -1,4 +1,4 @@
-package ledger_test
+package sqlitedb_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"ticketrelay/ledger"
+	"ticketrelay/sqlitedb"
 )
 
 // insertLease is a small write the writer tests use as an operation.
@@ -94,7 +94,7 @@ func TestFailedOperationRollsBackOnlyItself(t *testing.T) {
 	if goodErrs != 2 {
 		t.Errorf("errors: %v; want nil for good-1 (once) and good-2, a constraint error for the second good-1", errs)
 	}
-	names := leaseNames(t, raw(t, e.path))
+	names := leaseNames(t, e.db.Reader())
 	if !names["good-1"] || !names["good-2"] || names["bad"] || len(names) != 2 {
 		t.Errorf("committed leases %v, want exactly good-1 and good-2", names)
 	}
@@ -119,7 +119,7 @@ func TestLoneFailedOperationWritesNothing(t *testing.T) {
 	if !errors.Is(err, errBad) {
 		t.Fatalf("InTx = %v, want the operation's error", err)
 	}
-	if names := leaseNames(t, raw(t, e.path)); len(names) != 0 {
+	if names := leaseNames(t, e.db.Reader()); len(names) != 0 {
 		t.Fatalf("leases %v committed by a failed operation", names)
 	}
 	// An operation's own error (a conflict, a state check) is not a failed
@@ -146,7 +146,7 @@ func TestWriterCloseDrainsQueuedWork(t *testing.T) {
 	closed := make(chan struct{})
 	go func() { e.w.Close(); close(closed) }()
 	waitFor(t, 10*time.Second, "Close to stop accepting work", e.w.ClosedForTest)
-	if err := e.w.InTx(context.Background(), insertLease("late")); !errors.Is(err, ledger.ErrWriterClosed) {
+	if err := e.w.InTx(context.Background(), insertLease("late")); !errors.Is(err, sqlitedb.ErrWriterClosed) {
 		t.Fatalf("InTx after Close = %v, want ErrWriterClosed", err)
 	}
 	select {
@@ -164,11 +164,11 @@ func TestWriterCloseDrainsQueuedWork(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("queued operations failed: %v", err)
 	}
-	names := leaseNames(t, raw(t, e.path))
+	names := leaseNames(t, e.db.Reader())
 	if len(names) != n || names["late"] {
 		t.Fatalf("committed %v, want q0..q%d and not late", names, n-1)
 	}
-	if err := e.w.InTx(context.Background(), insertLease("later")); !errors.Is(err, ledger.ErrWriterClosed) {
+	if err := e.w.InTx(context.Background(), insertLease("later")); !errors.Is(err, sqlitedb.ErrWriterClosed) {
 		t.Fatalf("InTx after Close returned = %v, want ErrWriterClosed", err)
 	}
 	e.w.Close() // idempotent
@@ -180,7 +180,7 @@ func TestCancelledCallerStillCommits(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.l.Create(ctx, request("req-cancelled"))
+		_, err := e.l.Create(ctx, newRequest("req-cancelled"))
 		done <- err
 	}()
 	waitFor(t, 10*time.Second, "the Create to be queued", func() bool { return e.w.QueuedForTest() == 1 })
@@ -196,14 +196,14 @@ func TestCancelledCallerStillCommits(t *testing.T) {
 	release()
 
 	// The retry finds the write that happened after the caller left.
-	res, err := e.l.Create(context.Background(), request("req-cancelled"))
+	res, err := e.l.Create(context.Background(), newRequest("req-cancelled"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !res.Replayed {
 		t.Fatalf("retry after a cancelled call = %+v, want a replay of the committed write", res)
 	}
-	if got := rows(t, raw(t, e.path)); got != [3]int{1, 1, 1} {
+	if got := rows(t, e.db.Reader()); got != [3]int{1, 1, 1} {
 		t.Fatalf("rows = %v, want [1 1 1]", got)
 	}
 }
@@ -216,7 +216,7 @@ func TestInTxThen(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	release := blockWriter(t, e.w)
 	errBad := errors.New("bad operation")
-	db := raw(t, e.path)
+	db := e.db.Reader()
 	results := make(chan string, 2)
 	then := func(name string) func(error) {
 		return func(err error) {
@@ -264,7 +264,7 @@ func TestInTxThen(t *testing.T) {
 	}
 	e.w.Close()
 	called := false
-	if err := e.w.InTxThen(context.Background(), insertLease("late"), func(error) { called = true }); !errors.Is(err, ledger.ErrWriterClosed) || called {
+	if err := e.w.InTxThen(context.Background(), insertLease("late"), func(error) { called = true }); !errors.Is(err, sqlitedb.ErrWriterClosed) || called {
 		t.Fatalf("InTxThen after Close = %v (callback ran: %v), want ErrWriterClosed and no callback", err, called)
 	}
 }

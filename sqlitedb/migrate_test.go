@@ -1,4 +1,4 @@
-package migrate_test
+package sqlitedb_test
 
 import (
 	"context"
@@ -8,22 +8,22 @@ import (
 
 	_ "modernc.org/sqlite"
 
-	"ticketrelay/internal/migrate"
+	"ticketrelay/sqlitedb"
 )
 
 // Steps of several owners run in version order, and within a version in
 // the order of the owners; a gap in the versions is refused.
 func TestMergeOrdersByVersionThenOwner(t *testing.T) {
-	a := []migrate.Step{{Version: 1, SQL: "a1"}, {Version: 3, SQL: "a3"}}
-	b := []migrate.Step{{Version: 1, SQL: "b1"}, {Version: 2, SQL: "b2"}}
-	seq, err := migrate.Merge(a, b)
+	a := []sqlitedb.Step{{Version: 1, SQL: "a1"}, {Version: 3, SQL: "a3"}}
+	b := []sqlitedb.Step{{Version: 1, SQL: "b1"}, {Version: 2, SQL: "b2"}}
+	seq, err := sqlitedb.Merge(a, b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if seq.Len() != 3 || seq.SQL(1) != "a1\nb1" || seq.SQL(2) != "b2" || seq.SQL(3) != "a3" {
 		t.Fatalf("Merge = %v", seq)
 	}
-	if _, err := migrate.Merge([]migrate.Step{{Version: 1, SQL: "x"}, {Version: 3, SQL: "y"}}); err == nil {
+	if _, err := sqlitedb.Merge([]sqlitedb.Step{{Version: 1, SQL: "x"}, {Version: 3, SQL: "y"}}); err == nil {
 		t.Fatal("Merge accepted a sequence without version 2")
 	}
 }
@@ -37,7 +37,7 @@ func TestUpRunsWhatTheFileLacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	up := func(seq migrate.Sequence) error {
+	up := func(seq sqlitedb.Sequence) error {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
@@ -48,14 +48,14 @@ func TestUpRunsWhatTheFileLacks(t *testing.T) {
 		}
 		return tx.Commit()
 	}
-	owner := []migrate.Step{{Version: 1, SQL: "CREATE TABLE t (n INTEGER)"}, {Version: 2, SQL: "INSERT INTO t VALUES (2)"}}
-	if err := up(migrate.MustMerge(owner[:1])); err != nil {
+	owner := []sqlitedb.Step{{Version: 1, SQL: "CREATE TABLE t (n INTEGER)"}, {Version: 2, SQL: "INSERT INTO t VALUES (2)"}}
+	if err := up(sqlitedb.MustMerge(owner[:1])); err != nil {
 		t.Fatal(err)
 	}
-	if err := up(migrate.MustMerge(owner)); err != nil {
+	if err := up(sqlitedb.MustMerge(owner)); err != nil {
 		t.Fatal(err)
 	}
-	if err := up(migrate.MustMerge(owner)); err != nil { // nothing left to run: the insert runs once
+	if err := up(sqlitedb.MustMerge(owner)); err != nil { // nothing left to run: the insert runs once
 		t.Fatal(err)
 	}
 	var rows, version int
@@ -65,7 +65,7 @@ func TestUpRunsWhatTheFileLacks(t *testing.T) {
 	if err := db.QueryRow("PRAGMA user_version").Scan(&version); err != nil || version != 2 {
 		t.Fatalf("user_version %d, %v; want 2", version, err)
 	}
-	if err := up(migrate.MustMerge(owner[:1])); err == nil {
+	if err := up(sqlitedb.MustMerge(owner[:1])); err == nil {
 		t.Fatal("a file at version 2 was migrated by a sequence of 1")
 	}
 }

@@ -1,4 +1,4 @@
-package ledger_test
+package sqlitedb_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 func TestFullDiskWritesNothingHalfway(t *testing.T) {
 	ctx := context.Background()
 	e := openEnv(t, dbPath(t))
-	db := raw(t, e.path)
+	db := e.db.Reader()
 	var pages int
 	if err := db.QueryRow(`PRAGMA page_count`).Scan(&pages); err != nil {
 		t.Fatal(err)
@@ -23,7 +23,7 @@ func TestFullDiskWritesNothingHalfway(t *testing.T) {
 	}
 	var failed string
 	for i := range 200 {
-		r := request(fmt.Sprintf("fill-%03d", i))
+		r := newRequest(fmt.Sprintf("fill-%03d", i))
 		r.Body = strings.Repeat("x", 4000) // a page a ticket, give or take
 		if _, err := e.l.Create(ctx, r); err != nil {
 			if !strings.Contains(err.Error(), "full") {
@@ -47,7 +47,7 @@ func TestFullDiskWritesNothingHalfway(t *testing.T) {
 	if err := e.db.LimitPagesForTest(1 << 30); err != nil {
 		t.Fatal(err)
 	}
-	res, err := e.l.Create(ctx, request(failed))
+	res, err := e.l.Create(ctx, newRequest(failed))
 	if err != nil || res.Replayed {
 		t.Fatalf("after space came back: %+v, %v; want the request created", res, err)
 	}

@@ -1,4 +1,4 @@
-package ledger_test
+package sqlitedb_test
 
 import (
 	"context"
@@ -40,7 +40,7 @@ func TestCheckpointsRunBesideTheWriter(t *testing.T) {
 	// the checkpointer can carry them into the file.
 	body := strings.Repeat("x", 4000)
 	for i := range 250 {
-		r := request(fmt.Sprintf("00000000-0000-4000-8000-%012d", i))
+		r := newRequest(fmt.Sprintf("00000000-0000-4000-8000-%012d", i))
 		r.Body = body
 		if _, err := e.l.Create(ctx, r); err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package ledger
+package sqlitedb
 
 import (
 	"context"
@@ -65,7 +65,7 @@ func (c *checkpointer) loop() {
 		}
 		if err := c.checkpoint(); err != nil && time.Since(lastWarn) >= time.Minute {
 			// The backstop keeps the WAL bounded meanwhile.
-			c.log.Warn("ledger: WAL checkpoint failed; commits checkpoint past the backstop", "err", err, "backstop_pages", autoCheckpointPages)
+			c.log.Warn("WAL checkpoint failed; commits checkpoint past the backstop", "err", err, "backstop_pages", autoCheckpointPages)
 			lastWarn = time.Now()
 		}
 	}
