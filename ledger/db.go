@@ -27,6 +27,7 @@ import (
 
 	"ticketrelay/internal/migrate"
 	"ticketrelay/outbox"
+	"ticketrelay/trail"
 )
 
 // DB is an open ticketrelay database: a single-connection pool for the writer
@@ -126,9 +127,10 @@ func (db *DB) Reader() *sql.DB { return db.read }
 
 // schema is the database's one migration sequence: the ledger's steps and
 // the outbox's (outbox.Migrations), each owner's SQL in its own package,
-// numbered as the file's user_version has always counted them. At a
-// version with steps of both, the ledger's run first.
-var schema = migrate.MustMerge(migrations, outbox.Migrations)
+// numbered as the file's user_version has always counted them, and the
+// audit trail's (trail.Migrations). At a version with steps of several,
+// the ledger's run first.
+var schema = migrate.MustMerge(migrations, outbox.Migrations, trail.Migrations)
 
 // migrations are the ledger's steps: the tables requests (with the tickets
 // view), deliveries, dispatchers and settings. Append only: never edit a

@@ -1,0 +1,286 @@
+package trail
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"ticketrelay/internal/migrate"
+)
+
+// SchemaVersion is the migration that adds the trail's tables: the one
+// place its number is written.
+const SchemaVersion = 13
+
+// Migrations are the trail's steps of the database's one migration
+// sequence (the ledger runs them all). Append only.
+var Migrations = []migrate.Step{{Version: SchemaVersion, SQL: schemaV1}}
+
+// schemaV1: AUTOINCREMENT so that a seq is never used twice, even once
+// retention removed every entry (the file sink and the shipper resume
+// after the last seq they wrote). The trigger makes the table append-only
+// to everything but retention's DELETE.
+const schemaV1 = `
+CREATE TABLE trail (
+	seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+	at             INTEGER NOT NULL, -- unix nanoseconds
+	kind           TEXT NOT NULL,
+	subject        TEXT NOT NULL,
+	client         TEXT NOT NULL DEFAULT '',
+	client_version TEXT NOT NULL DEFAULT '',
+	tool           TEXT NOT NULL DEFAULT '',
+	action         TEXT NOT NULL DEFAULT '',
+	request_id     TEXT NOT NULL DEFAULT '', -- scoped
+	outcome        TEXT NOT NULL,
+	ticket_id      TEXT NOT NULL DEFAULT '',
+	reason         TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX trail_at ON trail(at);
+CREATE INDEX trail_request ON trail(request_id) WHERE request_id != '';
+CREATE TRIGGER trail_append_only BEFORE UPDATE ON trail
+BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+CREATE TABLE trail_cursors (
+	name TEXT PRIMARY KEY, -- a sink: "file:PATH", "stream:NAME"
+	seq  INTEGER NOT NULL  -- the last entry it holds
+) WITHOUT ROWID;`
+
+// Store is the trail's table in the database file: its own write
+// connection and read pool beside the ledger's.
+type Store struct {
+	write, read *sql.DB
+}
+
+// dsn is the trail's connection string. Its commits do not fsync
+// (synchronous=NORMAL): in WAL mode they reach the disk with the next
+// commit of the ledger, which fsyncs the whole log, so the trail adds no
+// fsync of its own to the front's budget. It leaves checkpoints to the
+// ledger's checkpointer, and waits for the write lock with SQLite's busy
+// handler: it writes in batches, off the calls' path.
+func dsn(path string, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Add("_pragma", "synchronous(NORMAL)")
+		q.Add("_pragma", "wal_autocheckpoint(0)")
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + filepath.ToSlash(path) + "?" + q.Encode()
+}
+
+// Open opens the trail of the database at path, which ledger.Open has
+// created and migrated.
+func Open(ctx context.Context, path string) (*Store, error) {
+	w, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		return nil, fmt.Errorf("trail: open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	r, err := sql.Open("sqlite", dsn(path, true))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("trail: open %s read-only: %w", path, err)
+	}
+	r.SetMaxOpenConns(2)
+	s := &Store{write: w, read: r}
+	var n int
+	if err := r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'trail'`).Scan(&n); err != nil || n == 0 {
+		s.Close()
+		return nil, fmt.Errorf("trail: %s has no trail table (open it with ledger.Open first): %w", path, cmpErr(err))
+	}
+	return s, nil
+}
+
+func cmpErr(err error) error {
+	if err == nil {
+		return errors.New("schema older than version 13")
+	}
+	return err
+}
+
+// Close closes the pools.
+func (s *Store) Close() error { return errors.Join(s.read.Close(), s.write.Close()) }
+
+// Record appends e at once, in a transaction of its own: for the operator
+// commands and the console, whose actions are few.
+func (s *Store) Record(ctx context.Context, e Entry) error {
+	_, err := s.Append(ctx, []Entry{e})
+	return err
+}
+
+var _ Recorder = (*Store)(nil)
+
+// Append stores entries in one transaction, in order, and returns the seq
+// of the last. An invalid entry refuses the whole batch, which writes
+// nothing.
+func (s *Store) Append(ctx context.Context, entries []Entry) (int64, error) {
+	for i := range entries {
+		entries[i] = entries[i].Clean()
+		if err := entries[i].Validate(); err != nil {
+			return 0, err
+		}
+	}
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("trail: begin: %w", err)
+	}
+	defer tx.Rollback()
+	st, err := tx.PrepareContext(ctx, `INSERT INTO trail (at, kind, subject, client, client_version, tool, action, request_id, outcome, ticket_id, reason)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return 0, fmt.Errorf("trail: prepare: %w", err)
+	}
+	defer st.Close()
+	var last int64
+	for _, e := range entries {
+		res, err := st.ExecContext(ctx, e.Time.UnixNano(), e.Kind, e.Subject, e.Client, e.ClientVersion, e.Tool, e.Action,
+			e.RequestID, e.Outcome, e.TicketID, e.Reason)
+		if err != nil {
+			return 0, fmt.Errorf("trail: insert: %w", err)
+		}
+		if last, err = res.LastInsertId(); err != nil {
+			return 0, fmt.Errorf("trail: insert: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("trail: commit: %w", err)
+	}
+	return last, nil
+}
+
+const columns = `seq, at, kind, subject, client, client_version, tool, action, request_id, outcome, ticket_id, reason`
+
+// Query returns the entries f selects, oldest first.
+func (s *Store) Query(ctx context.Context, f Filter) ([]Entry, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		where = append(where, cond)
+		args = append(args, v)
+	}
+	if f.AfterSeq > 0 {
+		add("seq > ?", f.AfterSeq)
+	}
+	if !f.Since.IsZero() {
+		add("at >= ?", f.Since.UnixNano())
+	}
+	if !f.Until.IsZero() {
+		add("at < ?", f.Until.UnixNano())
+	}
+	if f.Subject != "" {
+		add("subject = ?", f.Subject)
+	}
+	if f.Name != "" {
+		where = append(where, "(tool = ? OR action = ?)")
+		args = append(args, f.Name, f.Name)
+	}
+	if f.RequestID != "" {
+		add("request_id = ?", f.RequestID)
+	}
+	if f.Outcome != "" {
+		add("outcome = ?", f.Outcome)
+	}
+	q := "SELECT " + columns + " FROM trail"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY seq"
+	if f.Limit > 0 {
+		q += fmt.Sprintf(" LIMIT %d", f.Limit)
+	}
+	rows, err := s.read.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("trail: query: %w", err)
+	}
+	defer rows.Close()
+	var out []Entry
+	for rows.Next() {
+		var e Entry
+		var at int64
+		if err := rows.Scan(&e.Seq, &at, &e.Kind, &e.Subject, &e.Client, &e.ClientVersion, &e.Tool, &e.Action,
+			&e.RequestID, &e.Outcome, &e.TicketID, &e.Reason); err != nil {
+			return nil, fmt.Errorf("trail: query: %w", err)
+		}
+		e.Time = time.Unix(0, at).UTC()
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("trail: query: %w", err)
+	}
+	return out, nil
+}
+
+// ForRequest returns every entry of the request with scoped id scopedID
+// (ticket.ScopedID), oldest first: its calls and the operator actions on it.
+func (s *Store) ForRequest(ctx context.Context, scopedID string) ([]Entry, error) {
+	if scopedID == "" {
+		return nil, errors.New("trail: ForRequest: empty request id")
+	}
+	return s.Query(ctx, Filter{RequestID: scopedID})
+}
+
+// Prune removes up to batch entries older than cutoff and returns how many.
+func (s *Store) Prune(ctx context.Context, cutoff time.Time, batch int) (int64, error) {
+	res, err := s.write.ExecContext(ctx, `DELETE FROM trail WHERE seq IN (SELECT seq FROM trail WHERE at < ? ORDER BY seq LIMIT ?)`,
+		cutoff.UnixNano(), batch)
+	if err != nil {
+		return 0, fmt.Errorf("trail: prune: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+// PruneBefore removes every entry older than cutoff, batch by batch so
+// that it never holds the write lock for long, and returns how many.
+func (s *Store) PruneBefore(ctx context.Context, cutoff time.Time) (int64, error) {
+	const batch = 1000
+	var total int64
+	for {
+		n, err := s.Prune(ctx, cutoff, batch)
+		total += n
+		if err != nil || n < batch {
+			return total, err
+		}
+	}
+}
+
+// Cursor is the seq of the last entry the sink name holds; 0 if none.
+func (s *Store) Cursor(ctx context.Context, name string) (int64, error) {
+	var seq int64
+	err := s.read.QueryRowContext(ctx, `SELECT seq FROM trail_cursors WHERE name = ?`, name).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("trail: cursor %s: %w", name, err)
+	}
+	return seq, nil
+}
+
+// SetCursor records that the sink name holds every entry up to seq.
+func (s *Store) SetCursor(ctx context.Context, name string, seq int64) error {
+	_, err := s.write.ExecContext(ctx, `INSERT INTO trail_cursors (name, seq) VALUES (?, ?)
+		ON CONFLICT(name) DO UPDATE SET seq = excluded.seq`, name, seq)
+	if err != nil {
+		return fmt.Errorf("trail: cursor %s: %w", name, err)
+	}
+	return nil
+}
+
+// LastSeq is the seq of the newest entry; 0 if none.
+func (s *Store) LastSeq(ctx context.Context) (int64, error) {
+	var seq sql.NullInt64
+	if err := s.read.QueryRowContext(ctx, `SELECT max(seq) FROM trail`).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("trail: last seq: %w", err)
+	}
+	return seq.Int64, nil
+}
