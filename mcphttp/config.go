@@ -107,9 +107,9 @@ type Config struct {
 	// layer knows (a valid token: a scope it lacks, a step-up, its rate
 	// limit), for the audit trail: its subject, the tool of a tools/call
 	// whose name was read ("" otherwise) and the Refused* word.
-	Audit func(r *http.Request, subject, tool, reason string)
-	Now     func() time.Time // clock of the rate limiters and log gates; default time.Now
-	Logger  *slog.Logger
+	Audit  func(r *http.Request, subject, tool, reason string)
+	Now    func() time.Time // clock of the rate limiters and log gates; default time.Now
+	Logger *slog.Logger
 }
 
 // withDefaults fills the zero fields of c with their defaults.

@@ -24,6 +24,7 @@ import (
 	"ticketrelay/mcptools"
 	"ticketrelay/metrics"
 	"ticketrelay/outbox"
+	"ticketrelay/trail"
 )
 
 // synopsis is mcp-front's short usage.
@@ -83,6 +84,7 @@ type front struct {
 	m         *metrics.Front
 	srv       *mcp.Server
 	access    *mcptools.Access // nil: no grants
+	trail     *trail.Writer    // nil: -audit=false
 
 	app.Closers // what build made, undone by Close
 }
@@ -118,7 +120,14 @@ func (f *front) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if f.srv, err = mcptools.New(mcptools.Config{Version: app.Version, Bindings: f.bindings, Access: f.access}, requests, f.m, f.log); err != nil {
+	if err := f.openTrail(ctx); err != nil {
+		return err
+	}
+	mc := mcptools.Config{Version: app.Version, Bindings: f.bindings, Access: f.access}
+	if f.trail != nil {
+		mc.Trail = f.trail
+	}
+	if f.srv, err = mcptools.New(mc, requests, f.m, f.log); err != nil {
 		return err
 	}
 	if f.o.BenchNoopTool {
