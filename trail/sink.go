@@ -81,19 +81,37 @@ func (f *FileSink) cursorName() string {
 	return "file:" + abs
 }
 
-// Run follows the trail into the file until ctx ends.
+// Run follows the trail into the file until ctx ends. A file it cannot
+// resume (not a trail of ours) is its error; a failure to write later
+// (a full disk) is logged, and it resumes from the file again.
 func (f *FileSink) Run(ctx context.Context) error {
-	seq, err := f.resume(ctx)
-	if err != nil {
-		return err
+	every := cmp.Or(f.Every, time.Second)
+	for {
+		seq, err := f.resume(ctx)
+		if err != nil {
+			return err
+		}
+		err = f.follow(ctx, seq, every)
+		if ctx.Err() != nil {
+			return nil
+		}
+		f.Log.Warn("audit trail file sink failed; resuming", "path", f.Path, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(every):
+		}
 	}
+}
+
+func (f *FileSink) follow(ctx context.Context, seq int64, every time.Duration) error {
 	out, err := f.open()
 	if err != nil {
 		return err
 	}
 	defer func() { out.Close() }()
 	f.Log.Info("audit trail file sink following", "path", f.Path, "after_seq", seq)
-	return follow(ctx, f.Store, f.cursorName(), seq, cmp.Or(f.Every, time.Second), func(_ context.Context, batch []Entry) error {
+	return follow(ctx, f.Store, f.cursorName(), seq, every, func(_ context.Context, batch []Entry) error {
 		if moved(out, f.Path) {
 			out.Close()
 			if out, err = f.open(); err != nil {
