@@ -141,20 +141,30 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, inst installation.N
 	if info.State.Msgs == 0 {
 		return nil, nil
 	}
-	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	// An ephemeral consumer of the reader's own, created (and so placed
+	// on the stream's leader) before the first fetch, gone after a while
+	// if the reader dies.
+	cfg := jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckNonePolicy,
+		InactiveThreshold: time.Minute, MemoryStorage: true, Replicas: 1}
 	if !f.Since.IsZero() {
 		since := f.Since
-		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since}
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
 	}
-	c, err := s.OrderedConsumer(ctx, cfg)
+	c, err := s.CreateConsumer(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("trail: read %s: %w", StreamName(inst), err)
+		return nil, fmt.Errorf("trail: read %s: consumer: %w", StreamName(inst), err)
 	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = s.DeleteConsumer(dctx, c.CachedInfo().Name)
+	}()
 	var out []Entry
+	unready := 0
 	for {
 		batch, err := c.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
-			return nil, fmt.Errorf("trail: read %s: %w", StreamName(inst), err)
+			return nil, fmt.Errorf("trail: read %s: fetch: %w", StreamName(inst), err)
 		}
 		n := 0
 		for m := range batch.Messages() {
@@ -171,8 +181,16 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, inst installation.N
 				return out, nil
 			}
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return nil, fmt.Errorf("trail: read %s: %w", StreamName(inst), err)
+		err = batch.Error()
+		if errors.Is(err, nats.ErrNoResponders) && n == 0 && unready < 50 {
+			// A consumer just created on another node of a cluster: its
+			// interest has not reached the reader's node yet.
+			unready++
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return nil, fmt.Errorf("trail: read %s: fetch: %w", StreamName(inst), err)
 		}
 		if n == 0 {
 			// Nothing more within the wait: what remains was removed

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/user"
@@ -16,8 +17,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"ticketrelay/internal/app"
 	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/internal/app/front"
+	"ticketrelay/internal/testio"
 	"ticketrelay/internal/testwait"
 	"ticketrelay/ledger"
 	"ticketrelay/mcpauth/mcpauthtest"
@@ -333,5 +336,42 @@ func TestTrailRetention(t *testing.T) {
 	if _, _, err := runOnce(t, dispatcher.Run, newEnv(), dispatcherArgs(t.TempDir(), "-audit-retention", "10m")...); err == nil ||
 		!strings.Contains(err.Error(), "-audit-retention") {
 		t.Errorf("-audit-retention 10m: %v; want a usage error", err)
+	}
+}
+
+// TestTrailOverStdio: a call over stdio is recorded too, under the
+// anonymous subject, with the client's name and version; stdout carries
+// JSON-RPC only.
+func TestTrailOverStdio(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "tickets.db")
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	var stderr testio.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- front.Run(ctx, app.Env{Args: []string{"-stdio", "-create-db", "-db", db}, Stdin: inR, Stdout: outW, Stderr: &stderr,
+			Lookup: newEnv().Lookup, Ready: func(map[string]string) {}})
+		outW.Close()
+	}()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "stdio-client", Version: "9"}, nil).
+		Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, stderr.String())
+	}
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "create_ticket", Arguments: map[string]any{"request_id": "s-1", "title": "T"}}); err != nil || res.IsError {
+		t.Fatalf("create: %v %v", err, res)
+	}
+	cs.Close()
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("mcp-front -stdio: %v\n%s", err, stderr.String())
+	}
+	// Closing wrote what was queued: no wait.
+	got := auditEntries(t, db)
+	if len(got) != 1 || got[0].Subject != "" || got[0].RequestID != "s-1" || got[0].Outcome != trail.Accepted ||
+		got[0].Client != "stdio-client" || got[0].ClientVersion != "9" || got[0].TicketID != ticket.IDFor("s-1") {
+		t.Errorf("stdio trail: %+v", got)
 	}
 }
