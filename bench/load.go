@@ -98,11 +98,20 @@ type sessions struct {
 // connect opens n sessions to the streamable HTTP endpoint, asking for
 // protocol (empty: the SDK's latest).
 func connect(ctx context.Context, endpoint, protocol string, n int) (*sessions, error) {
+	return connectAs(ctx, endpoint, protocol, n, nil)
+}
+
+// connectAs is connect with session i sending token(i) as its bearer
+// token (none if token is nil).
+func connectAs(ctx context.Context, endpoint, protocol string, n int, token func(i int) string) (*sessions, error) {
 	s := &sessions{endpoint: endpoint}
 	for i := range n {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = 8
 		hc := &http.Client{Transport: tr}
+		if token != nil {
+			hc.Transport = bearer{token: token(i), next: tr}
+		}
 		c := mcp.NewClient(&mcp.Implementation{Name: "ticketrelay-loadgen", Version: "1"}, nil)
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		cs, err := c.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc, MaxRetries: -1},
@@ -116,6 +125,26 @@ func connect(ctx context.Context, endpoint, protocol string, n int) (*sessions, 
 		s.clients = append(s.clients, hc)
 	}
 	return s, nil
+}
+
+// bearer sends its token on every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the
+// transport underneath.
+func (b bearer) CloseIdleConnections() {
+	if c, ok := b.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 func (s *sessions) close() {

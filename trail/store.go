@@ -124,17 +124,37 @@ var _ Recorder = (*Store)(nil)
 // of the last. An invalid entry refuses the whole batch, which writes
 // nothing.
 func (s *Store) Append(ctx context.Context, entries []Entry) (int64, error) {
-	for i := range entries {
-		entries[i] = entries[i].Clean()
-		if err := entries[i].Validate(); err != nil {
-			return 0, err
-		}
+	if err := clean(entries); err != nil {
+		return 0, err
 	}
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("trail: begin: %w", err)
 	}
 	defer tx.Rollback()
+	last, err := insert(ctx, tx, entries)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("trail: commit: %w", err)
+	}
+	return last, nil
+}
+
+// clean cleans and checks entries in place.
+func clean(entries []Entry) error {
+	for i := range entries {
+		entries[i] = entries[i].Clean()
+		if err := entries[i].Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// insert adds entries, cleaned, in tx and returns the seq of the last.
+func insert(ctx context.Context, tx *sql.Tx, entries []Entry) (int64, error) {
 	st, err := tx.PrepareContext(ctx, `INSERT INTO trail (at, kind, subject, client, client_version, tool, action, request_id, outcome, ticket_id, reason)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
@@ -151,9 +171,6 @@ func (s *Store) Append(ctx context.Context, entries []Entry) (int64, error) {
 		if last, err = res.LastInsertId(); err != nil {
 			return 0, fmt.Errorf("trail: insert: %w", err)
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("trail: commit: %w", err)
 	}
 	return last, nil
 }

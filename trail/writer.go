@@ -3,6 +3,7 @@ package trail
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,8 +23,9 @@ var ErrClosed = errors.New("trail: writer closed")
 
 // WriterConfig tunes a Writer.
 type WriterConfig struct {
-	// Queue bounds the entries waiting to be written. Default 65536
-	// (about 30 MB at the bounds of an entry's fields, a few MB in practice).
+	// Queue bounds the entries waiting to be written (beyond it, Record
+	// drops). Default 65536: a few seconds of a flood; the memory held
+	// follows the entries waiting, not the bound.
 	Queue int
 	// MaxBatch bounds the entries one transaction writes. Default 1024.
 	MaxBatch int
@@ -31,6 +33,16 @@ type WriterConfig struct {
 	// batch, so that it takes the database's write lock a few dozen times
 	// a second at most, whatever the rate of calls. Default 25ms.
 	Linger time.Duration
+	// Commit, if set, is the ledger's writer: each batch joins its next
+	// group-commit transaction rather than taking the database's write
+	// lock in one of its own (decision 0145).
+	Commit GroupCommit
+}
+
+// GroupCommit runs fn in a shared write transaction and tells then how it
+// ended, without waiting (ledger.Writer.InTxThen).
+type GroupCommit interface {
+	InTxThen(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error, then func(error)) error
 }
 
 func (c WriterConfig) withDefaults() WriterConfig {
@@ -51,13 +63,18 @@ type Writer struct {
 	cfg    WriterConfig
 	log    *slog.Logger
 	now    func() time.Time
-	q      chan Entry
+	wake   chan struct{} // a first entry is pending
 	stop   chan struct{}
 	done   chan struct{}
 	closed atomic.Bool
 	once   sync.Once
 
-	dropped   atomic.Int64 // since the last note
+	// pending grows with what waits and no more: a queue preallocated to
+	// its bound would be scanned whole by every garbage collection.
+	mu      sync.Mutex
+	pending []Entry
+	dropped int64 // since the last note
+
 	entries   *prometheus.CounterVec
 	droppedC  prometheus.Counter
 	failures  prometheus.Counter
@@ -67,7 +84,7 @@ type Writer struct {
 // NewWriter starts a Writer on store; reg receives its metrics.
 func NewWriter(store *Store, cfg WriterConfig, log *slog.Logger, now func() time.Time, reg prometheus.Registerer) *Writer {
 	cfg = cfg.withDefaults()
-	w := &Writer{store: store, cfg: cfg, log: log, now: now, q: make(chan Entry, cfg.Queue),
+	w := &Writer{store: store, cfg: cfg, log: log, now: now, wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		entries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ticketrelay_trail_entries_total",
 			Help: "Audit trail entries written, by kind and outcome."}, []string{"kind", "outcome"}),
@@ -94,14 +111,23 @@ func (w *Writer) Record(_ context.Context, e Entry) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
-	select {
-	case w.q <- e:
-		return nil
-	default:
-		w.dropped.Add(1)
+	w.mu.Lock()
+	if len(w.pending) >= w.cfg.Queue {
+		w.dropped++
+		w.mu.Unlock()
 		w.droppedC.Inc()
 		return ErrQueueFull
 	}
+	w.pending = append(w.pending, e)
+	first := len(w.pending) == 1
+	w.mu.Unlock()
+	if first {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+	return nil
 }
 
 // Close writes what is queued and stops the writer.
@@ -116,15 +142,14 @@ func (w *Writer) Close() error {
 
 func (w *Writer) run() {
 	defer close(w.done)
-	batch := make([]Entry, 0, w.cfg.MaxBatch)
 	linger := time.NewTimer(w.cfg.Linger)
 	linger.Stop()
+	var spare []Entry
 	for {
 		select {
-		case e := <-w.q:
-			batch = append(batch[:0], e)
+		case <-w.wake:
 		case <-w.stop:
-			w.drain(batch[:0])
+			w.flushPending(spare)
 			return
 		}
 		linger.Reset(w.cfg.Linger)
@@ -133,42 +158,64 @@ func (w *Writer) run() {
 		case <-w.stop:
 			linger.Stop()
 		}
-		batch = w.take(batch)
-		w.flush(batch)
+		spare = w.flushPending(spare)
 	}
 }
 
-// take adds to batch what is queued, up to MaxBatch.
-func (w *Writer) take(batch []Entry) []Entry {
-	for len(batch) < w.cfg.MaxBatch {
-		select {
-		case e := <-w.q:
-			batch = append(batch, e)
-		default:
-			return batch
-		}
+// flushPending writes what is pending, MaxBatch entries a transaction, and
+// returns a buffer for the next round (spare, emptied, unless it grew far
+// beyond a batch in a flood).
+func (w *Writer) flushPending(spare []Entry) []Entry {
+	w.mu.Lock()
+	batch := w.pending
+	w.pending = spare[:0]
+	dropped := w.dropped
+	w.dropped = 0
+	w.mu.Unlock()
+	for rest := batch; len(rest) > 0 || dropped > 0; dropped = 0 {
+		n := min(len(rest), w.cfg.MaxBatch)
+		w.flush(rest[:n:n], dropped)
+		rest = rest[n:]
 	}
-	return batch
+	if cap(batch) > 4*w.cfg.MaxBatch {
+		return nil
+	}
+	clear(batch) // let the strings go
+	return batch[:0]
 }
 
-// drain writes everything still queued once Close was called.
-func (w *Writer) drain(batch []Entry) {
-	for {
-		batch = w.take(batch[:0])
-		if len(batch) == 0 && w.dropped.Load() == 0 {
-			return
-		}
-		w.flush(batch)
-		if len(batch) == 0 {
-			return
-		}
+// append stores batch: in a transaction of the ledger's group commit if
+// the writer has one, else in one of its own.
+func (w *Writer) append(batch []Entry) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if w.cfg.Commit == nil {
+		_, err := w.store.Append(ctx, batch)
+		return err
+	}
+	if err := clean(batch); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	err := w.cfg.Commit.InTxThen(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := insert(ctx, tx, batch)
+		return err
+	}, func(err error) { done <- err })
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
 // flush writes batch, with a note of the entries dropped since the last
 // one, retrying a failed write a few times.
-func (w *Writer) flush(batch []Entry) {
-	if n := w.dropped.Swap(0); n > 0 {
+func (w *Writer) flush(batch []Entry, dropped int64) {
+	if n := dropped; n > 0 {
 		batch = append(batch, Entry{Time: w.now(), Kind: KindTrail, Outcome: Dropped,
 			Reason: fmt.Sprintf("%d entries not recorded: the trail's queue was full", n)})
 	}
@@ -180,9 +227,7 @@ func (w *Writer) flush(batch []Entry) {
 		if attempt > 0 {
 			time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_, err = w.store.Append(ctx, batch)
-		cancel()
+		err = w.append(batch)
 		if err == nil {
 			for _, e := range batch {
 				w.entries.WithLabelValues(e.Kind, e.Outcome).Inc()

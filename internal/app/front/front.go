@@ -85,6 +85,7 @@ type front struct {
 	srv       *mcp.Server
 	access    *mcptools.Access // nil: no grants
 	trail     *trail.Writer    // nil: -audit=false
+	writer    *ledger.Writer   // the ledger's group commit, which the trail joins
 
 	app.Closers // what build made, undone by Close
 }
@@ -120,7 +121,7 @@ func (f *front) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := f.openTrail(ctx); err != nil {
+	if err := f.openTrail(ctx, f.writer); err != nil {
 		return err
 	}
 	mc := mcptools.Config{Version: app.Version, Bindings: f.bindings, Access: f.access}
@@ -166,6 +167,7 @@ func (f *front) openLedger(ctx context.Context) (mcptools.Requests, error) {
 		waker.Close()
 	})
 	l := ledger.New(db, w, time.Now)
+	f.writer = w
 	if !f.o.MultiHost {
 		return l, nil
 	}

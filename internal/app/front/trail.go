@@ -12,7 +12,7 @@ import (
 // openTrail opens the audit trail beside the ledger (-audit): an
 // asynchronous writer on the database's trail table, closed (its queue
 // written) before the ledger.
-func (f *front) openTrail(ctx context.Context) error {
+func (f *front) openTrail(ctx context.Context, commit trail.GroupCommit) error {
 	if !f.o.Audit {
 		return nil
 	}
@@ -21,7 +21,7 @@ func (f *front) openTrail(ctx context.Context) error {
 		return err
 	}
 	f.OnClose(func() { store.Close() })
-	w := trail.NewWriter(store, trail.WriterConfig{}, f.log.With("component", "trail"), time.Now, f.reg)
+	w := trail.NewWriter(store, trail.WriterConfig{Commit: commit}, f.log.With("component", "trail"), time.Now, f.reg)
 	f.OnClose(func() { w.Close() })
 	f.trail = w
 	return nil
