@@ -77,7 +77,13 @@ func trailRows(t *testing.T, db string) string {
 		if err := rows.Scan(ptrs...); err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintln(&b, vals...)
+		for _, v := range vals {
+			if raw, ok := v.([]byte); ok {
+				v = string(raw)
+			}
+			fmt.Fprint(&b, v, " ")
+		}
+		fmt.Fprintln(&b)
 	}
 	return b.String()
 }
@@ -322,11 +328,13 @@ func TestTrailRetention(t *testing.T) {
 	}
 	defer store.Close()
 	now := time.Now()
-	if _, err := store.Append(ctx, []trail.Entry{
+	for _, e := range []trail.Entry{
 		{Time: now.Add(-31 * 24 * time.Hour), Kind: trail.KindCall, Subject: "old", Tool: "create_ticket", Outcome: trail.Accepted},
 		{Time: now.Add(-29 * 24 * time.Hour), Kind: trail.KindCall, Subject: "kept", Tool: "create_ticket", Outcome: trail.Accepted},
-	}); err != nil {
-		t.Fatal(err)
+	} {
+		if err := store.Record(ctx, e); err != nil {
+			t.Fatal(err)
+		}
 	}
 	start(t, dispatcher.Run, newEnv(), dispatcherArgs(dir, "-audit-retention", "720h")...)
 	testwait.For(t, 10*time.Second, "the old entry removed", func() bool { return len(auditEntries(t, db)) == 1 })
