@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"ticketrelay/internal/e2eproc"
 )
 
 // Args are create_ticket's arguments as a client sends them; the no-op twin
@@ -110,7 +112,7 @@ func connectAs(ctx context.Context, endpoint, protocol string, n int, token func
 		tr.MaxIdleConnsPerHost = 8
 		hc := &http.Client{Transport: tr}
 		if token != nil {
-			hc.Transport = bearer{token: token(i), next: tr}
+			hc.Transport = e2eproc.Bearer{Token: token(i), Next: tr}
 		}
 		c := mcp.NewClient(&mcp.Implementation{Name: "ticketrelay-loadgen", Version: "1"}, nil)
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -125,26 +127,6 @@ func connectAs(ctx context.Context, endpoint, protocol string, n int, token func
 		s.clients = append(s.clients, hc)
 	}
 	return s, nil
-}
-
-// bearer sends its token on every request.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
-}
-
-// CloseIdleConnections lets http.Client.CloseIdleConnections reach the
-// transport underneath.
-func (b bearer) CloseIdleConnections() {
-	if c, ok := b.next.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
-	}
 }
 
 func (s *sessions) close() {
