@@ -58,10 +58,12 @@ func TestTrailOfEveryHost(t *testing.T) {
 
 	// Each host's own trail: what it served, and nothing else.
 	var onA, onB []trail.Entry
-	testwait.For(t, 20*time.Second, "each host's trail", func() bool {
+	if !testwait.Until(20*time.Second, func() bool {
 		onA, onB = in.audit(t, a), in.audit(t, b)
 		return len(onA) >= 1 && len(onB) >= 2
-	})
+	}) {
+		t.Fatalf("each host's trail, after 20s: a %+v, b %+v", onA, onB)
+	}
 	if len(onA) != 1 || onA[0].RequestID != "trail-1" || onA[0].Outcome != trail.Accepted {
 		t.Errorf("host a's trail: %+v", onA)
 	}
