@@ -74,7 +74,7 @@ type Config struct {
 	// RiverWorkers is the River baseline's MaxWorkers. Default 100 (see
 	// docs/decisions/0033).
 	RiverWorkers int
-	// Only lists the scenarios to run (1-8). Default all.
+	// Only lists the scenarios to run (1-10). Default all.
 	Only []int
 	// PprofDir, if set, runs the largest scenario-1 level's mcp-front under
 	// bench/profwrap and the go-sdk no-op server with a pprof listener, and
@@ -165,7 +165,7 @@ func (c Config) WithDefaults() Config {
 }
 
 // allScenarios are the scenarios of a whole run.
-var allScenarios = []int{1, 2, 3, 4, 5, 6, 7, 8, clusterScenario}
+var allScenarios = []int{1, 2, 3, 4, 5, 6, 7, 8, clusterScenario, signInScenario}
 
 func (c Config) validate() error {
 	if c.BinDir == "" {
@@ -186,7 +186,7 @@ func (c Config) validate() error {
 	}
 	for _, s := range c.Only {
 		if !slices.Contains(allScenarios, s) {
-			return fmt.Errorf("bench: there is no scenario %d (1-%d)", s, clusterScenario)
+			return fmt.Errorf("bench: there is no scenario %d (1-%d)", s, signInScenario)
 		}
 	}
 	return nil

@@ -37,6 +37,9 @@
 //     create_ticket on two hosts vs one; the longest time with no call
 //     accepted after SIGKILL of the bucket's and the stream's leaders; the
 //     record's disk and memory per request (cluster*.go).
+//  10. issue 34: create_ticket at the top session count with signed-in
+//     users' JWTs validated against an issuer's JWKS vs static bearer
+//     tokens, and with the audit trail on vs -audit=false (scenario10.go).
 //
 // mcp-front's -bench-noop-tool (env TICKETRELAY_BENCH_NOOP_TOOL) is for
 // this harness only and is not listed by -help: it also serves

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"ticketrelay/internal/e2eproc"
 )
 
 // Args are create_ticket's arguments as a client sends them; the no-op twin
@@ -98,11 +100,20 @@ type sessions struct {
 // connect opens n sessions to the streamable HTTP endpoint, asking for
 // protocol (empty: the SDK's latest).
 func connect(ctx context.Context, endpoint, protocol string, n int) (*sessions, error) {
+	return connectAs(ctx, endpoint, protocol, n, nil)
+}
+
+// connectAs is connect with session i sending token(i) as its bearer
+// token (none if token is nil).
+func connectAs(ctx context.Context, endpoint, protocol string, n int, token func(i int) string) (*sessions, error) {
 	s := &sessions{endpoint: endpoint}
 	for i := range n {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = 8
 		hc := &http.Client{Transport: tr}
+		if token != nil {
+			hc.Transport = e2eproc.Bearer{Token: token(i), Next: tr}
+		}
 		c := mcp.NewClient(&mcp.Implementation{Name: "ticketrelay-loadgen", Version: "1"}, nil)
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		cs, err := c.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc, MaxRetries: -1},

@@ -11,6 +11,7 @@ import (
 
 	"ticketrelay/outbox"
 	"ticketrelay/sqlitedb"
+	"ticketrelay/trail"
 )
 
 // Open opens (creating if needed) the ticketrelay database at path and
@@ -21,9 +22,10 @@ func Open(ctx context.Context, path string) (*sqlitedb.DB, error) {
 
 // schema is the database's one migration sequence: the ledger's steps and
 // the outbox's (outbox.Migrations), each owner's SQL in its own package,
-// numbered as the file's user_version has always counted them. At a
-// version with steps of both, the ledger's run first.
-var schema = sqlitedb.MustMerge(migrations, outbox.Migrations)
+// numbered as the file's user_version has always counted them, and the
+// audit trail's (trail.Migrations). At a version with steps of several,
+// the ledger's run first.
+var schema = sqlitedb.MustMerge(migrations, outbox.Migrations, trail.Migrations)
 
 // migrations are the ledger's steps: the tables requests (with the tickets
 // view), deliveries, dispatchers and settings. Append only: never edit a

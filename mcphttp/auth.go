@@ -209,7 +209,8 @@ type tokenInfoKey struct{}
 // speed), and refusals are logged at most once a minute per address, with
 // the count of those held back. Both refusals close the connection after
 // the answer, so that a client refused cannot keep connections open.
-func requireToken(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refused func(string), next http.Handler) http.Handler {
+func requireToken(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refused func(string),
+	audit func(*http.Request, string, string, string), next http.Handler) http.Handler {
 	limit := cfg.FailureLimit
 	if limit.PerSecond == 0 {
 		limit = DefaultAuthFailureLimit
@@ -279,6 +280,7 @@ func requireToken(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refus
 			}
 			if !p.HasScopes(cfg.Scopes) {
 				refused(RefusedInsufficientScope)
+				audit(r, p.ID(), "", RefusedInsufficientScope)
 				if pass, held := logs.Pass(ip); pass {
 					log.Warn("request refused: the access token lacks a scope", "client", ip, "method", r.Method,
 						"subject", p.ID(), "has", p.Scopes, "needs", cfg.Scopes, "refused_since_last_warning", held)
@@ -309,7 +311,8 @@ func requireToken(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refus
 // client answers by asking the user for the scope. It runs after checkBody,
 // which read the message. The connection stays open: the client calls
 // again on it once it holds the scope.
-func stepUp(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refused func(string), next http.Handler) http.Handler {
+func stepUp(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refused func(string),
+	audit func(*http.Request, string, string, string), next http.Handler) http.Handler {
 	if cfg == nil || cfg.StepUp == nil {
 		return next
 	}
@@ -342,6 +345,7 @@ func stepUp(cfg *AuthConfig, log *slog.Logger, now func() time.Time, refused fun
 			return
 		}
 		refused(RefusedInsufficientScope)
+		audit(r, ti.UserID, call.Params.Name, RefusedInsufficientScope)
 		if pass, held := logs.Pass(ti.UserID); pass {
 			log.Warn("tool call refused: the access token lacks the scope its grant needs", "subject", ti.UserID,
 				"tool", call.Params.Name, "needs", scope, "refused_since_last_warning", held)

@@ -2,6 +2,7 @@ package mcphttp
 
 import (
 	"log/slog"
+	"net/http"
 	"time"
 )
 
@@ -102,8 +103,13 @@ type Config struct {
 	// answer of this layer itself except the SDK's own (404 for an unknown
 	// session, 403 for another subject's, 405, 415).
 	Refused func(reason string)
-	Now     func() time.Time // clock of the rate limiters and log gates; default time.Now
-	Logger  *slog.Logger
+	// Audit, if set, is told of each request refused for a caller this
+	// layer knows (a valid token: a scope it lacks, a step-up, its rate
+	// limit), for the audit trail: its subject, the tool of a tools/call
+	// whose name was read ("" otherwise) and the Refused* word.
+	Audit  func(r *http.Request, subject, tool, reason string)
+	Now    func() time.Time // clock of the rate limiters and log gates; default time.Now
+	Logger *slog.Logger
 }
 
 // withDefaults fills the zero fields of c with their defaults.
@@ -143,6 +149,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Refused == nil {
 		c.Refused = func(string) {}
+	}
+	if c.Audit == nil {
+		c.Audit = func(*http.Request, string, string, string) {}
 	}
 	if c.Evicted == nil {
 		c.Evicted = func(string) {}

@@ -89,12 +89,14 @@ func NewHandler(srv *mcp.Server, cfg Config) *Handler {
 // checks wraps route in this layer's checks and limits, in the order
 // Handler describes (the first to run is the outermost).
 func checks(cfg Config, route http.Handler) http.Handler {
-	chain := checkBody(cfg.MaxBodyBytes, cfg.BodyTimeout, cfg.Refused, stepUp(cfg.Auth, cfg.Logger, cfg.Now, cfg.Refused, route))
+	chain := checkBody(cfg.MaxBodyBytes, cfg.BodyTimeout, cfg.Refused, stepUp(cfg.Auth, cfg.Logger, cfg.Now, cfg.Refused, cfg.Audit, route))
 	if cfg.RateLimit.PerSecond > 0 {
-		chain = newRateLimiter(cfg.RateLimit, cfg.Now, cfg.Logger, cfg.Refused).wrap(chain)
+		rl := newRateLimiter(cfg.RateLimit, cfg.Now, cfg.Logger, cfg.Refused)
+		rl.audit = cfg.Audit
+		chain = rl.wrap(chain)
 	}
 	if cfg.Auth != nil {
-		chain = requireToken(cfg.Auth, cfg.Logger, cfg.Now, cfg.Refused, chain)
+		chain = requireToken(cfg.Auth, cfg.Logger, cfg.Now, cfg.Refused, cfg.Audit, chain)
 	}
 	chain = checkOrigin(cfg.AllowedOrigins, cfg.Refused, chain)
 	chain = checkHost(cfg.Refused, chain)

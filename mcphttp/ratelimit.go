@@ -163,6 +163,7 @@ type rateLimiter struct {
 	log     *slog.Logger
 	logs    *loggate.Gate
 	refused func(string)
+	audit   func(r *http.Request, subject, tool, reason string) // nil: none
 }
 
 func newRateLimiter(cfg RateLimit, now func() time.Time, log *slog.Logger, refused func(string)) *rateLimiter {
@@ -196,6 +197,9 @@ func (l *rateLimiter) wrap(next http.Handler) http.Handler {
 			return
 		}
 		l.refused(RefusedRateLimited)
+		if ti := auth.TokenInfoFromContext(r.Context()); ti != nil && l.audit != nil {
+			l.audit(r, ti.UserID, "", RefusedRateLimited)
+		}
 		secs := wholeSeconds(wait)
 		if pass, held := l.logs.Pass(key); pass {
 			l.log.Warn("rate limit exceeded", "client", key, "method", r.Method, "retry_after_s", secs, "refused_since_last_warning", held)

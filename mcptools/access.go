@@ -169,6 +169,9 @@ func (a *Access) byGrant(known []string, m *metrics.Front) mcp.Middleware {
 			if call, ok := req.(*mcp.CallToolRequest); ok && call.Params != nil &&
 				slices.Contains(known, call.Params.Name) && !a.allows(c, call.Params.Name) {
 				m.ToolRefused.WithLabelValues(call.Params.Name).Inc()
+				if o, ok := ctx.Value(outcomeKey{}).(*outcome); ok { // record's
+					o.word, o.reason = callRefused, "not granted"
+				}
 				return toolError(a.refusal(c, call.Params.Name)), nil
 			}
 			res, err := next(ctx, method, req)

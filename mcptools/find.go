@@ -24,12 +24,14 @@ func (s *Server) findHandler(ctx context.Context, req *mcp.CallToolRequest) (*mc
 	if err := validateFindID(a.RequestID); err != nil {
 		return findInvalid(o, err), nil
 	}
+	o.request(callerSubject(req), a.RequestID)
 	st, err := s.ledger.Find(ctx, callerSubject(req), a.RequestID)
 	if err != nil {
 		s.log.Error("find failed", "request_id", a.RequestID, "err", err)
+		o.reason = "storage error"
 		return toolError(fmt.Sprintf("could not read the status (%v); try again", err)), nil
 	}
-	o.word = metrics.CallOK
+	o.word, o.ticketID = metrics.CallOK, st.TicketID
 	return jsonResult(advised(st))
 }
 

@@ -16,6 +16,9 @@ type outcomeKey struct{}
 type outcome struct {
 	word     string // a metrics.Call* word; "" while no handler of ours ran
 	argument string // with metrics.CallInvalid: the argument at fault, as boundedArg names it
+	// For the audit trail (record): the scoped request id the call named,
+	// the ticket it answered, and why it failed, in a few words.
+	requestID, ticketID, reason string
 }
 
 // outcomeOf is the outcome a handler fills for the call ctx belongs to: an
@@ -42,9 +45,13 @@ func measure(m *metrics.Front) mcp.Middleware {
 			if !ok || call.Params == nil {
 				return next(ctx, method, req)
 			}
-			o := &outcome{}
+			o, ok := ctx.Value(outcomeKey{}).(*outcome) // record's, if it runs
+			if !ok {
+				o = &outcome{}
+				ctx = context.WithValue(ctx, outcomeKey{}, o)
+			}
 			start := time.Now()
-			res, err := next(context.WithValue(ctx, outcomeKey{}, o), method, req)
+			res, err := next(ctx, method, req)
 			if o.word != "" {
 				o.count(m, call.Params.Name, time.Since(start))
 			}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -19,6 +20,7 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/request"
 	"ticketrelay/ticket"
+	"ticketrelay/trail"
 )
 
 // FindRequestTool is the name of the status tool.
@@ -41,6 +43,9 @@ type Config struct {
 	// Access holds each caller to its grants; nil: every caller may call
 	// every tool.
 	Access *Access
+	// Trail, if set, records every tool call in the audit trail.
+	Trail trail.Recorder
+	Now   func() time.Time // the trail's clock; default time.Now
 }
 
 // Requests is the part of a store the tools use: accept a request exactly
@@ -84,8 +89,9 @@ func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Serve
 	}
 	// byProtocol is outermost: a method it refuses is no tool call to
 	// count, and it shapes the list byGrant filtered. A call byGrant
-	// refuses reaches no handler, so measure does not count it either.
-	srv.AddReceivingMiddleware(byProtocol(), cfg.Access.byGrant(known, m), measure(m))
+	// refuses reaches no handler, so measure does not count it either;
+	// record, outside byGrant, records it.
+	srv.AddReceivingMiddleware(byProtocol(), record(cfg.Trail, cfg.Now), cfg.Access.byGrant(known, m), measure(m))
 	for _, b := range cfg.Bindings {
 		srv.AddTool(createTool(b), s.createHandler(b))
 	}

@@ -26,21 +26,29 @@ func DialAs(ctx context.Context, url, token string) (*mcp.ClientSession, error) 
 		DisableStandaloneSSE: true,
 	}
 	if token != "" {
-		tr.HTTPClient = &http.Client{Transport: bearer{token: token, next: http.DefaultTransport}}
+		tr.HTTPClient = &http.Client{Transport: Bearer{Token: token, Next: http.DefaultTransport}}
 	}
 	return c.Connect(ctx, tr, nil)
 }
 
-// bearer adds an Authorization header to every request.
-type bearer struct {
-	token string
-	next  http.RoundTripper
+// Bearer adds an Authorization header with Token to every request.
+type Bearer struct {
+	Token string
+	Next  http.RoundTripper
 }
 
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+func (b Bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
+	r.Header.Set("Authorization", "Bearer "+b.Token)
+	return b.Next.RoundTrip(r)
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the
+// transport underneath.
+func (b Bearer) CloseIdleConnections() {
+	if c, ok := b.Next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 // Connect dials url (see Dial) within 20 s or fails t; the session is

@@ -26,6 +26,7 @@ import (
 	"ticketrelay/request"
 	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
+	"ticketrelay/trail"
 )
 
 // adminStore is the part of the ledger the operator commands use.
@@ -34,9 +35,10 @@ type adminStore interface {
 	Redrive(ctx context.Context, requestID string) error
 	RedriveFailed(ctx context.Context, target string) ([]string, error)
 	Resolve(ctx context.Context, requestID string, delivered bool, externalID string) error
+	// Trail is the database's audit trail, where the actions above are
+	// recorded (operated).
+	Trail() *trail.Store
 }
-
-var _ adminStore = (*ledger.Ledger)(nil)
 
 // runAdmin runs an operator subcommand (env.Args[0]). One that reads the
 // ledger opens the database itself and writes through a group-commit
@@ -62,7 +64,7 @@ func runAdmin(ctx context.Context, cmd command, env app.Env) error {
 			return err
 		}
 	}
-	if !cmd.ledger {
+	if !cmd.ledger || (cmd.name == "audit" && flagValue(cf.fs, "multi-host") == "true") {
 		return cmd.run(ctx, nil, cf.fs, natsOpts, args, env.Stdout)
 	}
 	dbPath, dataDir := cf.db, cf.data
@@ -87,7 +89,13 @@ func runAdmin(ctx context.Context, cmd command, env app.Env) error {
 	defer waker.Close()
 	w := sqlitedb.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer, sqlitedb.AfterCommit(waker.Wake))
 	defer w.Close()
-	return cmd.run(ctx, ledger.New(db, w, time.Now), cf.fs, natsOpts, args, env.Stdout)
+	tr, err := trail.Open(ctx, *dbPath)
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	op := &operated{Ledger: ledger.New(db, w, time.Now), trail: tr, operator: operatorName(optionalFlag(cf.fs, "operator")), now: time.Now}
+	return cmd.run(ctx, op, cf.fs, natsOpts, args, env.Stdout)
 }
 
 // parseInterspersed parses flags that may come after positional arguments
@@ -107,6 +115,14 @@ func parseInterspersed(fs *flag.FlagSet, args []string, lookup func(string) (str
 }
 
 func flagValue(fs *flag.FlagSet, name string) string { return fs.Lookup(name).Value.String() }
+
+// optionalFlag is flagValue of a flag some commands lack; "" for those.
+func optionalFlag(fs *flag.FlagSet, name string) string {
+	if f := fs.Lookup(name); f != nil {
+		return f.Value.String()
+	}
+	return ""
+}
 
 func adminStatus(ctx context.Context, l adminStore, fs *flag.FlagSet, natsOpts []nats.Option, args []string, out io.Writer) error {
 	if len(args) > 0 {

@@ -148,7 +148,11 @@ func adminForgetHost(ctx context.Context, _ adminStore, fs *flag.FlagSet, natsOp
 	if err != nil {
 		return err
 	}
-	if err := store.ForgetHost(ictx, args[0]); err != nil {
+	err = store.ForgetHost(ictx, args[0])
+	if rerr := recordForgetHost(ctx, c, operatorName(optionalFlag(fs, "operator")), args[0], err); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "forgot host %s of installation %s: it is no longer listed or alerted on; if it runs again, it rejoins\n", args[0], c.inst)

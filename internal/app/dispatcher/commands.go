@@ -22,6 +22,9 @@ type command struct {
 	// ledger: it opens the dispatcher's database (-db, -data); without,
 	// it runs against the cluster from wherever the operator is.
 	ledger bool
+	// operates: it changes something, and the audit trail records who did
+	// it (-operator).
+	operates bool
 	// flags declares its own flags on fs beside -db and -data; the NATS
 	// flags of a command that connects to the cluster are returned.
 	flags func(fs *flag.FlagSet) *app.NATSFlags
@@ -34,7 +37,7 @@ type command struct {
 // same database as the dispatcher's, -nats and the like the same cluster,
 // so an operator runs a command with the environment of the dispatcher's
 // unit.
-var adminOnlyFlags = []string{"json", "failed", "target", "delivered"}
+var adminOnlyFlags = append([]string{"json", "failed", "target", "delivered"}, auditFlags...)
 
 // commands are the dispatcher's subcommands, in the order -help lists them.
 var commands = []command{
@@ -73,7 +76,8 @@ filing the ticket again under a new request_id is not. Give the requests'
 ids (a token subject's as SUBJECT:REQUEST_ID), or -failed for every failed
 request, of one target with -target. It takes failed requests only.
 `,
-		ledger: true,
+		ledger:   true,
+		operates: true,
 		flags: func(fs *flag.FlagSet) *app.NATSFlags {
 			fs.Bool("failed", false, "every failed request, instead of REQUEST_IDs")
 			fs.String("target", "", "with -failed: only the failed requests to this `target`")
@@ -94,7 +98,8 @@ again. Look for the ticket at the target (status says what to look for),
 then record -delivered EXTERNAL_ID if it is there, or -failed if it is not
 (the agent is then told to file it again under a new request_id).
 `,
-		ledger: true,
+		ledger:   true,
+		operates: true,
 		flags: func(fs *flag.FlagSet) *app.NATSFlags {
 			fs.String("delivered", "", "settle as delivered, with the `external_id` the target gave the ticket")
 			fs.Bool("failed", false, "settle as not delivered")
@@ -110,14 +115,17 @@ then record -delivered EXTERNAL_ID if it is there, or -failed if it is not
 record, once the other hosts have finished adopting what it left (status
 -multi-host shows it "finished"): it is no longer listed, nor alerted on.
 It refuses a host that is live or not adopted yet. A forgotten host that
-runs again rejoins. It needs no database.
+runs again rejoins. It needs no database: the installation's audit trail
+stream records it.
 `,
+		operates: true,
 		flags: func(fs *flag.FlagSet) *app.NATSFlags {
 			nf := addClusterConnFlags(fs)
 			return &nf
 		},
 		run: adminForgetHost,
 	},
+	auditCommand,
 }
 
 // commandNamed is the subcommand called name.
@@ -154,6 +162,9 @@ func (c command) newFlags() commandFlags {
 	if c.ledger {
 		cf.db = cf.fs.String("db", "", "SQLite database `path` (default DATA/tickets.db)")
 		cf.data = cf.fs.String("data", "data", "the dispatcher's data `directory`")
+	}
+	if c.operates {
+		cf.fs.String("operator", "", "who runs this, as the audit trail records it (default: the OS user, as os:NAME)")
 	}
 	cf.nats = c.flags(cf.fs)
 	return cf

@@ -43,6 +43,8 @@ type Options struct {
 	Retention       time.Duration // -retention; default 24h
 	PollInterval    time.Duration // -poll-interval; default 20ms
 	AuditAfter      time.Duration // -audit-after; default 5m
+	AuditRetention  time.Duration // -audit-retention; default 90 days
+	AuditFile       string        // -audit-file; empty: no file
 	AddrFile        string        // -addr-file
 	Insecure        bool          // -insecure
 
@@ -55,6 +57,7 @@ const (
 	sectionStore    = "Advanced: relay, JetStream and the ledger"
 	sectionHosts    = "Advanced: several hosts (-multi-host) and an external NATS server (-nats)"
 	sectionMisc     = "Advanced: listeners and scripts"
+	sectionTrail    = "Advanced: the audit trail"
 )
 
 // flags declares o's flags on fs, with their defaults, and returns their
@@ -87,6 +90,10 @@ func (o *Options) flags(fs *flag.FlagSet) *flagenv.Help {
 		fs.DurationVar(&o.Retention, "retention", 24*time.Hour, "how long (`duration`, >= 30m) a settled request is remembered; a request_id reused after it is a new request")
 		fs.IntVar(&o.Replicas, "replicas", 0, "replicas (`n`) of the stream and, with -multi-host, of the request bucket (0: 3 with -multi-host, else 1)")
 		fs.StringVar(&o.NATSStageDir, "nats-stage-dir", "auto", "`directory` on a memory filesystem where the embedded nats-server stages atomic batches (auto: one under "+natsjs.DefaultStageRoot+" if it exists; empty: in the store, on disk)")
+	})
+	h.Section(sectionTrail, fs, func() {
+		fs.DurationVar(&o.AuditRetention, "audit-retention", 90*24*time.Hour, "how long (`duration`, >= 1h) the audit trail keeps an entry (and, with -multi-host, the trail stream a message)")
+		fs.StringVar(&o.AuditFile, "audit-file", "", "append the audit trail to this `file` as JSON lines, for a log shipper to follow (resumes where it stopped; follows rotation by rename)")
 	})
 	h.Section(sectionHosts, fs, func() {
 		fs.BoolVar(&o.MultiHost, "multi-host", false, "one of several hosts of an installation on a replicated NATS cluster (-nats, -installation): every host's forwarder delivers every host's tickets, through the cluster record")
@@ -146,6 +153,8 @@ func (o Options) Validate(lookup func(string) (string, bool)) error {
 	case o.AuditAfter <= o.DeliveryTimeout:
 		problem = fmt.Sprintf("-audit-after %s must be longer than -delivery-timeout %s: the audit must never take a request whose attempt is still running for one the forwarder let go",
 			o.AuditAfter, o.DeliveryTimeout)
+	case o.AuditRetention < MinAuditRetention:
+		problem = fmt.Sprintf("-audit-retention %s: keep the audit trail at least %s", o.AuditRetention, MinAuditRetention)
 	case o.NATS == "" && !app.IsLoopbackListen(o.NATSListen):
 		// Its traffic (every ticket) is not encrypted.
 		problem = fmt.Sprintf("-nats-listen %s: the embedded nats-server has no TLS, so it listens on loopback only; "+

@@ -82,7 +82,7 @@ func (d *dispatcher) buildServices(ctx context.Context) error {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
 	d.services["stream-watch"] = watcher.Run
-	return nil
+	return d.buildTrail(ctx)
 }
 
 // announcePresence says which targets this dispatcher serves before it

@@ -25,6 +25,7 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/outbox"
 	"ticketrelay/sqlitedb"
+	"ticketrelay/trail"
 )
 
 // synopsis is mcp-front's short usage.
@@ -84,6 +85,8 @@ type front struct {
 	m         *metrics.Front
 	srv       *mcp.Server
 	access    *mcptools.Access // nil: no grants
+	trail     *trail.Writer    // nil: -audit=false
+	writer    *sqlitedb.Writer // the ledger's group commit, which the trail joins
 
 	app.Closers // what build made, undone by Close
 }
@@ -119,7 +122,14 @@ func (f *front) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if f.srv, err = mcptools.New(mcptools.Config{Version: app.Version, Bindings: f.bindings, Access: f.access}, requests, f.m, f.log); err != nil {
+	if err := f.openTrail(ctx, f.writer); err != nil {
+		return err
+	}
+	mc := mcptools.Config{Version: app.Version, Bindings: f.bindings, Access: f.access}
+	if f.trail != nil {
+		mc.Trail = f.trail
+	}
+	if f.srv, err = mcptools.New(mc, requests, f.m, f.log); err != nil {
 		return err
 	}
 	if f.o.BenchNoopTool {
@@ -158,6 +168,7 @@ func (f *front) openLedger(ctx context.Context) (mcptools.Requests, error) {
 		waker.Close()
 	})
 	l := ledger.New(db, w, time.Now)
+	f.writer = w
 	if !f.o.MultiHost {
 		return l, nil
 	}

@@ -76,6 +76,7 @@ func (f *front) serveHTTP(ctx context.Context) error {
 	hc.Refused = func(reason string) { f.m.HTTPRefused.WithLabelValues(reason).Inc() }
 	hc.Evicted = func(reason string) { f.m.HTTPSessionsEvicted.WithLabelValues(reason).Inc() }
 	hc.Logger = f.log
+	f.auditRefusals(&hc)
 	h := mcphttp.NewHandler(f.srv, hc)
 	defer h.Close()
 	metrics.SessionsFunc(f.reg, h.Sessions)

@@ -81,6 +81,7 @@ type Options struct {
 	NATS                  string        // -nats
 	Installation          string        // -installation
 	BenchNoopTool         bool          // -bench-noop-tool (hidden: benchmarks only)
+	Audit                 bool          // -audit; default true
 
 	natsFlags        app.NATSFlags
 	metricsListenSet bool // -metrics-listen was given (flag or environment)
@@ -143,6 +144,7 @@ func (o *Options) flags(fs *flag.FlagSet) *flagenv.Help {
 		fs.StringVar(&o.OAuthClientID, "oauth-client-id", "", "this server's client `id` at the issuer, to introspect opaque access tokens (needs -oauth-client-secret-file)")
 		fs.StringVar(&o.OAuthClientSecretFile, "oauth-client-secret-file", "", "`file` holding the secret of -oauth-client-id")
 		fs.IntVar(&o.AuthFailures, "auth-failures", mcphttp.DefaultAuthFailureLimit.Burst, "requests without a valid token one client address may send in a row (`n`); then all its requests get 429, allowing one failure per second (0: no limit)")
+		fs.BoolVar(&o.Audit, "audit", true, "record every tool call in the audit trail (the database's trail table; read it with dispatcher audit): who called, with which client, which tool and request_id, the outcome; never a token or a ticket's text")
 		fs.BoolVar(&o.Insecure, "insecure", false, "allow listening beyond loopback without bearer tokens, and -metrics-listen beyond loopback (/metrics has no authentication)")
 	})
 	h.Section(sectionHosts, fs, func() {
