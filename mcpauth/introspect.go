@@ -30,21 +30,13 @@ type Introspection struct {
 // at most this long after.
 const DefaultIntrospectionCacheTTL = 30 * time.Second
 
-// maxCachedTokens bounds the introspection cache.
-const maxCachedTokens = 10000
-
 type introspector struct {
 	v   *Validator
 	cfg Introspection
 
 	mu    sync.Mutex
 	url   string
-	cache map[[sha256.Size]byte]cached // by the token's SHA-256: the token is not kept
-}
-
-type cached struct {
-	p     Principal
-	until time.Time
+	cache *tokenCache
 }
 
 func newIntrospector(v *Validator, cfg Introspection) (*introspector, error) {
@@ -59,7 +51,7 @@ func newIntrospector(v *Validator, cfg Introspection) (*introspector, error) {
 	if cfg.CacheTTL <= 0 {
 		cfg.CacheTTL = DefaultIntrospectionCacheTTL
 	}
-	return &introspector{v: v, cfg: cfg, url: cfg.URL, cache: map[[sha256.Size]byte]cached{}}, nil
+	return &introspector{v: v, cfg: cfg, url: cfg.URL, cache: newTokenCache()}, nil
 }
 
 // answer is an introspection response (RFC 7662 §2.2).
@@ -82,12 +74,9 @@ type answer struct {
 func (in *introspector) validate(ctx context.Context, token string) (Principal, error) {
 	sum := sha256.Sum256([]byte(token))
 	now := in.v.now()
-	in.mu.Lock()
-	if c, ok := in.cache[sum]; ok && now.Before(c.until) {
-		in.mu.Unlock()
-		return c.p, nil
+	if p, ok := in.cache.get(sum, now, 0); ok {
+		return p, nil
 	}
-	in.mu.Unlock()
 
 	a, raw, err := in.ask(ctx, token)
 	if err != nil {
@@ -111,23 +100,7 @@ func (in *introspector) validate(ctx context.Context, token string) (Principal, 
 	if err != nil {
 		return Principal{}, err
 	}
-	until := now.Add(in.cfg.CacheTTL)
-	if p.Expiry.Before(until) {
-		until = p.Expiry
-	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if len(in.cache) >= maxCachedTokens {
-		for k, c := range in.cache {
-			if !now.Before(c.until) {
-				delete(in.cache, k)
-			}
-		}
-		if len(in.cache) >= maxCachedTokens {
-			clear(in.cache)
-		}
-	}
-	in.cache[sum] = cached{p: p, until: until}
+	in.cache.put(sum, now, cached{p: p, until: now.Add(in.cfg.CacheTTL)})
 	return p, nil
 }
 

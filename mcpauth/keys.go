@@ -1,7 +1,9 @@
 package mcpauth
 
 import (
+	"bytes"
 	"context"
+	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,8 +11,10 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
@@ -40,6 +44,30 @@ type keyCache struct {
 	tried    time.Time     // last attempt
 	inflight chan struct{} // closed when the running fetch ends; nil if none
 	lastErr  error
+
+	// gen counts the fetches that withdrew a key: a token cached as
+	// verified under an older generation is verified again.
+	gen atomic.Uint64
+}
+
+// generation is the keys' generation (see gen).
+func (c *keyCache) generation() uint64 { return c.gen.Load() }
+
+// withdrawn reports whether a key of held is not among fetched.
+func withdrawn(held, fetched []jose.JSONWebKey) bool {
+	for _, h := range held {
+		ht, err := h.Thumbprint(crypto.SHA256)
+		if err != nil {
+			return true
+		}
+		if !slices.ContainsFunc(fetched, func(f jose.JSONWebKey) bool {
+			ft, err := f.Thumbprint(crypto.SHA256)
+			return err == nil && f.KeyID == h.KeyID && f.Algorithm == h.Algorithm && bytes.Equal(ft, ht)
+		}) {
+			return true
+		}
+	}
+	return false
 }
 
 // lookup returns the keys that may have signed a token with header kid and
@@ -125,6 +153,9 @@ func (c *keyCache) refresh(ctx context.Context) error {
 		c.v.cfg.Logger.Error("OAuth signing keys could not be fetched; keys already held still serve",
 			"issuer", c.v.cfg.Issuer, "jwks", jwksURL, "keys_held", len(c.keys), "err", err)
 		return err
+	}
+	if withdrawn(c.keys, keys) {
+		c.gen.Add(1)
 	}
 	c.jwksURL, c.keys, c.fetched = jwksURL, keys, c.v.now()
 	c.v.cfg.Metrics.Refreshed(true, len(keys))

@@ -2,6 +2,7 @@ package mcpauth
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -130,10 +131,11 @@ type Config struct {
 
 // Validator validates access tokens of one issuer for one resource.
 type Validator struct {
-	cfg   Config
-	algs  []jose.SignatureAlgorithm
-	keys  *keyCache
-	intro *introspector // nil: opaque tokens refused
+	cfg      Config
+	algs     []jose.SignatureAlgorithm
+	keys     *keyCache
+	verified *tokenCache   // JWTs whose signature and claims checked out
+	intro    *introspector // nil: opaque tokens refused
 }
 
 // New checks cfg and returns its validator. It does not reach the issuer:
@@ -192,7 +194,7 @@ func New(cfg Config) (*Validator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	v := &Validator{cfg: cfg, algs: algs}
+	v := &Validator{cfg: cfg, algs: algs, verified: newTokenCache()}
 	v.keys = &keyCache{v: v, jwksURL: cfg.JWKSURL}
 	if cfg.Introspection != nil {
 		in, err := newIntrospector(v, *cfg.Introspection)
@@ -249,6 +251,10 @@ func (v *Validator) validate(ctx context.Context, token string) (Principal, erro
 		}
 		return Principal{}, refuse(OutcomeMalformed, "the token is not a JWT (and opaque tokens are not introspected)")
 	}
+	sum, gen := sha256.Sum256([]byte(token)), v.keys.generation()
+	if p, ok := v.verified.get(sum, v.now(), gen); ok {
+		return p, nil
+	}
 	head, err := header(token)
 	if err != nil {
 		return Principal{}, err
@@ -280,7 +286,13 @@ func (v *Validator) validate(ctx context.Context, token string) (Principal, erro
 	if json.Unmarshal(payload, &c) != nil || json.Unmarshal(payload, &c.raw) != nil {
 		return Principal{}, refuse(OutcomeMalformed, "the token's claims are not the JSON of an access token")
 	}
-	return v.check(c)
+	p, err := v.check(c)
+	if err == nil {
+		// Cached under the generation read before the keys were: a key
+		// withdrawn meanwhile makes the entry stale at once.
+		v.verified.put(sum, v.now(), cached{p: p, until: p.Expiry, gen: gen})
+	}
+	return p, err
 }
 
 type jwsHeader struct {

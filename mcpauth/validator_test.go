@@ -208,7 +208,9 @@ func TestLeeway(t *testing.T) {
 func TestKeyRotation(t *testing.T) {
 	f := newFixture(t, func(c *mcpauth.Config) { c.MinRefreshInterval = time.Minute; c.KeysTTL = time.Hour })
 	old := f.is.Signer()
-	oldToken := f.is.Mint(f.claims("user-1"))
+	long := f.claims("user-1")
+	long["exp"] = f.clk.Now().Add(24 * time.Hour).Unix() // outlives the test's clock
+	oldToken := f.is.Mint(long)
 	if _, err := f.v.Validate(t.Context(), oldToken); err != nil {
 		t.Fatal(err)
 	}
@@ -248,4 +250,23 @@ func TestKeyRotation(t *testing.T) {
 		return f.is.JWKSFetches() > before && testutil.ToFloat64(f.m.JWKSRefreshes.WithLabelValues(metrics.RefreshOK)) == 4
 	})
 	f.refused(t, mcpauthtest.MintWith(t, old, f.claims("user-1")), mcpauth.OutcomeUnknownKey)
+	// A token that verified (and was remembered) under the retired key is
+	// refused too: withdrawing a key revokes what it signed.
+	f.refused(t, oldToken, mcpauth.OutcomeUnknownKey)
+}
+
+// TestRememberedTokenExpires: a token validated once is refused after its
+// exp like one never seen.
+func TestRememberedTokenExpires(t *testing.T) {
+	f := newFixture(t, func(c *mcpauth.Config) { c.Leeway = -1 })
+	c := f.claims("user-1")
+	c["exp"] = f.clk.Now().Add(time.Minute).Unix()
+	token := f.is.Mint(c)
+	for range 2 {
+		if _, err := f.v.Validate(t.Context(), token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.clk.Add(time.Minute + time.Second)
+	f.refused(t, token, mcpauth.OutcomeExpired)
 }
