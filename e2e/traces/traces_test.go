@@ -3,6 +3,7 @@ package traces_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -112,21 +113,14 @@ func newDownstream(t *testing.T, j *jaeger, failFirst int) *downstream {
 		}
 		proxy.ServeHTTP(w, r)
 	})
-	ln, err := e2eproc.FreeAddr()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.srv = &http.Server{Addr: ln, Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = d.srv.ListenAndServe() }()
+	d.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = d.srv.Serve(ln) }()
 	t.Cleanup(func() { _ = d.srv.Close() })
-	d.url = "http://" + ln + strings.TrimPrefix(d.hook.URL(), target.Scheme+"://"+target.Host)
-	testwait.For(t, 10*time.Second, "the downstream's listener", func() bool {
-		resp, err := http.Get("http://" + ln + "/")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	})
+	d.url = "http://" + ln.Addr().String() + strings.TrimPrefix(d.hook.URL(), target.Scheme+"://"+target.Host)
 	return d
 }
 
