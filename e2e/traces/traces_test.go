@@ -216,10 +216,10 @@ const (
 // downstream's server span.
 func wholePath(tr jtrace) bool {
 	want := map[string]bool{
-		"mcp-front/tools/call create_in_ops_hook": false,
-		"dispatcher/publish tickets.ops-hook":     false,
-		"dispatcher/deliver ops-hook":             false,
-		"dispatcher/HTTP POST":                    false,
+		"mcp-front/tools/call create_in_ops_hook":  false,
+		"dispatcher/publish tickets.ops-hook":      false,
+		"dispatcher/deliver ops-hook":              false,
+		"dispatcher/HTTP POST":                     false,
 		"downstream-fake/POST " + webhooktest.Path: false,
 	}
 	for _, s := range tr.Spans {
