@@ -31,6 +31,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"ticketrelay/internal/loggate"
 )
 
 // Scope is the instrumentation scope of every span ticketrelay makes.
@@ -199,7 +201,13 @@ func Start(ctx context.Context, service string, lookup func(string) (string, boo
 	)
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagator)
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing: export failed", "err", err) }))
+	// A collector that is down fails every export: one line a minute.
+	gate := loggate.New(loggate.Every, 1, time.Now)
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		if ok, held := gate.Pass("export"); ok {
+			log.Warn("tracing: export failed", "err", err, "held_back", held)
+		}
+	}))
 	tracer.Store(&tracerBox{t: tp.Tracer(Scope)})
 	for _, kv := range attrs {
 		if kv.Key == semconv.HostNameKey {
