@@ -33,7 +33,8 @@ type attempt struct {
 	// ahead is the request's record read ahead with other messages' (see
 	// readAhead); nil: run reads it.
 	ahead *ledger.Prior
-	trace trace.SpanContext // the attempt's span (tracing), named in its log lines
+	// trace is the attempt's span (tracing), named in its log lines.
+	trace trace.SpanContext
 	alive struct { // keepAlive's timer
 		mu      sync.Mutex
 		stopped bool
