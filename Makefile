@@ -17,7 +17,7 @@ LDFLAGS  := -X ticketrelay/internal/app.Version=$(VERSION)
 # the measurements). Tests keep cgo: the race detector needs it.
 BUILD    := CGO_ENABLED=0 $(GO) build
 
-.PHONY: all build run test test/short test/race lint vet fmt bench clean interop test-redmine test-oauth
+.PHONY: all build run test test/short test/race lint vet fmt bench clean interop test-redmine test-oauth test-traces
 
 all: build
 
@@ -125,6 +125,17 @@ test-oauth: ## signing in against a real Ory Hydra: the go-sdk's OAuth client, a
 # Every alert of deploy/prometheus/alerts.yml: promtool's checks and unit
 # tests (alerts_test*.yml), then a real Prometheus scraping a real dispatcher
 # (e2e/alerts), which fails here instead of skipping without prometheus.
+# Traces from the agent's call to the downstream (issue 37) read back from a
+# real Jaeger, pinned by the module of its own in tools/jaeger and built
+# once per version into TOOLS_CACHE (minutes on 2 cores, cold).
+JAEGER_VERSION := $(shell awk '$$1 == "github.com/jaegertracing/jaeger" {print $$2; exit}' tools/jaeger/go.mod)
+JAEGER         := $(TOOLS_CACHE)/jaeger-$(JAEGER_VERSION)/jaeger
+.PHONY: test-traces
+test-traces: ## traces through mcp-front, the dispatcher and a downstream, read back from a real Jaeger (built once into TOOLS_CACHE)
+	@test -x $(JAEGER) || { mkdir -p $(dir $(JAEGER)) && cd tools/jaeger && \
+		CGO_ENABLED=0 $(GO) build -o $(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger; }
+	TICKETRELAY_JAEGER=$(JAEGER) $(GO) test -race -count=1 -timeout 10m ./e2e/traces/... ./tracing/...
+
 .PHONY: test-alerts
 test-alerts: ## alert rules: promtool check and unit tests, and a real Prometheus (installs Debian's prometheus if missing: root)
 	scripts/prometheus-install.sh

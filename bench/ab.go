@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // compareAB runs create_ticket at n sessions on two mcp-front variants side
@@ -88,6 +90,51 @@ func (r *runner) compareAB(ctx context.Context, n int, ab ABConfig) error {
 			d += "; peak RSS " + mib(rss)
 		}
 		r.rep.detail("%s", strings.TrimSpace(d))
+	}
+	return nil
+}
+
+// compareABDelivery drains scenario 8's backlog with two dispatcher
+// variants, alternately (A, B, A, B…), BacklogRounds times each, and
+// reports B's median delivery rate against A's.
+func (r *runner) compareABDelivery(ctx context.Context, ab ABConfig) error {
+	n := r.cfg.BacklogRows
+	saved := r.cfg.DispatcherEnv
+	defer func() { r.dispatcherBin, r.cfg.DispatcherEnv = "", saved }()
+	type side struct {
+		name, bin string
+		env       []string
+		drains    []drain
+	}
+	sides := []*side{{name: "A", bin: ab.BinA, env: ab.EnvA}, {name: "B", bin: ab.BinB, env: ab.EnvB}}
+	for k := range r.cfg.BacklogRounds {
+		for _, sd := range sides {
+			r.dispatcherBin = sd.bin
+			r.cfg.DispatcherEnv = append(append([]string(nil), saved...), sd.env...)
+			d, err := r.backlogRelay(ctx, fmt.Sprintf("ab-%s-%d", sd.name, k+1), n, 0, "", "")
+			if err != nil {
+				return err
+			}
+			sd.drains = append(sd.drains, d)
+		}
+	}
+	rate := func(sd *side) float64 { return median(sd.drains, drain.rate) }
+	cpu := func(sd *side) time.Duration {
+		return time.Duration(median(sd.drains, func(d drain) float64 { return float64(d.cpuPer()) }))
+	}
+	a, b := sides[0], sides[1]
+	desc := func(sd *side) string {
+		return fmt.Sprintf("%s: %s env %q", sd.name, cmp.Or(sd.bin, r.bin("dispatcher")), sd.env)
+	}
+	settings := fmt.Sprintf("deliver a %s-ticket backlog to a webhook (scenario 8's ticketrelay sender), medians of %d runs each, alternated; %s; %s",
+		count3(n), r.cfg.BacklogRounds, desc(a), desc(b))
+	r.rep.add(row{"A/B", "delivery throughput, B vs A", settings, perSec(rate(b)), perSec(rate(a)), times(ratio(rate(b), rate(a))), "—", "info"})
+	r.rep.add(row{"A/B", "dispatcher CPU per delivered ticket, B vs A", "same runs", fmt.Sprintf("%d µs", cpu(b).Microseconds()),
+		fmt.Sprintf("%d µs", cpu(a).Microseconds()), times(ratio(float64(cpu(b)), float64(cpu(a)))), "—", "info"})
+	for _, sd := range sides {
+		for i, d := range sd.drains {
+			r.rep.detail("A/B %s round %d: %s", sd.name, i+1, d)
+		}
 	}
 	return nil
 }

@@ -214,4 +214,8 @@ type ABConfig struct {
 	ArgsA, ArgsB []string // added to each side's flags
 	// Rows prefills both ledgers (as scenario 6 does) before the rounds.
 	Rows int
+	// Delivery compares two dispatcher variants instead (BinA, BinB are
+	// dispatcher binaries): scenario 8's backlog drained by each,
+	// alternately, BacklogRounds times.
+	Delivery bool
 }

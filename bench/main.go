@@ -57,6 +57,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	fs.StringVar(&abArgsA, "ab-args-a", "", "space-separated extra `flags` for side A")
 	fs.StringVar(&abArgsB, "ab-args-b", "", "space-separated extra `flags` for side B")
 	fs.IntVar(&ab.Rows, "ab-rows", 0, "prefill both ledgers with this many `rows` first")
+	fs.BoolVar(&ab.Delivery, "ab-delivery", false, "compare two dispatcher variants instead: -ab-bin-a/-b name dispatcher binaries, and each drains scenario 8's backlog, alternately")
 	fs.StringVar(&cfg.Version, "version", "dev", "build `name` printed in the report")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: loadgen [flags]\n\nRuns ticketrelay's benchmark scenarios against real processes on loopback and prints one table.\n\n")

@@ -94,6 +94,9 @@ type runner struct {
 	rep  *report
 	work string
 	s1   map[int]*s1Result
+	// dispatcherBin, if set, is the dispatcher binary scenario 8's relay
+	// sender runs (an A/B of deliveries); "": BinDir's.
+	dispatcherBin string
 	// s7 is scenario 7's throughput: create_ticket with the dispatcher
 	// beside mcp-front, closed loop, what the whole pipeline sustains on
 	// this machine. 0 until scenario 7 has run.
@@ -104,6 +107,10 @@ func (r *runner) runAll(ctx context.Context) {
 	cfg := r.cfg
 	top := cfg.maxSessions()
 	if cfg.AB != nil {
+		if cfg.AB.Delivery {
+			r.step(ctx, "A/B comparison of deliveries", func() error { return r.compareABDelivery(ctx, *cfg.AB) })
+			return
+		}
 		r.step(ctx, "A/B comparison", func() error { return r.compareAB(ctx, top, *cfg.AB) })
 		return
 	}

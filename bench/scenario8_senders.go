@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"debug/buildinfo"
 	"encoding/json"
@@ -128,7 +129,7 @@ func (r *runner) backlogRelay(ctx context.Context, name string, n int, latency t
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return d, err
 	}
-	bin, env := r.bin("dispatcher"), r.cfg.DispatcherEnv
+	bin, env := cmp.Or(r.dispatcherBin, r.bin("dispatcher")), r.cfg.DispatcherEnv
 	var pprofAddr string
 	if profile != "" {
 		// bench/profwrap runs the dispatcher's own code with a pprof listener.

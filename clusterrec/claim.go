@@ -10,6 +10,7 @@ import (
 	"ticketrelay/internal/backoff"
 	"ticketrelay/request"
 	"ticketrelay/ticket"
+	"ticketrelay/tracing"
 )
 
 // Claim is the answer to a claim: the request's record and its revision,
@@ -52,7 +53,9 @@ func (s *Store) Claim(ctx context.Context, t ticket.Ticket, hash string, busy fu
 // claim (a new one or one taken over), and its error is the answer:
 // a replay, a conflict or another subject's request are answered from
 // the record whatever may says.
-func (s *Store) claim(ctx context.Context, t ticket.Ticket, hash string, busy func() bool, may func(context.Context) error) (Claim, error) {
+func (s *Store) claim(ctx context.Context, t ticket.Ticket, hash string, busy func() bool, may func(context.Context) error) (_ Claim, err error) {
+	ctx, span := tracing.StartClaim(ctx, t.Scoped())
+	defer func() { tracing.End(span, err) }()
 	c := &claimer{s: s, t: t, hash: hash, key: Key(t.Scoped()), nonce: newNonce(), busy: busy, may: may}
 	// Most requests are new: the first try writes without reading (a
 	// conflict is the answer that the key has a record); every later one
@@ -140,6 +143,7 @@ func (c *claimer) create(ctx context.Context) (step, Claim, error) {
 		return stepDone, Claim{}, err
 	}
 	claim := Record{Phase: PhaseClaimed, Host: c.s.cfg.Host, Nonce: c.nonce, ClaimedAt: c.s.now().UTC(), ArgsHash: c.hash, Ticket: c.t}
+	claim.Trace, _ = tracing.Stored(ctx)
 	rev, err := c.s.create(ctx, c.key, claim)
 	switch {
 	case err == nil:

@@ -17,6 +17,7 @@ import (
 	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/maintenance"
 	"ticketrelay/request"
+	"ticketrelay/tracing"
 )
 
 // Heartbeat is a host's entry under "h.<host>": that it is alive, and how
@@ -532,6 +533,9 @@ func (h *Hosts) adoptRecord(ctx context.Context, key, lost string) (bool, error)
 		return false, nil
 	}
 	req := rec.Ticket.Request
+	// A new trace, linked to the claiming call's: its delivery follows it.
+	ctx, span := tracing.StartAdoption(ctx, req.Scoped(), lost, rec.Trace)
+	defer span.End()
 	if _, err := h.local.CreateAt(ctx, req, rec.ArgsHash, rec.Ticket.CreatedAt); err != nil {
 		return false, fmt.Errorf("commit %s: %w", req.RequestID, err)
 	}

@@ -47,6 +47,9 @@ type Record struct {
 	// is the caller's, its Subject the caller's subject.
 	Ticket   ticket.Ticket `json:"ticket"`
 	Delivery *Delivery     `json:"delivery,omitempty"`
+	// Trace is the claiming call's W3C traceparent ("": untraced): a host
+	// that adopts the request links its own trace to it.
+	Trace string `json:"trace,omitempty"`
 }
 
 // Delivery is a request's delivery outcome as the forwarders record it.

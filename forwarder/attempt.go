@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"ticketrelay/downstream"
 	"ticketrelay/internal/failpoint"
 	"ticketrelay/metrics"
 	"ticketrelay/request"
+	"ticketrelay/tracing"
 )
 
 // attempt is the handling of one message of one target.
@@ -31,6 +33,8 @@ type attempt struct {
 	// ahead is the request's record read ahead with other messages' (see
 	// readAhead); nil: run reads it.
 	ahead *request.Prior
+	// trace is the attempt's span (tracing), named in its log lines.
+	trace trace.SpanContext
 	alive struct { // keepAlive's timer
 		mu      sync.Mutex
 		stopped bool
@@ -43,7 +47,7 @@ type attempt struct {
 // goes well logs nothing at the default level, and slog's With formats its
 // attributes at once.
 func (a *attempt) log() *slog.Logger {
-	return a.f.log.With("target", a.t.Name(), "request_id", a.requestID)
+	return tracing.Logger(a.f.log, a.trace).With("target", a.t.Name(), "request_id", a.requestID)
 }
 
 // maxRetryDelay caps the wait an API may ask for (Retry-After): a date
@@ -147,6 +151,7 @@ func (a *attempt) deliver(ctx context.Context, p request.Prior) error {
 		Ticket: downstream.Present(a.f.cfg.Callers[a.t.Name()], p.Ticket),
 	}
 	rec := request.Delivery{RequestID: a.requestID, Target: a.t.Name(), Attempts: d.Attempt, Throttled: prev.Throttled, Version: prev.Version}
+	tracing.Attempt(ctx, d.Attempt)
 
 	if !caps.DedupeKey && found && prev.State == request.DeliveryAttempting {
 		if wait := a.untilCallEnded(prev); wait > 0 {
@@ -187,7 +192,7 @@ func (a *attempt) deliver(ctx context.Context, p request.Prior) error {
 	receipt, err := a.t.Deliver(cctx, d)
 	cancel()
 	a.answered(err)
-	a.f.metrics.DeliveryDuration.WithLabelValues(a.t.Name()).Observe(time.Since(start).Seconds())
+	tracing.Observe(ctx, a.f.metrics.DeliveryDuration.WithLabelValues(a.t.Name()), time.Since(start).Seconds())
 	failpoint.Hit(failpoint.ForwarderAfterDeliver)
 	if err == nil {
 		return a.delivered(ctx, rec, receipt)
@@ -261,6 +266,7 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 // record is durable the message stays unacknowledged in JetStream, as before.
 func (a *attempt) delivered(ctx context.Context, rec request.Delivery, r downstream.Receipt) error {
 	rec.State = string(request.StatusDelivered)
+	tracing.Outcome(ctx, metrics.OutcomeDelivered)
 	rec.ExternalID, rec.ExternalURL = r.ExternalID, r.URL
 	rec.LastError, rec.NextAttemptAt = "", time.Time{}
 	a.f.settling.Add(1)
@@ -354,6 +360,7 @@ func (a *attempt) failed(ctx context.Context, caps downstream.Capabilities, rec 
 		return err
 	}
 	a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeRetrying).Inc()
+	tracing.Outcome(ctx, metrics.OutcomeRetrying)
 	a.log().Warn("delivery failed; will retry", "attempt", rec.Attempts, "retry_in", delay, "err", e)
 	return a.msg.NakWithDelay(delay)
 }
@@ -365,6 +372,7 @@ func (a *attempt) dead(ctx context.Context, rec request.Delivery, why string) er
 		return err
 	}
 	a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeFailed).Inc()
+	tracing.Outcome(ctx, metrics.OutcomeFailed)
 	a.f.metrics.DeadLetters.WithLabelValues(a.t.Name()).Inc()
 	a.log().Error("delivery failed permanently", "why", why, "attempt", rec.Attempts, "err", rec.LastError)
 	// The message stays in the stream (Limits retention) for a redrive.
@@ -379,6 +387,7 @@ func (a *attempt) uncertain(ctx context.Context, rec request.Delivery, why strin
 		return err
 	}
 	a.f.metrics.Deliveries.WithLabelValues(a.t.Name(), metrics.OutcomeUncertain).Inc()
+	tracing.Outcome(ctx, metrics.OutcomeUncertain)
 	a.f.metrics.Uncertain.WithLabelValues(a.t.Name()).Inc()
 	a.log().Warn("delivery uncertain", "why", why)
 	return a.ack()

@@ -26,6 +26,7 @@ import (
 	"ticketrelay/internal/backoff"
 	"ticketrelay/metrics"
 	"ticketrelay/request"
+	"ticketrelay/tracing"
 )
 
 // Config tunes the forwarder. Zero fields take the documented defaults.
@@ -330,10 +331,12 @@ func (f *Forwarder) handle(ctx context.Context, t downstream.Target, it *item) {
 			f.busy.Delete(ref.RequestID)
 			f.done(it)
 		}}
+	ctx, span := startAttempt(ctx, &a)
 	err := a.run(ctx)
 	if err != nil {
 		a.bookkeepingFailed(err)
 	}
+	tracing.End(span, err)
 	if !a.settling {
 		a.release()
 	}

@@ -11,6 +11,7 @@ import (
 	"ticketrelay/request"
 	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
+	"ticketrelay/tracing"
 )
 
 // Ledger is the idempotency ledger of one database.
@@ -46,11 +47,14 @@ func (l *Ledger) CreateAt(ctx context.Context, req ticket.Request, hash string, 
 	// lookup before every first call cost a notable share of the server's
 	// CPU (decision 0071 has the measurements).
 	var res request.Result
+	// The calling span's trace context goes with the outbox row: the
+	// writer's transaction runs on no caller's context.
+	tp, ts := tracing.Stored(ctx)
 	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		ptx := l.w.Prepared(tx)
 		// Insert first: the unique index answers whether the id is new in
 		// the same probe, and only a repeat pays for a lookup.
-		r, inserted, err := l.insert(ctx, ptx, req, hash, at)
+		r, inserted, err := l.insert(ctx, ptx, req, hash, at, tp, ts)
 		if err != nil || inserted {
 			res = r
 			return err
@@ -104,7 +108,7 @@ func lookup(ctx context.Context, q outbox.Querier, req ticket.Request, hash stri
 // insert writes the ledger row, with its ticket, and the outbox row, and
 // returns the result, unless the ledger already holds req.RequestID: then it
 // writes nothing and reports false.
-func (l *Ledger) insert(ctx context.Context, tx sqlitedb.Tx, req ticket.Request, hash string, now time.Time) (res request.Result, inserted bool, err error) {
+func (l *Ledger) insert(ctx context.Context, tx sqlitedb.Tx, req ticket.Request, hash string, now time.Time, traceparent, tracestate string) (res request.Result, inserted bool, err error) {
 	scoped := req.Scoped()
 	t := ticket.Ticket{Request: req, ID: ticket.IDFor(scoped), CreatedAt: now.UTC()}
 	res = request.Result{RequestID: req.RequestID, TicketID: t.ID, Target: req.Target, Status: request.StatusQueued, CreatedAt: t.CreatedAt}
@@ -143,6 +147,9 @@ func (l *Ledger) insert(ctx context.Context, tx sqlitedb.Tx, req ticket.Request,
 		Subject:   outbox.SubjectFor(req.Target),
 		Payload:   payload,
 		CreatedAt: now,
+		// The call's trace context: the relay publishes within its trace.
+		TraceParent: traceparent,
+		TraceState:  tracestate,
 	}); err != nil {
 		return request.Result{}, false, err
 	}

@@ -15,6 +15,7 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/request"
 	"ticketrelay/ticket"
+	"ticketrelay/tracing"
 )
 
 type createArgs struct {
@@ -119,6 +120,7 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 			return s.notCreated(ctx, o, b.Tool, r.RequestID, err), nil
 		}
 		failpoint.Hit(failpoint.FrontAfterCommit) // committed, not yet answered
+		tracing.Request(ctx, r.Scoped(), res.TicketID, b.Target)
 		o.word, o.ticketID = metrics.CallCreated, res.TicketID
 		if res.Replayed {
 			o.word = metrics.CallReplayed
@@ -152,19 +154,19 @@ func (s *Server) notCreated(ctx context.Context, o *outcome, tool, requestID str
 			"Repeat this call with the same request_id and arguments in a few seconds: it will return that result.")
 	case errors.Is(err, clusterrec.ErrFull):
 		o.reason = "cluster record full"
-		s.log.Error("create refused: the cluster record is full", "tool", tool, "err", err)
+		s.log.ErrorContext(ctx, "create refused: the cluster record is full", "tool", tool, "err", err)
 		return toolError("the ticket was not accepted: ticketrelay's cluster record is full (an operator must act); " +
 			"nothing was written. Tell the user; retrying will not help until it is fixed.")
 	case errors.Is(err, clusterrec.ErrOrphaned):
 		o.reason = "dispatcher not running"
-		s.log.Warn("create refused: this host's dispatcher is not running", "tool", tool, "request_id", requestID)
+		s.log.WarnContext(ctx, "create refused: this host's dispatcher is not running", "tool", tool, "request_id", requestID)
 		return toolError("the ticket was not accepted: this ticketrelay host cannot deliver right now (its dispatcher is not " +
 			"running). Retry with the SAME request_id and arguments: another host will take it; it never makes a second ticket.")
 	case errors.Is(err, clusterrec.ErrUnavailable) && ctx.Err() == nil:
 		// No quorum or an election that outlasted the call: the claim was
 		// not decided, and a retry with the same request_id is safe.
 		o.reason = "cluster record unavailable"
-		s.log.Warn("create refused: the cluster record is unavailable", "tool", tool, "request_id", requestID, "err", err)
+		s.log.WarnContext(ctx, "create refused: the cluster record is unavailable", "tool", tool, "request_id", requestID, "err", err)
 		return toolError("the ticket was not accepted: the cluster that decides acceptance is unavailable (no quorum, or a " +
 			"leader election in progress). Retry in a few seconds with the SAME request_id and arguments; it never makes a " +
 			"second ticket.")
@@ -172,14 +174,14 @@ func (s *Server) notCreated(ctx context.Context, o *outcome, tool, requestID str
 		// The write was queued and completes without its caller: do not
 		// claim that nothing was written.
 		o.reason = "caller gone before the commit was confirmed"
-		s.log.Warn("create abandoned by its caller", "tool", tool, "request_id", requestID, "err", err)
+		s.log.WarnContext(ctx, "create abandoned by its caller", "tool", tool, "request_id", requestID, "err", err)
 		return toolError(fmt.Sprintf("the call ended before the ticket was confirmed (%v); it may have been stored. "+
 			"Call find_request with the same request_id, and retry only with the same request_id and arguments.", err))
 	default:
 		// The ledger could not confirm the write (busy, closing): it may
 		// or may not have committed.
 		o.reason = "storage error"
-		s.log.Error("create failed", "tool", tool, "request_id", requestID, "err", err)
+		s.log.ErrorContext(ctx, "create failed", "tool", tool, "request_id", requestID, "err", err)
 		return toolError(fmt.Sprintf("the ticket may not have been stored (%v). Call find_request with the same request_id: "+
 			"it tells whether it was. Repeating this call with the same request_id and arguments is safe too (it never makes "+
 			"a second ticket); do not use a new request_id.", err))

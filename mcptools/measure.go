@@ -7,6 +7,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"ticketrelay/metrics"
+	"ticketrelay/tracing"
 )
 
 // outcomeKey is the context key of the *outcome of a tool call.
@@ -53,7 +54,7 @@ func measure(m *metrics.Front) mcp.Middleware {
 			start := time.Now()
 			res, err := next(ctx, method, req)
 			if o.word != "" {
-				o.count(m, call.Params.Name, time.Since(start))
+				o.count(ctx, m, call.Params.Name, time.Since(start))
 			}
 			return res, err
 		}
@@ -61,9 +62,10 @@ func measure(m *metrics.Front) mcp.Middleware {
 }
 
 // count records one call of tool that took took.
-func (o *outcome) count(m *metrics.Front, tool string, took time.Duration) {
+func (o *outcome) count(ctx context.Context, m *metrics.Front, tool string, took time.Duration) {
 	m.ToolCalls.WithLabelValues(tool, o.word).Inc()
-	m.CallDuration.WithLabelValues(tool).Observe(took.Seconds())
+	tracing.Observe(ctx, m.CallDuration.WithLabelValues(tool), took.Seconds())
+	tracing.Outcome(ctx, o.word)
 	switch o.word {
 	case metrics.CallReplayed:
 		m.Replays.WithLabelValues(tool).Inc()

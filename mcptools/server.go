@@ -87,11 +87,12 @@ func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Serve
 			m.ToolRefused.WithLabelValues(t) // exported at 0 from the start
 		}
 	}
-	// byProtocol is outermost: a method it refuses is no tool call to
+	// traced is outermost: every tools/call has its span, refused or not.
+	// byProtocol is next: a method it refuses is no tool call to
 	// count, and it shapes the list byGrant filtered. A call byGrant
 	// refuses reaches no handler, so measure does not count it either;
 	// record, outside byGrant, records it.
-	srv.AddReceivingMiddleware(byProtocol(), record(cfg.Trail, cfg.Now), cfg.Access.byGrant(known, m), measure(m))
+	srv.AddReceivingMiddleware(traced(), byProtocol(), record(cfg.Trail, cfg.Now), cfg.Access.byGrant(known, m), measure(m))
 	for _, b := range cfg.Bindings {
 		srv.AddTool(createTool(b), s.createHandler(b))
 	}

@@ -15,6 +15,7 @@ import (
 
 	"ticketrelay/installation"
 	"ticketrelay/outbox"
+	"ticketrelay/tracing"
 )
 
 // Publisher publishes outbox rows with Nats-Msg-Id set to the request id
@@ -260,6 +261,7 @@ func (p *Publisher) commit(ctx context.Context, nc *nats.Conn, nm *nats.Msg, gon
 func (p *Publisher) natsMsg(m outbox.Message) *nats.Msg {
 	nm := &nats.Msg{Subject: p.inst.Subject(outbox.TargetOf(m.Subject)), Data: m.Payload, Header: nats.Header{}}
 	nm.Header.Set(jetstream.MsgIDHeader, m.MsgID())
+	tracing.SetHeaders(nm.Header, m.TraceParent, m.TraceState)
 	return nm
 }
 

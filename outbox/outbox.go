@@ -36,6 +36,9 @@ type Message struct {
 	Payload    []byte
 	CreatedAt  time.Time
 	Generation int // 0 when first accepted; +1 per operator redrive
+	// The trace context of the call that accepted the request (W3C
+	// traceparent and tracestate), sent with the message; empty: untraced.
+	TraceParent, TraceState string
 }
 
 // MsgID is the Nats-Msg-Id of the message: the request id itself, so that
@@ -77,13 +80,16 @@ type Execer interface {
 func InsertTx(ctx context.Context, tx Execer, m Message) error {
 	id := sql.NullInt64{Int64: m.ID, Valid: m.ID != 0}
 	_, err := tx.ExecContext(ctx,
-		`INSERT INTO outbox (id, request_id, subject, payload, created_at) VALUES (?, ?, ?, ?, ?)`,
-		id, m.RequestID, m.Subject, m.Payload, m.CreatedAt.UnixNano())
+		`INSERT INTO outbox (id, request_id, subject, payload, created_at, traceparent, tracestate) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		id, m.RequestID, m.Subject, m.Payload, m.CreatedAt.UnixNano(), nullable(m.TraceParent), nullable(m.TraceState))
 	if err != nil {
 		return fmt.Errorf("outbox: insert %s: %w", m.RequestID, err)
 	}
 	return nil
 }
+
+// nullable stores "" as NULL: an untraced row keeps no empty strings.
+func nullable(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
 // Querier is what the read helpers need: *sql.DB or *sql.Tx.
 type Querier interface {

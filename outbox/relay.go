@@ -286,8 +286,10 @@ func (r *Relay) InFlightDone() <-chan struct{} { return r.batches.end() }
 func (r *Relay) publish(ctx context.Context, msgs []Message) error {
 	ep := r.batches.enter()
 	defer r.batches.leave(ep)
+	spans := startPublishSpans(msgs)
 	results := r.pub.Publish(ctx, msgs)
 	failpoint.Hit(failpoint.RelayAfterPublish)
+	endPublishSpans(spans, results)
 	acked := make([]stored, 0, len(msgs))
 	var firstErr error
 	for i, res := range results {
@@ -316,7 +318,7 @@ func (r *Relay) publish(ctx context.Context, msgs []Message) error {
 func (r *Relay) pending(ctx context.Context, after int64) ([]Message, error) {
 	if r.pendingStmt == nil {
 		s, err := r.read.PrepareContext(ctx,
-			`SELECT id, request_id, subject, payload, created_at, generation FROM outbox
+			`SELECT id, request_id, subject, payload, created_at, generation, coalesce(traceparent, ''), coalesce(tracestate, '') FROM outbox
 			 WHERE published_at IS NULL AND id > ? ORDER BY id LIMIT ?`)
 		if err != nil {
 			return nil, fmt.Errorf("outbox: prepare the pending read: %w", err)
@@ -332,7 +334,7 @@ func (r *Relay) pending(ctx context.Context, after int64) ([]Message, error) {
 	for rows.Next() {
 		var m Message
 		var created int64
-		if err := rows.Scan(&m.ID, &m.RequestID, &m.Subject, &m.Payload, &created, &m.Generation); err != nil {
+		if err := rows.Scan(&m.ID, &m.RequestID, &m.Subject, &m.Payload, &created, &m.Generation, &m.TraceParent, &m.TraceState); err != nil {
 			return nil, fmt.Errorf("outbox: scan pending: %w", err)
 		}
 		m.CreatedAt = time.Unix(0, created)

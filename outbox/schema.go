@@ -10,6 +10,7 @@ var Migrations = []sqlitedb.Step{
 	{Version: 2, SQL: schemaV2},
 	{Version: 3, SQL: schemaV3},
 	{Version: 4, SQL: schemaV4},
+	{Version: 14, SQL: schemaV14},
 }
 
 // schemaV1 is the outbox part of the first migration (run by the ledger).
@@ -55,3 +56,9 @@ CREATE INDEX outbox_pending ON outbox(id) WHERE published_at IS NULL;`
 // message, so that the dispatcher's audit can ask the stream whether it
 // still holds it.
 const schemaV4 = `ALTER TABLE outbox ADD COLUMN stream_seq INTEGER; -- JetStream sequence of the stored message; NULL: not known`
+
+// schemaV14 keeps the trace context of the call that accepted each request
+// (W3C traceparent and tracestate; NULL when tracing was off), so that the
+// relay, in the other process, publishes the message within that trace.
+const schemaV14 = `ALTER TABLE outbox ADD COLUMN traceparent TEXT;
+ALTER TABLE outbox ADD COLUMN tracestate TEXT;`

@@ -10,10 +10,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"ticketrelay/metrics"
+	"ticketrelay/tracing"
 )
 
 // ErrWriterClosed is returned for work submitted after Close.
@@ -23,6 +25,7 @@ var ErrWriterClosed = errors.New("sqlitedb: writer closed")
 const MaxBatch = 256
 
 type job struct {
+	span trace.Span // the submitter's: its commit's span links to it
 	fn   func(ctx context.Context, tx *sql.Tx) error
 	done chan error  // InTx's caller waits here,
 	then func(error) // or InTxThen's callback hears the result
@@ -93,7 +96,7 @@ func NewWriter(db *DB, log *slog.Logger, m *metrics.Writer, opts ...WriterOption
 // run. Once submitted, fn runs even if ctx is cancelled while waiting; the
 // caller just stops waiting for the answer.
 func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	j := job{fn: fn, done: make(chan error, 1)}
+	j := job{span: trace.SpanFromContext(ctx), fn: fn, done: make(chan error, 1)}
 	if err := w.submit(ctx, j); err != nil {
 		return err
 	}
@@ -111,7 +114,7 @@ func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.
 // failed. then runs on the writer goroutine: it must be quick and must not
 // submit work to w.
 func (w *Writer) InTxThen(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error, then func(error)) error {
-	return w.submit(ctx, job{fn: fn, then: then})
+	return w.submit(ctx, job{span: trace.SpanFromContext(ctx), fn: fn, then: then})
 }
 
 func (w *Writer) submit(ctx context.Context, j job) error {
@@ -169,7 +172,9 @@ func (w *Writer) commit(batch []job) {
 	ctx := context.Background()
 	start := time.Now()
 	errs := make([]error, len(batch))
+	span := tracing.StartCommit(len(batch), func(i int) trace.Span { return batch[i].span })
 	err := w.runBatch(ctx, batch, errs)
+	tracing.EndCommit(span, err)
 	w.metrics.CommitDuration.Observe(time.Since(start).Seconds())
 	w.metrics.BatchSize.Observe(float64(len(batch)))
 	if err != nil {

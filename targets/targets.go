@@ -26,6 +26,7 @@ import (
 	"ticketrelay/downstream/slack"
 	"ticketrelay/downstream/webhook"
 	"ticketrelay/downstream/zendesk"
+	"ticketrelay/tracing"
 )
 
 // DefaultName is the target used when none is configured.
@@ -325,7 +326,9 @@ func Open(defs []Def, dataDir string, now func() time.Time, opts ...Option) ([]d
 			continue
 		}
 		tr := newTransport(d.Name, oc.conns, oc.metrics)
-		t, err := kinds[d.Kind].open(d, downstream.HTTPConfig{HTTP: &http.Client{Timeout: d.Timeout, Transport: tr}, Now: now})
+		// With tracing on, each call is a span and carries its traceparent.
+		rt := tracing.Transport(tr, d.Name)
+		t, err := kinds[d.Kind].open(d, downstream.HTTPConfig{HTTP: &http.Client{Timeout: d.Timeout, Transport: rt}, Now: now})
 		if err != nil {
 			closeAll()
 			return nil, nil, err

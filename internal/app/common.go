@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"ticketrelay/internal/flagenv"
+	"ticketrelay/tracing"
 )
 
 // ErrUsage marks a command-line error (exit status ExitUsage).
@@ -52,7 +53,8 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("-log-level %q: want debug, info, warn or error", level)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	// A line logged with a request's context names its trace (tracing).
+	return slog.New(tracing.LogHandler(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))), nil
 }
 
 // NewRegistry is a metrics registry with the Go and process collectors.
@@ -200,7 +202,7 @@ func ServeMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lo
 // metricsHandler serves /metrics from reg and /healthz.
 func metricsHandler(reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	return mux
 }

@@ -166,9 +166,10 @@ func TestToolsListAnnotationsPerKind(t *testing.T) {
 		t.Errorf("raw tools/list: find_request annotations %v: want readOnlyHint true", a)
 	}
 
-	// The front never asked for a secret: it read only its own flags' twins.
+	// The front never asked for a secret: it read only its own flags' twins
+	// and OpenTelemetry's standard variables (tracing).
 	for _, k := range env.Asked() {
-		if !strings.HasPrefix(k, flagenv.Prefix) || slices.Contains(secretVars, k) {
+		if !strings.HasPrefix(k, flagenv.Prefix) && !strings.HasPrefix(k, "OTEL_") || slices.Contains(secretVars, k) {
 			t.Errorf("mcp-front looked up %s: it must need no downstream secret", k)
 		}
 	}

@@ -33,6 +33,11 @@ func Run(ctx context.Context, env app.Env) error {
 	if err := o.Validate(env.Lookup); err != nil {
 		return err
 	}
+	stopTracing, err := app.StartTracing(ctx, "dispatcher", env, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	d := &dispatcher{o: o, env: env, log: log, addrs: map[string]string{}}
 	defer d.Close()
 	return app.BuildThenRun(ctx, d.build, d.run)

@@ -53,6 +53,11 @@ func Run(ctx context.Context, env app.Env) error {
 	if err := o.Validate(env.Lookup); err != nil {
 		return tellStdioClient(ctx, env, o, err)
 	}
+	stopTracing, err := app.StartTracing(ctx, "mcp-front", env, log)
+	if err != nil {
+		return tellStdioClient(ctx, env, o, err)
+	}
+	defer stopTracing()
 	f := &front{o: o, env: env, log: log, addrs: map[string]string{}}
 	defer f.Close()
 	return app.BuildThenRun(ctx, f.buildOrTell, f.serve)

@@ -1,0 +1,6 @@
+// Package traces holds the tracing tests over the real binaries and a real
+// Jaeger (make test-traces builds it into a cache directory and sets
+// TICKETRELAY_JAEGER to the binary; without it the tests skip): a
+// ticket's trace is read back through Jaeger's query API and must span
+// mcp-front, the dispatcher and the downstream.
+package traces
