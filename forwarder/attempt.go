@@ -187,12 +187,17 @@ func (a *attempt) deliver(ctx context.Context, p ledger.Prior) error {
 	receipt, err := a.t.Deliver(cctx, d)
 	cancel()
 	a.answered(err)
-	a.f.metrics.DeliveryDuration.WithLabelValues(a.t.Name()).Observe(time.Since(start).Seconds())
+	took := time.Since(start)
+	a.f.metrics.DeliveryDuration.WithLabelValues(a.t.Name()).Observe(took.Seconds())
 	failpoint.Hit(failpoint.ForwarderAfterDeliver)
+	// The record that ends the call keeps it in the request's history.
+	rec.Attempt = &ledger.Attempt{At: start, Latency: took, Host: a.f.cfg.Host}
 	if err == nil {
 		return a.delivered(ctx, rec, receipt)
 	}
-	return a.failed(ctx, caps, rec, downstream.Classify(err))
+	e := downstream.Classify(err)
+	rec.Attempt.HTTPStatus, rec.Attempt.Class, rec.Attempt.Error = e.StatusCode, e.Class.String(), e.Error()
+	return a.failed(ctx, caps, rec, e)
 }
 
 // prior is the request's ticket and delivery record: read ahead, or read

@@ -128,7 +128,7 @@ func (db *DB) Reader() *sql.DB { return db.read }
 // the outbox's (outbox.Migrations), each owner's SQL in its own package,
 // numbered as the file's user_version has always counted them. At a
 // version with steps of both, the ledger's run first.
-var schema = migrate.MustMerge(migrations, outbox.Migrations)
+var schema = migrate.MustMerge(migrations, consoleMigrations, outbox.Migrations)
 
 // migrations are the ledger's steps: the tables requests (with the tickets
 // view), deliveries, dispatchers and settings. Append only: never edit a

@@ -22,6 +22,9 @@ type Delivery struct {
 	ExternalID    string
 	ExternalURL   string
 	UpdatedAt     time.Time
+	// Attempt is the downstream call this write ends, kept in the
+	// request's attempts history (Attempts); nil: the write ends no call.
+	Attempt *Attempt
 	// Version is the record's version as read; 0: there is no record yet.
 	// Each write makes it one higher (see RecordDelivery).
 	Version int64
@@ -111,6 +114,9 @@ func (l *Ledger) writeTx(d Delivery, mirror bool) func(ctx context.Context, tx *
 			return err
 		}
 		if n, err := res.RowsAffected(); err != nil || n > 0 {
+			if err == nil && d.Attempt != nil {
+				err = l.recordAttemptTx(ctx, tx, d)
+			}
 			return err
 		}
 		if ok, err := holds(ctx, tx, d.RequestID); err != nil || !ok {
