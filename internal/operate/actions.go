@@ -6,17 +6,19 @@ import (
 	"fmt"
 	"os/user"
 	"strings"
+	"time"
 
 	"ticketrelay/ledger"
 )
 
 // Entry is one operator action as the audit trail records it.
 type Entry struct {
-	Subject   string // who took it: the signed-in operator, or the command line's user
-	Action    string // ActionRedrive, ActionResolve, ActionForgetHost
-	RequestID string // the request's scoped id; empty for forget-host
-	Target    string // what else it names: the host forgotten, the external id recorded
-	Outcome   string // "ok", or the error that refused it
+	Subject   string    // who took it: the signed-in operator, or the command line's user
+	Action    string    // ActionRedrive, ActionResolve, ActionForgetHost
+	RequestID string    // the request's scoped id; empty for forget-host
+	Target    string    // what else it names: the host forgotten, the external id recorded
+	Outcome   string    // "ok", or the error that refused it
+	At        time.Time // when; the trail sets it if zero
 }
 
 // The actions' names in the trail.
