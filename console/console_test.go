@@ -167,7 +167,7 @@ func TestPages(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `data-id="req-failed"`) || strings.Contains(body, `data-id="req-unsure"`) {
 		t.Errorf("failed list %d:\n%s", code, body)
 	}
-	code, body = e.get(t, "/requests?q=" + url.QueryEscape("on req-waiting"))
+	code, body = e.get(t, "/requests?q="+url.QueryEscape("on req-waiting"))
 	if code != 200 || !strings.Contains(body, `data-id="req-waiting"`) || strings.Contains(body, `data-id="req-failed"`) {
 		t.Errorf("text filter %d:\n%s", code, body)
 	}
