@@ -19,7 +19,9 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,6 +75,10 @@ type Config struct {
 	// Trace is the link to a request's trace; nil or "": none.
 	Trace  func(scopedID string) string
 	SignIn SignIn
+	// Loopback: the console listens on loopback only, and answers only
+	// requests that name a loopback host: a page whose name an attacker
+	// pointed at 127.0.0.1 (DNS rebinding) is same-origin with itself.
+	Loopback bool
 	// Anonymous names the operator when there is no sign-in.
 	Anonymous string
 	Log       *slog.Logger
@@ -154,7 +160,27 @@ func (c *Console) Handler() http.Handler {
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "refused: a form of this console must be sent from its own pages (cross-origin request)", http.StatusForbidden)
 	}))
-	return securityHeaders(cop.Handler(c.withSession(mux)))
+	h := securityHeaders(cop.Handler(c.withSession(mux)))
+	if c.cfg.Loopback {
+		h = loopbackHost(h)
+	}
+	return h
+}
+
+// loopbackHost refuses a request whose Host is not a loopback name.
+func loopbackHost(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			host = hh
+		}
+		host = strings.Trim(host, "[]")
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			http.Error(w, "refused: this console answers on a loopback address only (127.0.0.1, ::1 or localhost)", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // securityHeaders: no framing, no scripts, nothing from elsewhere.

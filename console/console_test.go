@@ -69,7 +69,7 @@ func newEnv(t *testing.T, signIn console.SignIn) *env {
 	w := ledger.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer)
 	t.Cleanup(func() { w.Close(); db.Close() })
 	e := &env{l: ledger.New(db, w, time.Now), trail: &trail{}}
-	c, err := console.New(console.Config{Store: e.l, Trail: e.trail, SignIn: signIn, Log: log})
+	c, err := console.New(console.Config{Store: e.l, Trail: e.trail, SignIn: signIn, Log: log, Loopback: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,6 +247,14 @@ func TestCrossSiteRefused(t *testing.T) {
 	}
 	if code, _ := e.post(t, "/redrive", url.Values{"csrf": {strings.Repeat("0", 64)}, "id": {"req-a"}, "confirm": {"yes"}}, nil); code != 403 {
 		t.Errorf("wrong token: %d, want 403", code)
+	}
+	// DNS rebinding: a page of another name that resolves to loopback.
+	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/requests?status=failed", nil)
+	req.Host = "evil.example:80"
+	if resp, err := e.c.Do(req); err != nil || resp.StatusCode != 403 {
+		t.Errorf("a foreign Host on loopback: %v %v, want 403", resp.StatusCode, err)
+	} else {
+		resp.Body.Close()
 	}
 	if st := e.status(t, "req-a"); st.Status != ledger.StatusFailed || len(e.trail.entries) != 0 {
 		t.Errorf("a refused form changed %s to %s (trail %v)", "req-a", st.Status, e.trail.entries)

@@ -20,7 +20,8 @@ func (d *dispatcher) serveConsole(ctx context.Context) error {
 	if d.o.ConsoleListen == "" {
 		return nil
 	}
-	cfg := console.Config{Store: d.l, Live: d.fwd.Live, Log: d.log.With("component", "console"), Now: d.arch.Now}
+	cfg := console.Config{Store: d.l, Live: d.fwd.Live, Log: d.log.With("component", "console"), Now: d.arch.Now,
+		Loopback: app.IsLoopbackListen(d.o.ConsoleListen)}
 	if d.o.ConsoleTokens != "" {
 		b, err := os.ReadFile(d.o.ConsoleTokens)
 		if err != nil {
