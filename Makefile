@@ -44,7 +44,7 @@ run: ## run both processes on DATA; ports: LISTEN, FRONT_METRICS, DISPATCHER_MET
 	@echo "make run: building bin/mcp-front and bin/dispatcher (the first build takes a minute or so)"
 	@$(MAKE) --no-print-directory -s build
 	@mkdir -p -m 700 '$(DATA)'
-	@echo "make run: dispatcher (NATS $(NATS_LISTEN), metrics $(or $(DISPATCHER_METRICS),off)) and mcp-front (http://$(LISTEN)/mcp, metrics $(or $(FRONT_METRICS),off)) on $(DATA)/; Ctrl-C stops both"
+	@echo "make run: dispatcher (NATS $(NATS_LISTEN), metrics $(or $(DISPATCHER_METRICS),off), console http://127.0.0.1:9470/) and mcp-front (http://$(LISTEN)/mcp, metrics $(or $(FRONT_METRICS),off)) on $(DATA)/; Ctrl-C stops both"
 	@trap 'kill -TERM $$d $$f 2>/dev/null; wait $$d $$f; exit 130' INT TERM; \
 	 why() { case "$$1:$$2" in \
 	   *:0|*:143) return ;; \

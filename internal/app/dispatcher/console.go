@@ -2,8 +2,10 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"syscall"
 	"time"
 
 	"ticketrelay/clusterrec"
@@ -51,6 +53,13 @@ func (d *dispatcher) serveConsole(ctx context.Context) error {
 		return err
 	}
 	s, err := app.Serve(ctx, d.o.ConsoleListen, c.Handler(), d.log)
+	if errors.Is(err, syscall.EADDRINUSE) && d.o.ConsoleListen == DefaultConsoleListen {
+		// Several dispatchers on one host (make run-cluster, tests): the
+		// first has the console; the others deliver all the same.
+		d.log.Warn("the operator console's default address is in use (another dispatcher on this host?): no console here; give -console-listen HOST:PORT for one",
+			"console_listen", d.o.ConsoleListen)
+		return nil
+	}
 	if err != nil {
 		return app.ListenError("console-listen", d.o.ConsoleListen, err)
 	}

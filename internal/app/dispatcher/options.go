@@ -30,7 +30,7 @@ type Options struct {
 	NATSListen      string        // -nats-listen; default 127.0.0.1:4222
 	NATSStageDir    string        // -nats-stage-dir; default "auto"
 	MetricsListen   string        // -metrics-listen; default 127.0.0.1:9465, empty: off
-	ConsoleListen   string        // -console-listen; default 127.0.0.1:9466, empty: off
+	ConsoleListen   string        // -console-listen; default 127.0.0.1:9470, empty: off
 	ConsoleTokens   string        // -console-tokens-file: operators' sign-in tokens
 	Config          string        // -config; empty: the local target only
 	LogLevel        string        // -log-level; default info
@@ -50,6 +50,12 @@ type Options struct {
 
 	broker app.NATSFlags // -nats-creds, -nats-user, -nats-tls-*
 }
+
+// DefaultConsoleListen is where the operator console listens unless told.
+// Taken by another process (another dispatcher on this host), the
+// dispatcher runs without a console and says so; an address given in its
+// place must be free.
+const DefaultConsoleListen = "127.0.0.1:9470"
 
 // Sections of -help beyond flagenv.Common.
 const (
@@ -71,7 +77,7 @@ func (o *Options) flags(fs *flag.FlagSet) *flagenv.Help {
 		fs.StringVar(&o.Installation, "installation", "", "`name` of this installation on a shared NATS server (-nats): its stream, subjects and consumers carry it; required with -nats")
 		fs.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "client `address` of the embedded nats-server (port 0: any free port)")
 		fs.StringVar(&o.MetricsListen, "metrics-listen", "127.0.0.1:9465", "Prometheus /metrics `address` (empty: off)")
-		fs.StringVar(&o.ConsoleListen, "console-listen", "127.0.0.1:9466", "operator console `address` (empty: off); beyond loopback it needs -console-tokens-file")
+		fs.StringVar(&o.ConsoleListen, "console-listen", DefaultConsoleListen, "operator console `address` (empty: off); beyond loopback it needs -console-tokens-file")
 		fs.StringVar(&o.ConsoleTokens, "console-tokens-file", "", "operator tokens `file` for the console's sign-in: one \"subject:token\" (or bare token) per line, as mcp-front's -auth-tokens-file")
 		fs.StringVar(&o.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error (logs go to stderr)")
 	})
