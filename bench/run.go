@@ -135,6 +135,9 @@ func (r *runner) runAll(ctx context.Context) {
 	if cfg.wants(clusterScenario) {
 		r.step(ctx, "scenario 9 (multi-host)", func() error { return r.scenario9(ctx, top) })
 	}
+	if cfg.wants(consoleScenario) {
+		r.step(ctx, "scenario 10 (console)", func() error { return r.scenario10(ctx) })
+	}
 }
 
 // step runs one scenario and turns its failure into an ERR row.
