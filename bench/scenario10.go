@@ -26,10 +26,12 @@ func (r *runner) scenario10(ctx context.Context) error {
 }
 
 // startConsoleDispatcher starts a dispatcher on dir with its console on
-// a free port.
+// a free port. Its retention is a month: the prefilled requests were
+// accepted a day ago, and the default day's would prune them while they
+// are measured.
 func (r *runner) startConsoleDispatcher(ctx context.Context, dir string) (*proc, error) {
 	args := []string{"-data", dir, "-db", filepath.Join(dir, "tickets.db"),
-		"-nats-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-console-listen", "127.0.0.1:0"}
+		"-nats-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-console-listen", "127.0.0.1:0", "-retention", "720h"}
 	return startProc(ctx, "dispatcher", r.bin("dispatcher"), dir, append(args, r.cfg.DispatcherArgs...), r.cfg.DispatcherEnv, "metrics", "console")
 }
 
@@ -73,6 +75,13 @@ func (r *runner) consolePages(ctx context.Context) error {
 	base := "http://" + disp.Addr("console")
 	lists := []string{"/requests", "/requests?status=failed", "/requests?status=delivered", "/requests?status=uncertain&target=local",
 		"/requests?status=retrying&before=" + mid, "/requests?status=failed&subject=", "/request?id=" + url.QueryEscape(someID)}
+	// The overview counts every target's requests (reading the whole
+	// ledger, as dispatcher status does) and keeps the count 5 s: the
+	// first fetch counts.
+	counting, err := getPage(ctx, base+"/")
+	if err != nil {
+		return err
+	}
 	var listTimes, overviewTimes []time.Duration
 	for range 5 * r.cfg.Rounds {
 		for _, p := range lists {
@@ -92,12 +101,12 @@ func (r *runner) consolePages(ctx context.Context) error {
 	sortDurations(overviewTimes)
 	p99 := percentile(listTimes, 99)
 	r.rep.add(row{"10", fmt.Sprintf("console: a page of requests over %s requests", count3(rows)),
-		fmt.Sprintf("dispatcher defaults; requests lists by status (all, failed, delivered, uncertain of a target, a later page of retrying) and one request's page, %d times each, one after another",
+		fmt.Sprintf("dispatcher defaults but -retention 720h; requests lists by status (all, failed, delivered, uncertain of a target, a later page of retrying) and one request's page, %d times each, one after another",
 			5*r.cfg.Rounds),
 		"p99 " + ms(p99), "—", "—", "≤ 200 ms", verdict(p99 <= 200*time.Millisecond)})
-	r.rep.detail("10 pages: ledger of %d requests prefilled in %s; list and request pages p50 %s, p99 %s, max %s (%d pages); overview (counts of every target: reads the whole ledger) p50 %s, max %s (%d pages)",
+	r.rep.detail("10 pages: ledger of %d requests prefilled in %s; list and request pages p50 %s, p99 %s, max %s (%d pages); overview: %s when it counts (every target's requests by state: reads the whole ledger, as dispatcher status does), then p50 %s, max %s over %d fetches within its 5 s",
 		rows, took.Round(time.Millisecond), ms(percentile(listTimes, 50)), ms(p99), ms(listTimes[len(listTimes)-1]), len(listTimes),
-		ms(percentile(overviewTimes, 50)), ms(overviewTimes[len(overviewTimes)-1]), len(overviewTimes))
+		ms(counting), ms(percentile(overviewTimes, 50)), ms(overviewTimes[len(overviewTimes)-1]), len(overviewTimes))
 	return nil
 }
 
@@ -196,7 +205,7 @@ func (r *runner) consoleLoad(ctx context.Context) error {
 	}
 	rt := ratio(rate[1], rate[0])
 	r.rep.add(row{"10", fmt.Sprintf("console: delivering a %s-ticket backlog to the local target while the console refreshes", count3(rows)),
-		fmt.Sprintf("dispatcher defaults; a browser-like client fetching the overview and two lists every second; %d rounds alternating open and closed", r.cfg.Rounds),
+		fmt.Sprintf("dispatcher defaults but -retention 720h; a browser-like client fetching the overview and two lists every second; %d rounds alternating open and closed", r.cfg.Rounds),
 		perSec(rate[1]), perSec(rate[0]) + " console closed", times(rt), "≥ 0.95×", verdict(rt >= 0.95)})
 	r.rep.detail("10 load: %d console pages fetched during the open rounds", pages.Load())
 	return nil

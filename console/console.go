@@ -34,6 +34,7 @@ import (
 // Store is what the console reads and changes of the ledger.
 type Store interface {
 	operate.Store
+	Counts(ctx context.Context) (ledger.Summary, error)
 	ListRequests(ctx context.Context, f ledger.RequestFilter) (ledger.RequestPage, error)
 	FindScoped(ctx context.Context, id string) (ledger.RequestStatus, error)
 	PriorDelivery(ctx context.Context, id string) (ledger.Prior, error)
@@ -100,6 +101,8 @@ type Console struct {
 
 	mu       sync.Mutex
 	sessions map[string]session // signed-in operators, by session id
+
+	counts counts
 }
 
 type session struct {
