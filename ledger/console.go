@@ -169,7 +169,9 @@ func (l *Ledger) ListRequests(ctx context.Context, f RequestFilter) (RequestPage
 		// An attempt that ended without a known outcome and waits for its
 		// lookup is retrying, as find_request and status report it.
 		from = `deliveries d CROSS JOIN requests r ON r.id = d.id`
-		add(`(d.state = ? OR d.state = ? AND d.next_attempt_at IS NOT NULL)`, string(StatusRetrying), DeliveryAttempting)
+		// IN, not OR: each state is then a range of the state index.
+		add(`d.state IN (?, ?) AND (d.state = ? OR d.next_attempt_at IS NOT NULL)`,
+			string(StatusRetrying), DeliveryAttempting, string(StatusRetrying))
 	case string(StatusFailed), string(StatusUncertain), string(StatusDelivered):
 		from = `deliveries d CROSS JOIN requests r ON r.id = d.id`
 		add(`d.state = ?`, f.Status)
