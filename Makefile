@@ -17,7 +17,7 @@ LDFLAGS  := -X ticketrelay/internal/app.Version=$(VERSION)
 # the measurements). Tests keep cgo: the race detector needs it.
 BUILD    := CGO_ENABLED=0 $(GO) build
 
-.PHONY: all build run test test/short test/race lint vet fmt bench clean interop test-redmine test-oauth test-traces
+.PHONY: all build run test test/short test/race lint vet fmt bench clean interop test-redmine test-oauth test-traces test-console
 
 all: build
 
@@ -44,7 +44,7 @@ run: ## run both processes on DATA; ports: LISTEN, FRONT_METRICS, DISPATCHER_MET
 	@echo "make run: building bin/mcp-front and bin/dispatcher (the first build takes a minute or so)"
 	@$(MAKE) --no-print-directory -s build
 	@mkdir -p -m 700 '$(DATA)'
-	@echo "make run: dispatcher (NATS $(NATS_LISTEN), metrics $(or $(DISPATCHER_METRICS),off)) and mcp-front (http://$(LISTEN)/mcp, metrics $(or $(FRONT_METRICS),off)) on $(DATA)/; Ctrl-C stops both"
+	@echo "make run: dispatcher (NATS $(NATS_LISTEN), metrics $(or $(DISPATCHER_METRICS),off), console http://127.0.0.1:9470/) and mcp-front (http://$(LISTEN)/mcp, metrics $(or $(FRONT_METRICS),off)) on $(DATA)/; Ctrl-C stops both"
 	@trap 'kill -TERM $$d $$f 2>/dev/null; wait $$d $$f; exit 130' INT TERM; \
 	 why() { case "$$1:$$2" in \
 	   *:0|*:143) return ;; \
@@ -121,6 +121,15 @@ test-oauth: ## signing in against a real Ory Hydra: the go-sdk's OAuth client, a
 		CGO_ENABLED=1 $(GO) build -tags sqlite,sqlite_omit_load_extension -o $(HYDRA) github.com/ory/hydra/v2; }
 	@claude="$$(CLAUDE_CODE_VERSION='$(CLAUDE_CODE_VERSION)' CLAUDE_CODE_CACHE='$(TOOLS_CACHE)' scripts/claude-code-install.sh)" && \
 	 TICKETRELAY_HYDRA=$(HYDRA) TICKETRELAY_CLAUDE="$$claude" $(GO) test -race -count=1 -timeout 10m ./e2e/oauth/...
+
+# The operator console driven by a real headless Chromium (Debian's
+# package) against a real dispatcher and fake webhook receivers: pages load
+# without console errors, filters, a redrive and a resolve clicked through,
+# a cross-site form refused, sign-in beyond loopback. It also takes the
+# screenshots docs/operations.md shows (docs/img/console-*.png).
+test-console: ## the operator console in a real headless Chromium (installs Debian's chromium if missing: root)
+	scripts/chromium-install.sh
+	TICKETRELAY_CONSOLE_BROWSER=1 $(GO) test -race -count=1 -timeout 5m -run 'TestConsole' ./internal/app/
 
 # Every alert of deploy/prometheus/alerts.yml: promtool's checks and unit
 # tests (alerts_test*.yml), then a real Prometheus scraping a real dispatcher

@@ -290,8 +290,8 @@ func TestConfig(t *testing.T) {
 	if !full.wants(8) {
 		t.Error("scenario 8 is not in the full run")
 	}
-	if err := (Config{BinDir: "bin", Only: []int{signInScenario + 1}}).WithDefaults().validate(); err == nil {
-		t.Errorf("scenario %d accepted", signInScenario+1)
+	if err := (Config{BinDir: "bin", Only: []int{consoleScenario + 1}}).WithDefaults().validate(); err == nil {
+		t.Errorf("scenario %d accepted", consoleScenario+1)
 	}
 	if !full.wants(signInScenario) {
 		t.Error("the sign-in scenario is not in the full run")

@@ -145,6 +145,9 @@ func (r *runner) runAll(ctx context.Context) {
 	if cfg.wants(signInScenario) {
 		r.step(ctx, "scenario 10 (sign-in and audit trail)", func() error { return r.scenario10(ctx, top) })
 	}
+	if cfg.wants(consoleScenario) {
+		r.step(ctx, "scenario 11 (console)", func() error { return r.scenario11(ctx) })
+	}
 }
 
 // step runs one scenario and turns its failure into an ERR row.

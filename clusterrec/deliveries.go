@@ -83,6 +83,7 @@ func (d *Deliveries) RecordDelivery(ctx context.Context, rec request.Delivery) e
 		switch _, err := d.store.update(ctx, key, cur, rev); {
 		case err == nil:
 			m := *cur.Delivery.Ledger(rec.RequestID)
+			m.Attempt = rec.Attempt // the history is kept by the host that called
 			if err := d.local.MirrorDelivery(ctx, m); err != nil {
 				d.store.log.Warn("delivery recorded in the cluster, not in this host's ledger", "request_id", rec.RequestID, "err", err)
 			}

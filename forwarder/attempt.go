@@ -192,12 +192,17 @@ func (a *attempt) deliver(ctx context.Context, p request.Prior) error {
 	receipt, err := a.t.Deliver(cctx, d)
 	cancel()
 	a.answered(err)
-	tracing.Observe(ctx, a.f.metrics.DeliveryDuration.WithLabelValues(a.t.Name()), time.Since(start).Seconds())
+	took := time.Since(start)
+	tracing.Observe(ctx, a.f.metrics.DeliveryDuration.WithLabelValues(a.t.Name()), took.Seconds())
 	failpoint.Hit(failpoint.ForwarderAfterDeliver)
+	// The record that ends the call keeps it in the request's history.
+	rec.Attempt = &request.Attempt{At: start, Latency: took, Host: a.f.cfg.Host}
 	if err == nil {
 		return a.delivered(ctx, rec, receipt)
 	}
-	return a.failed(ctx, caps, rec, downstream.Classify(err))
+	e := downstream.Classify(err)
+	rec.Attempt.HTTPStatus, rec.Attempt.Class, rec.Attempt.Error = e.StatusCode, e.Class.String(), e.Error()
+	return a.failed(ctx, caps, rec, e)
 }
 
 // prior is the request's ticket and delivery record: read ahead, or read

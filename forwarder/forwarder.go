@@ -74,6 +74,9 @@ type Config struct {
 	// or Run returning). The dispatcher collects garbage less often
 	// meanwhile (decision 0064).
 	Backlog func(draining bool)
+	// Host names this process in each attempt's history (the console's
+	// timeline says which host called).
+	Host string
 }
 
 // WithDefaults fills zero fields.

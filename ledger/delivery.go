@@ -76,6 +76,9 @@ func (l *Ledger) writeTx(d request.Delivery, mirror bool) func(ctx context.Conte
 			return err
 		}
 		if n, err := res.RowsAffected(); err != nil || n > 0 {
+			if err == nil && d.Attempt != nil {
+				err = l.recordAttemptTx(ctx, tx, d)
+			}
 			return err
 		}
 		if ok, err := holds(ctx, tx, d.RequestID); err != nil || !ok {

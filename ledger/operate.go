@@ -141,6 +141,17 @@ type Summary struct {
 
 // Summarize reads the backlog, the per-target counts and the uncertain requests.
 func (l *Ledger) Summarize(ctx context.Context) (Summary, error) {
+	s, err := l.Counts(ctx)
+	if err != nil {
+		return s, err
+	}
+	s.Uncertain, err = l.uncertain(ctx)
+	return s, err
+}
+
+// Counts is Summarize without the uncertain requests: the backlog, the
+// running dispatchers and the per-target counts.
+func (l *Ledger) Counts(ctx context.Context) (Summary, error) {
 	var s Summary
 	n, oldest, err := outbox.Backlog(ctx, l.db.Reader())
 	if err != nil {
@@ -168,8 +179,7 @@ func (l *Ledger) Summarize(ctx context.Context) (Summary, error) {
 		tc.Served = served.Serves(t)
 		s.Targets = append(s.Targets, *tc)
 	}
-	s.Uncertain, err = l.uncertain(ctx)
-	return s, err
+	return s, nil
 }
 
 // targetCounts collects TargetCounts by target, in the order first seen.

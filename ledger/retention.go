@@ -73,7 +73,7 @@ func (l *Ledger) PruneFrom(ctx context.Context, from, cutoff time.Time, batch in
 		if err := outbox.DeleteTx(ctx, tx, string(list)); err != nil {
 			return err
 		}
-		for _, table := range []string{"deliveries", "requests"} {
+		for _, table := range []string{"attempts", "deliveries", "requests"} {
 			if _, err := tx.ExecContext(ctx,
 				`DELETE FROM `+table+` WHERE id IN (SELECT value FROM json_each(?))`, string(list)); err != nil {
 				return fmt.Errorf("prune %s: %w", table, err)

@@ -27,6 +27,9 @@ type Delivery struct {
 	ExternalID    string
 	ExternalURL   string
 	UpdatedAt     time.Time
+	// Attempt is the downstream call this write ends, kept in the
+	// request's attempts history; nil: the write ends no call.
+	Attempt *Attempt
 	// Version is the record's version as read; 0: there is no record yet.
 	// Each write makes it one higher; a write at another version is
 	// refused with ErrStale.
@@ -92,3 +95,15 @@ type Served struct {
 
 // Serves reports whether a running dispatcher delivers to target.
 func (s Served) Serves(target string) bool { return s.Targets[target] }
+
+// Attempt is one call to a downstream, as the attempts history keeps it.
+type Attempt struct {
+	At         time.Time
+	Attempt    int    // the attempt count after it (throttled calls count)
+	Outcome    string // the delivery state it led to
+	HTTPStatus int    // 0: no HTTP answer
+	Class      string // the downstream error's class; "" once delivered
+	Error      string
+	Latency    time.Duration
+	Host       string
+}

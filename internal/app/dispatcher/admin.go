@@ -20,6 +20,7 @@ import (
 	"ticketrelay/downstream"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/flagenv"
+	"ticketrelay/internal/operate"
 	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/outbox"
@@ -31,13 +32,16 @@ import (
 
 // adminStore is the part of the ledger the operator commands use.
 type adminStore interface {
-	Summarize(ctx context.Context) (ledger.Summary, error)
-	Redrive(ctx context.Context, requestID string) error
-	RedriveFailed(ctx context.Context, target string) ([]string, error)
-	Resolve(ctx context.Context, requestID string, delivered bool, externalID string) error
-	// Trail is the database's audit trail, where the actions above are
-	// recorded (operated).
+	operate.Store
+	// Trail is the database's audit trail: the actions record there
+	// (actor), and `audit` reads it.
 	Trail() *trail.Store
+}
+
+// actor is who runs an operator command (-operator, else the OS user),
+// with the database's trail to record the action in.
+func actor(l adminStore, fs *flag.FlagSet) operate.Actor {
+	return operate.Actor{Subject: operatorName(optionalFlag(fs, "operator")), Trail: trailRecorder{l.Trail()}}
 }
 
 // runAdmin runs an operator subcommand (env.Args[0]). One that reads the
@@ -94,7 +98,7 @@ func runAdmin(ctx context.Context, cmd command, env app.Env) error {
 		return err
 	}
 	defer tr.Close()
-	op := &operated{Ledger: ledger.New(db, w, time.Now), trail: tr, operator: operatorName(optionalFlag(cf.fs, "operator")), now: time.Now}
+	op := &operated{Ledger: ledger.New(db, w, time.Now), trail: tr}
 	return cmd.run(ctx, op, cf.fs, natsOpts, args, env.Stdout)
 }
 
@@ -236,7 +240,7 @@ type statusJSON struct {
 	OldestAgeSeconds float64               `json:"oldest_age_seconds"`
 	Targets          []ledger.TargetCounts `json:"targets"`
 	Uncertain        []uncertainJSON       `json:"uncertain"`
-	Cluster          *clusterView          `json:"cluster,omitempty"` // with -multi-host
+	Cluster          *operate.ClusterView  `json:"cluster,omitempty"` // with -multi-host
 }
 
 func orEmpty[T any](s []T) []T {
@@ -255,55 +259,23 @@ func adminRedrive(ctx context.Context, l adminStore, fs *flag.FlagSet, _ []nats.
 	case target != "" && !all:
 		return fmt.Errorf("%w: -target goes with -failed", app.ErrUsage)
 	}
+	who := actor(l, fs)
 	if all {
-		ids, err := l.RedriveFailed(ctx, target)
-		if err != nil {
-			return err
-		}
-		if len(ids) == 0 && target != "" {
-			// A mistyped target must not read as "nothing failed there".
-			if err := knownTarget(ctx, l, target); err != nil {
-				return err
-			}
-		}
+		ids, err := operate.RedriveFailed(ctx, l, who, target)
 		for _, id := range ids {
 			fmt.Fprintf(out, "redriven %s\n", id)
+		}
+		if err != nil {
+			return err
 		}
 		fmt.Fprintf(out, "%d failed requests redriven\n", len(ids))
 		return nil
 	}
-	var errs []error
-	for _, id := range args {
-		if err := l.Redrive(ctx, id); err != nil {
-			if errors.Is(err, request.ErrNotFound) {
-				err = fmt.Errorf("%w (never accepted, or forgotten after -retention)", err)
-			}
-			errs = append(errs, err)
-			continue
-		}
+	done, err := operate.Redrive(ctx, l, who, args)
+	for _, id := range done {
 		fmt.Fprintf(out, "redriven %s\n", id)
 	}
-	return errors.Join(errs...)
-}
-
-// knownTarget fails unless the ledger holds a delivery record for target.
-func knownTarget(ctx context.Context, l adminStore, target string) error {
-	s, err := l.Summarize(ctx)
-	if err != nil {
-		return err
-	}
-	var known []string
-	for _, t := range s.Targets {
-		if t.Target == target {
-			return nil
-		}
-		known = append(known, t.Target)
-	}
-	have := "none"
-	if len(known) > 0 {
-		have = strings.Join(known, ", ")
-	}
-	return fmt.Errorf("redrive -failed -target %s: the ledger has no delivery record for target %q (targets it has records for: %s)", target, target, have)
+	return err
 }
 
 func adminResolve(ctx context.Context, l adminStore, fs *flag.FlagSet, _ []nats.Option, args []string, out io.Writer) error {
@@ -312,7 +284,7 @@ func adminResolve(ctx context.Context, l adminStore, fs *flag.FlagSet, _ []nats.
 	if len(args) != 1 || (ext == "") == !failed {
 		return fmt.Errorf("%w: resolve takes one REQUEST_ID and either -delivered EXTERNAL_ID or -failed", app.ErrUsage)
 	}
-	if err := l.Resolve(ctx, args[0], !failed, ext); err != nil {
+	if err := operate.Resolve(ctx, l, actor(l, fs), args[0], operate.Resolution{ExternalID: ext}); err != nil {
 		return err
 	}
 	if failed {

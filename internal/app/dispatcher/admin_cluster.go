@@ -17,6 +17,7 @@ import (
 	"ticketrelay/clusterrec"
 	"ticketrelay/installation"
 	"ticketrelay/internal/app"
+	"ticketrelay/internal/operate"
 )
 
 // addClusterFlags declares the flags with which `dispatcher status` looks
@@ -43,7 +44,7 @@ func addClusterConnFlags(fs *flag.FlagSet) app.NATSFlags {
 // hosts' forwarders recorded in the cluster record (what the audit does
 // after -audit-after): the ledger then counts them as the installation
 // does, not as waiting or retrying.
-func clusterStatusOf(ctx context.Context, fs *flag.FlagSet, natsOpts []nats.Option, l adminStore) (*clusterView, error) {
+func clusterStatusOf(ctx context.Context, fs *flag.FlagSet, natsOpts []nats.Option, l adminStore) (*operate.ClusterView, error) {
 	if flagValue(fs, "multi-host") != "true" {
 		return nil, nil
 	}
@@ -67,7 +68,7 @@ func clusterStatusOf(ctx context.Context, fs *flag.FlagSet, natsOpts []nats.Opti
 		errs = append(errs, err.Error())
 		store = nil
 	}
-	v := lookAtCluster(ctx, c.js, store, c.inst, deadAfter, time.Now())
+	v := operate.LookAtCluster(ctx, c.js, store, c.inst, deadAfter, time.Now())
 	if al, ok := l.(clusterrec.AuditLedger); ok && store != nil {
 		if err := mirrorSettled(ctx, store, al); err != nil {
 			errs = append(errs, fmt.Sprintf("outcomes recorded by other hosts: %v (the counts below may show them as waiting)", err))
@@ -148,11 +149,10 @@ func adminForgetHost(ctx context.Context, _ adminStore, fs *flag.FlagSet, natsOp
 	if err != nil {
 		return err
 	}
-	err = store.ForgetHost(ictx, args[0])
-	if rerr := recordForgetHost(ctx, c, operatorName(optionalFlag(fs, "operator")), args[0], err); rerr != nil {
-		return errors.Join(err, rerr)
-	}
-	if err != nil {
+	// The command has no database: the action is recorded in the
+	// installation's trail stream, where every host's trail is read.
+	who := operate.Actor{Subject: operatorName(optionalFlag(fs, "operator")), Trail: streamRecorder{c}}
+	if err := operate.ForgetHost(ictx, store, who, args[0]); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "forgot host %s of installation %s: it is no longer listed or alerted on; if it runs again, it rejoins\n", args[0], c.inst)
@@ -160,11 +160,11 @@ func adminForgetHost(ctx context.Context, _ adminStore, fs *flag.FlagSet, natsOp
 }
 
 // printCluster writes the view under the ledger's status.
-func printCluster(out io.Writer, v *clusterView) {
+func printCluster(out io.Writer, v *operate.ClusterView) {
 	fmt.Fprintf(out, "\ninstallation %s (multi-host)\n", v.Installation)
 	for _, r := range []struct {
 		what string
-		v    *resourceView
+		v    *operate.ResourceView
 	}{{"stream", v.Stream}, {"request bucket", v.Bucket}} {
 		if r.v == nil {
 			fmt.Fprintf(out, "%s: no answer\n", r.what)
@@ -222,7 +222,7 @@ func printCluster(out io.Writer, v *clusterView) {
 	}
 }
 
-func peerText(p peerView) string {
+func peerText(p operate.PeerView) string {
 	switch {
 	case p.Leader:
 		return "(leader)"
@@ -252,7 +252,7 @@ func bytesText(n uint64) string {
 // of it did not answer; the exit status says so.
 var errClusterIncomplete = errors.New("the cluster did not answer every question")
 
-func clusterErr(v *clusterView) error {
+func clusterErr(v *operate.ClusterView) error {
 	if v == nil || len(v.Errors) == 0 {
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"ticketrelay/clusterrec"
 	"ticketrelay/config"
 	"ticketrelay/downstream"
 	"ticketrelay/forwarder"
@@ -25,6 +26,7 @@ import (
 	"ticketrelay/natsjs"
 	"ticketrelay/sqlitedb"
 	"ticketrelay/targets"
+	"ticketrelay/trail"
 )
 
 // dispatcher is a dispatcher being built and then run: what each build
@@ -51,15 +53,18 @@ type dispatcher struct {
 	st                  jetstream.Stream
 	pubOpts             []natsjs.PublisherOption
 	services            map[string]func(context.Context) error
+	fwd                 *forwarder.Forwarder
+	clusterStore        *clusterrec.Store // with -multi-host
+	trail               *trail.Store      // the database's audit trail
 
 	app.Closers // what build made, undone by Close
 }
 
 // build makes every component, in the order each needs the one before:
 // the data directory, metrics, the ledger, the targets, the broker, the
-// services.
+// services, the console.
 func (d *dispatcher) build(ctx context.Context) error {
-	for _, step := range []func(context.Context) error{d.prepare, d.serveMetrics, d.openLedger, d.openTargets, d.openBroker, d.buildServices} {
+	for _, step := range []func(context.Context) error{d.prepare, d.serveMetrics, d.openLedger, d.openTargets, d.openBroker, d.buildServices, d.serveConsole} {
 		if err := step(ctx); err != nil {
 			return err
 		}
@@ -159,7 +164,7 @@ func (d *dispatcher) run(ctx context.Context) error {
 	// milliseconds. An announcement that fails leaves nothing running.
 	app.LogConfig(d.log, d.o.Config, d.cfg)
 	d.log.Info("dispatcher running", "db", d.o.DB, "nats", d.url, "installation", d.stream.Installation.String(), "stream", d.stream.Name,
-		"targets", len(d.tgts), "metrics", d.addrs["metrics"])
+		"targets", len(d.tgts), "metrics", d.addrs["metrics"], "console", d.addrs["console"])
 	if err := app.Announce(d.env, d.o.AddrFile, d.addrs); err != nil {
 		return err
 	}

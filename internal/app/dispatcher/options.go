@@ -30,6 +30,8 @@ type Options struct {
 	NATSListen      string        // -nats-listen; default 127.0.0.1:4222
 	NATSStageDir    string        // -nats-stage-dir; default "auto"
 	MetricsListen   string        // -metrics-listen; default 127.0.0.1:9465, empty: off
+	ConsoleListen   string        // -console-listen; default 127.0.0.1:9470, empty: off
+	ConsoleTokens   string        // -console-tokens-file: operators' sign-in tokens
 	Config          string        // -config; empty: the local target only
 	LogLevel        string        // -log-level; default info
 	LeaseTTL        time.Duration // -lease-ttl; default 15s
@@ -50,6 +52,12 @@ type Options struct {
 
 	broker app.NATSFlags // -nats-creds, -nats-user, -nats-tls-*
 }
+
+// DefaultConsoleListen is where the operator console listens unless told.
+// Taken by another process (another dispatcher on this host), the
+// dispatcher runs without a console and says so; an address given in its
+// place must be free.
+const DefaultConsoleListen = "127.0.0.1:9470"
 
 // Sections of -help beyond flagenv.Common.
 const (
@@ -72,6 +80,8 @@ func (o *Options) flags(fs *flag.FlagSet) *flagenv.Help {
 		fs.StringVar(&o.Installation, "installation", "", "`name` of this installation on a shared NATS server (-nats): its stream, subjects and consumers carry it; required with -nats")
 		fs.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "client `address` of the embedded nats-server (port 0: any free port)")
 		fs.StringVar(&o.MetricsListen, "metrics-listen", "127.0.0.1:9465", "Prometheus /metrics `address` (empty: off)")
+		fs.StringVar(&o.ConsoleListen, "console-listen", DefaultConsoleListen, "operator console `address` (empty: off); beyond loopback it needs -console-tokens-file")
+		fs.StringVar(&o.ConsoleTokens, "console-tokens-file", "", "operator tokens `file` for the console's sign-in: one \"subject:token\" (or bare token) per line, as mcp-front's -auth-tokens-file")
 		fs.StringVar(&o.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error (logs go to stderr)")
 	})
 	h.Section(sectionDelivery, fs, func() {
@@ -103,7 +113,7 @@ func (o *Options) flags(fs *flag.FlagSet) *flagenv.Help {
 	})
 	h.Section(sectionMisc, fs, func() {
 		fs.StringVar(&o.AddrFile, "addr-file", "", "write the listening addresses as JSON to this `file` once serving (for scripts and tests)")
-		fs.BoolVar(&o.Insecure, "insecure", false, "allow -metrics-listen beyond loopback (/metrics has no authentication)")
+		fs.BoolVar(&o.Insecure, "insecure", false, "allow -metrics-listen beyond loopback (/metrics has no authentication), and -console-listen beyond loopback without sign-in")
 	})
 	return &h
 }
@@ -155,6 +165,10 @@ func (o Options) Validate(lookup func(string) (string, bool)) error {
 			o.AuditAfter, o.DeliveryTimeout)
 	case o.AuditRetention < MinAuditRetention:
 		problem = fmt.Sprintf("-audit-retention %s: keep the audit trail at least %s", o.AuditRetention, MinAuditRetention)
+	case o.ConsoleListen != "" && !app.IsLoopbackListen(o.ConsoleListen) && o.ConsoleTokens == "" && !o.Insecure:
+		// Whoever reaches it could redrive and settle requests.
+		problem = fmt.Sprintf("refusing to serve the console on %s beyond loopback without sign-in: give -console-tokens-file, "+
+			"or listen on loopback (the default) and reach it through a tunnel, or pass -insecure", o.ConsoleListen)
 	case o.NATS == "" && !app.IsLoopbackListen(o.NATSListen):
 		// Its traffic (every ticket) is not encrypted.
 		problem = fmt.Sprintf("-nats-listen %s: the embedded nats-server has no TLS, so it listens on loopback only; "+

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"ticketrelay/audit"
@@ -45,7 +46,8 @@ func (d *dispatcher) buildServices(ctx context.Context) error {
 			return err
 		}
 	}
-	d.services["forwarder"] = forwarder.New(d.arch.Component("forwarder"), forwarder.Config{
+	host, _ := os.Hostname()
+	d.fwd = forwarder.New(d.arch.Component("forwarder"), forwarder.Config{
 		Installation:    d.stream.Installation,
 		Stream:          d.stream.Name,
 		KeyNamespace:    d.cfg.KeyNamespace,
@@ -58,7 +60,9 @@ func (d *dispatcher) buildServices(ctx context.Context) error {
 		ConsumerCheck:   time.Second, // a deleted or changed consumer is put back within seconds
 		Retention:       d.o.retention().Keep,
 		Backlog:         app.DrainingGC,
-	}, d.js, deliveries, d.tgts).Run
+		Host:            host,
+	}, d.js, deliveries, d.tgts)
+	d.services["forwarder"] = d.fwd.Run
 	pruner, err := maintenance.NewPruner(d.arch.Component("retention"), d.o.retention(), d.l)
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
@@ -112,6 +116,7 @@ func (d *dispatcher) joinCluster(ctx context.Context) (forwarder.Deliveries, aud
 	if err != nil {
 		return nil, nil, err
 	}
+	d.clusterStore = store
 	pending := func(ctx context.Context) (time.Time, bool, error) {
 		n, oldest, err := outbox.Backlog(ctx, d.db.Reader())
 		return oldest, n > 0, err

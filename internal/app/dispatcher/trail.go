@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"strings"
 	"time"
 
 	"ticketrelay/internal/maintenance"
+	"ticketrelay/internal/operate"
 	"ticketrelay/ledger"
 	"ticketrelay/request"
 	"ticketrelay/ticket"
@@ -30,6 +32,7 @@ func (d *dispatcher) buildTrail(ctx context.Context) error {
 		return err
 	}
 	d.OnClose(func() { store.Close() })
+	d.trail = store
 	log := d.log.With("component", "trail")
 	keep := d.o.AuditRetention
 	d.services["trail-retention"] = maintenance.Loop{Interval: auditRetentionEvery, Eager: true, Log: log,
@@ -69,14 +72,11 @@ func operatorName(flagged string) string {
 	return fmt.Sprintf("os:uid-%d", os.Getuid())
 }
 
-// operated is the ledger as the operator commands use it: every action
-// they take through it is recorded in the audit trail, with its outcome,
-// under the operator's name.
+// operated is the ledger as the operator commands use it, with the
+// database's audit trail beside it.
 type operated struct {
 	*ledger.Ledger
-	trail    *trail.Store
-	operator string
-	now      func() time.Time
+	trail *trail.Store
 }
 
 var _ adminStore = (*operated)(nil)
@@ -84,74 +84,64 @@ var _ adminStore = (*operated)(nil)
 // Trail is the audit trail of the database, for `dispatcher audit`.
 func (o *operated) Trail() *trail.Store { return o.trail }
 
-// note records one action on id (a scoped request id, or "" for none)
-// that ended with err; its error is the recording's.
-func (o *operated) note(ctx context.Context, action, id, reason string, err error) error {
-	e := trail.Entry{Time: o.now(), Kind: trail.KindOperator, Subject: o.operator, Action: action,
-		RequestID: id, Outcome: trail.Done, Reason: reason}
-	if id != "" {
-		e.TicketID = ticket.IDFor(id)
-	}
-	if err != nil {
-		e.Outcome = trail.Failed
-		if !errors.Is(err, request.ErrNotFound) && !errors.Is(err, request.ErrState) {
-			e.Outcome = trail.Error
-		}
-		e.Reason = trail.Entry{Reason: err.Error()}.Clean().Reason
-	}
-	// The action happened whatever the trail says: record it even if the
-	// command was interrupted.
-	if rerr := o.trail.Record(context.WithoutCancel(ctx), e); rerr != nil {
-		return fmt.Errorf("%s %s was done, but the audit trail could not record it: %w", action, id, rerr)
-	}
-	return nil
+// trailRecorder records operator actions (the commands', the console's)
+// in the database's audit trail.
+type trailRecorder struct{ store *trail.Store }
+
+func (r trailRecorder) Record(ctx context.Context, e operate.Entry) error {
+	return r.store.Record(ctx, operatorEntry(e))
 }
 
-func (o *operated) Redrive(ctx context.Context, requestID string) error {
-	err := o.Ledger.Redrive(ctx, requestID)
-	return errors.Join(err, o.note(ctx, "redrive", requestID, "", err))
-}
+// streamRecorder records operator actions in the installation's trail
+// stream: forget-host has no database, and the stream (made by the
+// dispatchers) is where every host's trail is read.
+type streamRecorder struct{ c clusterConn }
 
-func (o *operated) RedriveFailed(ctx context.Context, target string) ([]string, error) {
-	ids, err := o.Ledger.RedriveFailed(ctx, target)
-	var errs []error
-	for _, id := range ids {
-		errs = append(errs, o.note(ctx, "redrive", id, "-failed", nil))
-	}
-	if err != nil || len(ids) == 0 {
-		// Nothing to name a request by: one entry says what was asked.
-		reason := fmt.Sprintf("-failed: %d redriven", len(ids))
-		if target != "" {
-			reason = fmt.Sprintf("-failed -target %s: %d redriven", target, len(ids))
-		}
-		errs = append(errs, o.note(ctx, "redrive", "", reason, err))
-	}
-	return ids, errors.Join(append([]error{err}, errs...)...)
-}
-
-func (o *operated) Resolve(ctx context.Context, requestID string, delivered bool, externalID string) error {
-	err := o.Ledger.Resolve(ctx, requestID, delivered, externalID)
-	reason := "settled as failed"
-	if delivered {
-		reason = "settled as delivered, external id " + externalID
-	}
-	return errors.Join(err, o.note(ctx, "resolve", requestID, reason, err))
-}
-
-// recordForgetHost records forget-host of host, which ended with err, in
-// the installation's trail stream: the command has no database, and the
-// stream (made by the dispatchers) is where every host's trail is read.
-func recordForgetHost(ctx context.Context, c clusterConn, operator, host string, err error) error {
-	e := trail.Entry{Time: time.Now(), Kind: trail.KindOperator, Subject: operator, Action: "forget-host",
-		Outcome: trail.Done, Reason: "host " + host}
-	if err != nil {
-		e.Outcome, e.Reason = trail.Failed, "host "+host+": "+err.Error()
-	}
+func (r streamRecorder) Record(ctx context.Context, e operate.Entry) error {
 	where, _ := os.Hostname()
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if perr := trail.Publish(pctx, c.js, c.inst, where, e); perr != nil {
-		return fmt.Errorf("forget-host: the audit trail could not record it: %w", perr)
+	return trail.Publish(pctx, r.c.js, r.c.inst, where, operatorEntry(e))
+}
+
+// operatorEntry is the trail's entry of an operator action: its outcome a
+// refusal (failed: no such request, not in a state for it, a host not
+// finished) or an error, and its reason what the action named beside the
+// request, or why it did not happen.
+func operatorEntry(e operate.Entry) trail.Entry {
+	t := trail.Entry{Time: e.At, Kind: trail.KindOperator, Subject: e.Subject, Action: e.Action,
+		RequestID: e.RequestID, Outcome: trail.Done}
+	if t.Time.IsZero() {
+		t.Time = time.Now()
 	}
-	return nil
+	if e.RequestID != "" {
+		t.TicketID = ticket.IDFor(e.RequestID)
+	}
+	switch e.Action {
+	case operate.ActionResolve:
+		t.Reason = "settled as failed"
+		if e.Target != "" {
+			t.Reason = "settled as delivered, external id " + e.Target
+		}
+	case operate.ActionForgetHost:
+		t.Reason = "host " + e.Target
+	}
+	if e.Err != nil {
+		t.Outcome = trail.Failed
+		if e.Action != operate.ActionForgetHost && !errors.Is(e.Err, request.ErrNotFound) && !errors.Is(e.Err, request.ErrState) {
+			t.Outcome = trail.Error
+		}
+		t.Reason = trail.Entry{Reason: strings.TrimPrefix(t.Reason+": ", ": ") + e.Err.Error()}.Clean().Reason
+	}
+	return t
+}
+
+// consoleTrail is the trail as the console uses it: it records the
+// signed-in operator's actions and lists a request's entries.
+type consoleTrail struct {
+	trailRecorder
+}
+
+func (t consoleTrail) ForRequest(ctx context.Context, scopedID string) ([]trail.Entry, error) {
+	return t.store.ForRequest(ctx, scopedID)
 }
