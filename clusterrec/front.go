@@ -72,7 +72,7 @@ func (f *Front) hold(scoped string) (held func() bool, release func()) {
 func (f *Front) Create(ctx context.Context, req ticket.Request) (request.Result, error) {
 	scoped := req.Scoped()
 	hash := req.Hash()
-	t := ticket.Ticket{Request: req, ID: ticket.IDFor(scoped), CreatedAt: f.now().UTC()}
+	t := ticket.Ticket{Request: req, ID: req.TicketID(), CreatedAt: f.now().UTC()}
 	held, release := f.hold(scoped)
 	defer release()
 	cctx, cancel := context.WithTimeout(ctx, f.ClaimTimeout)

@@ -23,7 +23,7 @@ func Open(ctx context.Context, path string) (*sqlitedb.DB, error) {
 // the outbox's (outbox.Migrations), each owner's SQL in its own package,
 // numbered as the file's user_version has always counted them. At a
 // version with steps of both, the ledger's run first.
-var schema = sqlitedb.MustMerge(migrations, outbox.Migrations)
+var schema = sqlitedb.MustMerge(append(migrations, actionsStep), outbox.Migrations)
 
 // migrations are the ledger's steps: the tables requests (with the tickets
 // view), deliveries, dispatchers and settings. Append only: never edit a
