@@ -119,7 +119,7 @@ func (f *front) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if f.srv, err = mcptools.New(mcptools.Config{Version: app.Version, Bindings: f.bindings, Access: f.access}, requests, f.m, f.log); err != nil {
+	if f.srv, err = mcptools.New(mcptools.Config{Version: app.Version, Bindings: f.bindings, Access: f.access, Beyond: beyond(cfg)}, requests, f.m, f.log); err != nil {
 		return err
 	}
 	if f.o.BenchNoopTool {
