@@ -51,23 +51,24 @@ func (a *attempt) onTicket(ctx context.Context, pr request.Prior) (done bool, er
 	}
 	if t.On != "" {
 		c := pr.OnDelivery
+		why := ""
 		switch {
 		case !pr.OnAccepted:
-			rec.LastError = "the ticket's create is no longer in the ledger (pruned after -retention): name the ticket by the downstream's own key or URL"
+			why = "the ticket's create is no longer in the ledger (pruned after -retention): name the ticket by the downstream's own key or URL"
 		case c.State == string(request.StatusDelivered):
 			act.ref = c.ExternalID
 			if act.ref == "" {
 				act.ref = c.ExternalURL
 			}
 		case c.State == string(request.StatusFailed) || c.State == string(request.StatusUncertain):
-			rec.LastError = fmt.Sprintf("the ticket's create ended %s: there is no ticket to act on", c.State)
+			why = fmt.Sprintf("the ticket's create ended %s: there is no ticket to act on", c.State)
 		default:
 			// Ordered after the create: looked at again once it may have
 			// been delivered.
 			return true, a.msg.NakWithDelay(a.f.cfg.Retry.Delay(1))
 		}
-		if rec.LastError != "" {
-			rec.Failure = request.FailurePermanent
+		if why != "" {
+			rec.LastError, rec.Failure = why, request.FailurePermanent
 			return true, a.dead(ctx, rec, "no ticket")
 		}
 	}
