@@ -13,8 +13,8 @@ import (
 // adapter's CommentCapabilities and UpdateFields, decided from the
 // definition without its secrets (the front reads none). Where only a
 // secret decides, the definition's other options stand for it: PagerDuty
-// takes notes and updates with a REST API key and a `from` user, and the
-// file may set `from` only beside `api_token_env`. Slack's thread replies
+// takes notes and updates with a REST API key and a `from` user, and its
+// adapter (the dispatcher) refuses `from` without the key. Slack's thread replies
 // need a bot token the front cannot see: it takes comments, with the
 // eventual lookup they have with the token (not idempotent either way),
 // and without one the dispatcher's adapter refuses each for good.
