@@ -109,7 +109,7 @@ func (a *attempt) act(ctx context.Context, d downstream.Delivery) (downstream.Re
 		return a.t.Deliver(ctx, d)
 	case a.action.kind == ticket.KindComment:
 		r, err := a.t.(downstream.Commenter).AddComment(ctx, a.action.comment(d))
-		return downstream.Receipt{ExternalID: r.ExternalID, URL: r.URL}, err
+		return downstream.Receipt(r), err
 	}
 	return a.t.(downstream.Updater).Update(ctx, downstream.UpdateDelivery{Key: d.Key, Attempt: d.Attempt,
 		Ticket: a.action.ref, Set: a.action.set, AcceptedAt: a.action.at.Ticket.CreatedAt})
@@ -130,7 +130,7 @@ func (a *attempt) finder() (func(context.Context, downstream.Delivery) (downstre
 	}
 	return func(ctx context.Context, d downstream.Delivery) (downstream.Receipt, bool, error) {
 		r, found, err := f.FindComment(ctx, a.action.comment(d))
-		return downstream.Receipt{ExternalID: r.ExternalID, URL: r.URL}, found, err
+		return downstream.Receipt(r), found, err
 	}, true
 }
 
