@@ -227,9 +227,12 @@ func (s *Server) actionHandler(kind string) mcp.ToolHandler {
 			o.word = metrics.CallReplayed
 			return jsonResult(s.current(res))
 		}
+		detail := "Accepted and stored; it reaches " + r.Target + " asynchronously"
+		if r.On != "" {
+			detail += ", after the ticket's creation"
+		}
 		return jsonResult(createResult{Result: res, Caller: r.Caller.OrNil(),
-			Detail: "Accepted and stored; it reaches " + r.Target + " after the ticket's creation, asynchronously: find_request reports when. " +
-				"Do not send it again with a new request_id."})
+			Detail: detail + ": find_request reports when. Do not send it again with a new request_id."})
 	}
 }
 
