@@ -136,8 +136,12 @@ grants:
 			t.Fatalf("%s: %v\ndispatcher:\n%s", id, call("find_request", map[string]any{"request_id": id}), disp.stderr)
 		}
 	}
-	call("update_ticket", map[string]any{"request_id": "u-1", "ticket": created["ticket_id"], "status": "closed"})
+	update := map[string]any{"request_id": "u-1", "ticket": created["ticket_id"], "status": "closed"}
+	call("update_ticket", update)
 	testwait.For(t, 30*time.Second, "u-1 delivered", func() bool { return status("u-1") == "delivered" })
+	if again := call("update_ticket", update); again["replayed"] != true || again["status"] != "delivered" {
+		t.Fatalf("the same update again: %v; want replayed, delivered", again)
+	}
 	issues := rm.Issues()
 	if len(issues) != 1 {
 		t.Fatalf("Redmine has %d issues, want 1", len(issues))
