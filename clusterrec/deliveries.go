@@ -44,6 +44,17 @@ func (d *Deliveries) PriorDelivery(ctx context.Context, scoped string) (request.
 		p.Delivery = *rec.Delivery.Ledger(scoped)
 		p.Delivery.Version = rec.Delivery.Version
 	}
+	if on := rec.Ticket.On; on != "" {
+		// A comment or an update waits for its ticket's create, which any
+		// host may have delivered: its record says.
+		c, _, found, err := d.store.Get(ctx, on)
+		if err != nil {
+			return p, err
+		}
+		if p.OnAccepted = found; found && c.Delivery != nil {
+			p.OnDelivery = *c.Delivery.Ledger(on)
+		}
+	}
 	return p, nil
 }
 

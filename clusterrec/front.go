@@ -72,7 +72,7 @@ func (f *Front) hold(scoped string) (held func() bool, release func()) {
 func (f *Front) Create(ctx context.Context, req ticket.Request) (request.Result, error) {
 	scoped := req.Scoped()
 	hash := req.Hash()
-	t := ticket.Ticket{Request: req, ID: ticket.IDFor(scoped), CreatedAt: f.now().UTC()}
+	t := ticket.Ticket{Request: req, ID: req.TicketID(), CreatedAt: f.now().UTC()}
 	held, release := f.hold(scoped)
 	defer release()
 	cctx, cancel := context.WithTimeout(ctx, f.ClaimTimeout)
@@ -185,4 +185,20 @@ func (d *Delivery) Ledger(scoped string) *request.Delivery {
 	return &request.Delivery{RequestID: scoped, Target: d.Target, State: d.State, Attempts: d.Attempts, Throttled: d.Throttled,
 		NextAttemptAt: d.NextAttemptAt, LastError: d.LastError, Failure: d.Failure, ExternalID: d.ExternalID, ExternalURL: d.ExternalURL,
 		UpdatedAt: d.UpdatedAt}
+}
+
+// TicketOf finds the create ref names among subject's requests, for a
+// comment or an update: in this host's ledger, which holds the creates
+// this host accepted, and, by request_id, in the cluster record, which
+// holds every host's.
+func (f *Front) TicketOf(ctx context.Context, subject, ref string) (ticket.Ticket, bool, error) {
+	t, found, err := f.ledger.TicketOf(ctx, subject, ref)
+	if err != nil || found || ticket.ValidateRequestID(ref) != nil {
+		return t, found, err
+	}
+	rec, _, found, err := f.store.Get(ctx, ticket.ScopedID(subject, ref))
+	if err != nil || !found || rec.Ticket.Kind != ticket.KindCreate || rec.Ticket.Subject != subject {
+		return ticket.Ticket{}, false, err
+	}
+	return rec.Ticket, true, nil
 }

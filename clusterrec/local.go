@@ -22,6 +22,7 @@ type Committer interface {
 type Local interface {
 	Committer
 	Find(ctx context.Context, subject, requestID string) (request.Report, error)
+	TicketOf(ctx context.Context, subject, ref string) (ticket.Ticket, bool, error)
 }
 
 // Mirror keeps the host's own copy of a delivery record the cluster record

@@ -40,6 +40,9 @@ type attempt struct {
 		stopped bool
 		t       *time.Timer
 	}
+	// action is the comment or update the message asks for; nil for a
+	// create (beyond.go).
+	action *action
 }
 
 // log is the forwarder's logger with the attempt's target and request id.
@@ -96,6 +99,9 @@ func (a *attempt) run(ctx context.Context) error {
 	if done, err := a.turnedAway(p); done {
 		return err
 	}
+	if done, err := a.onTicket(ctx, p); done {
+		return err
+	}
 	return a.deliver(ctx, p)
 }
 
@@ -142,7 +148,7 @@ func (a *attempt) turnedAway(p request.Prior) (bool, error) {
 // without a dedupe key, and recording the attempt before such a call.
 func (a *attempt) deliver(ctx context.Context, p request.Prior) error {
 	prev, found := p.Delivery, p.Found
-	caps := a.t.Capabilities()
+	caps := a.capabilities()
 	d := downstream.Delivery{
 		Key:     downstream.Key(a.f.cfg.KeyNamespace, a.requestID),
 		Attempt: prev.Attempts + 1,
@@ -189,7 +195,7 @@ func (a *attempt) deliver(ctx context.Context, p request.Prior) error {
 
 	a.f.metrics.DeliveryAttempts.WithLabelValues(a.t.Name()).Inc()
 	cctx, cancel := context.WithDeadline(ctx, start.Add(a.f.cfg.DeliveryTimeout))
-	receipt, err := a.t.Deliver(cctx, d)
+	receipt, err := a.act(cctx, d)
 	cancel()
 	a.answered(err)
 	took := time.Since(start)
@@ -218,7 +224,7 @@ func (a *attempt) prior(ctx context.Context) (request.Prior, error) {
 // reconcile settles an attempt of unknown outcome toward a target without a
 // dedupe key. It reports done when the message needs no new call.
 func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d downstream.Delivery, prev request.Delivery) (bool, error) {
-	finder, ok := a.t.(downstream.Finder)
+	find, ok := a.finder()
 	if !ok || caps.Lookup != downstream.LookupConsistent {
 		// No proof either way: never resend blindly.
 		return true, a.uncertain(ctx, prev, fmt.Sprintf("attempt %d ended without an answer and %s has no consistent lookup", prev.Attempts, a.t.Name()))
@@ -227,7 +233,7 @@ func (a *attempt) reconcile(ctx context.Context, caps downstream.Capabilities, d
 		return true, nil
 	}
 	lctx, cancel := context.WithTimeout(ctx, a.f.cfg.DeliveryTimeout)
-	receipt, found, err := finder.Find(lctx, d)
+	receipt, found, err := find(lctx, d)
 	cancel()
 	a.answered(err)
 	if err != nil {

@@ -25,7 +25,7 @@ func Open(ctx context.Context, path string) (*sqlitedb.DB, error) {
 // numbered as the file's user_version has always counted them, and the
 // audit trail's (trail.Migrations). At a version with steps of several,
 // the ledger's run first.
-var schema = sqlitedb.MustMerge(migrations, consoleMigrations, outbox.Migrations, trail.Migrations)
+var schema = sqlitedb.MustMerge(append(migrations, actionsStep), consoleMigrations, outbox.Migrations, trail.Migrations)
 
 // migrations are the ledger's steps: the tables requests (with the tickets
 // view), deliveries, dispatchers and settings. Append only: never edit a

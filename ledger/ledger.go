@@ -110,13 +110,13 @@ func lookup(ctx context.Context, q outbox.Querier, req ticket.Request, hash stri
 // writes nothing and reports false.
 func (l *Ledger) insert(ctx context.Context, tx sqlitedb.Tx, req ticket.Request, hash string, now time.Time, traceparent, tracestate string) (res request.Result, inserted bool, err error) {
 	scoped := req.Scoped()
-	t := ticket.Ticket{Request: req, ID: ticket.IDFor(scoped), CreatedAt: now.UTC()}
+	t := ticket.Ticket{Request: req, ID: req.TicketID(), CreatedAt: now.UTC()}
 	res = request.Result{RequestID: req.RequestID, TicketID: t.ID, Target: req.Target, Status: request.StatusQueued, CreatedAt: t.CreatedAt}
 	stored, err := json.Marshal(res)
 	if err != nil {
 		return request.Result{}, false, err
 	}
-	payload, err := json.Marshal(ticket.Ref{RequestID: scoped, TicketID: t.ID})
+	payload, err := json.Marshal(ticket.Ref{RequestID: scoped, TicketID: t.ID, Kind: req.Kind})
 	if err != nil {
 		return request.Result{}, false, err
 	}
@@ -127,10 +127,11 @@ func (l *Ledger) insert(ctx context.Context, tx sqlitedb.Tx, req ticket.Request,
 	// The ticket is stored in the ledger row, and the outbox row takes its
 	// id: one insert at a random key per create (see migration 3).
 	ins, err := tx.ExecContext(ctx,
-		`INSERT INTO requests (request_id, subject, caller_name, caller_email, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(request_id) DO NOTHING`,
+		`INSERT INTO requests (request_id, subject, caller_name, caller_email, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels,
+			kind, on_request, ref, fields)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(request_id) DO NOTHING`,
 		scoped, req.Subject, req.Caller.Name, req.Caller.Email, req.Tool, req.Target, hash, t.ID, string(stored), now.UnixNano(),
-		req.Title, req.Body, req.Priority, string(labels))
+		req.Title, req.Body, req.Priority, string(labels), req.Kind, req.On, req.Ref, string(req.Set))
 	if err != nil {
 		return request.Result{}, false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
 	}

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -41,6 +42,11 @@ func (l *Ledger) find(ctx context.Context, shown, scoped, where string, args ...
 		return st, fmt.Errorf("ledger: find %s: %w", shown, err)
 	}
 	row.fill(&st)
+	if st.Kind == ticket.KindCreate {
+		if err := l.actions(ctx, &st, scoped); err != nil {
+			return st, err
+		}
+	}
 	if err := l.addServed(ctx, &st); err != nil {
 		return st, err
 	}
@@ -54,7 +60,7 @@ func (l *Ledger) find(ctx context.Context, shown, scoped, where string, args ...
 // the ledger row anyway.
 const (
 	statusColumns = `r.id, r.subject, r.caller_name, r.caller_email, r.ticket_id, r.tool, r.target, r.created_at,
-		d.state, d.attempts, d.throttled, d.next_attempt_at, d.last_error, d.failure, d.external_id, d.external_url, d.updated_at`
+		d.state, d.attempts, d.throttled, d.next_attempt_at, d.last_error, d.failure, d.external_id, d.external_url, d.updated_at, r.kind, r.on_request, r.ref`
 	statusJoins = `FROM requests r LEFT JOIN deliveries d ON d.id = r.id`
 )
 
@@ -66,12 +72,14 @@ type statusRow struct {
 	published                              time.Time // zero: not published
 	attempts, throttled, next, upd         sql.NullInt64
 	state, lastErr, failure, extID, extURL sql.NullString
+	on                                     string // the create a comment or an update acts on
+	ref                                    string // the downstream's reference it acts on
 }
 
 // dest is the Scan destination of statusColumns, filling st and r.
 func (r *statusRow) dest(st *request.Report) []any {
 	return []any{&r.id, &r.caller.Subject, &r.caller.Name, &r.caller.Email, &st.TicketID, &st.Tool, &st.Target, &r.created,
-		&r.state, &r.attempts, &r.throttled, &r.next, &r.lastErr, &r.failure, &r.extID, &r.extURL, &r.upd}
+		&r.state, &r.attempts, &r.throttled, &r.next, &r.lastErr, &r.failure, &r.extID, &r.extURL, &r.upd, &st.Kind, &r.on, &r.ref}
 }
 
 // readPublished reads when the request's outbox row was published.
@@ -84,6 +92,9 @@ func (r *statusRow) readPublished(ctx context.Context, q outbox.Querier) error {
 // fill sets st's status and delivery fields from the row.
 func (r *statusRow) fill(st *request.Report) {
 	st.AcceptedAt = timePtr(r.created)
+	if st.Kind != ticket.KindCreate {
+		st.Ticket = cmp.Or(r.ref, st.TicketID)
+	}
 	st.Caller = r.caller.OrNil()
 	if !r.published.IsZero() {
 		st.PublishedAt = timePtr(r.published.UnixNano())

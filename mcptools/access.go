@@ -30,7 +30,8 @@ type Grant struct {
 // anyway. A nil *Access lets every caller call every tool.
 type Access struct {
 	grants    []Grant
-	anonymous bool // a grant names the caller without a token
+	anonymous bool     // a grant names the caller without a token
+	creates   []string // the create tools, which grant add_comment and update_ticket (beyond.go)
 }
 
 // NewAccess returns the Access of grants; nil (no restriction) without any.
@@ -96,6 +97,9 @@ func (g Grant) names(c caller) bool {
 func (a *Access) allows(c caller, tool string) bool {
 	if a == nil || (c.anonymous && !a.anonymous) {
 		return true
+	}
+	if tool == AddCommentTool || tool == UpdateTicketTool {
+		return a.allowsTarget(c, a.creates)
 	}
 	for _, g := range a.grants {
 		if g.names(c) && slices.Contains(g.Tools, tool) {

@@ -123,5 +123,16 @@ var findOutputSchema = map[string]any{
 		"updated_at":      schemaTime("When the delivery record last changed."),
 		"caller":          callerOutSchema,
 		"detail":          detailOut,
+		"kind":            map[string]any{"type": "string", "enum": []string{ticket.KindComment, ticket.KindUpdate}, "description": "For a comment or an update: which (absent for a create)."},
+		"ticket":          schemaString("For a comment or an update: the ticket it acts on (its ticket_id, or the target's own key or URL)."),
+		"comments":        actionsOut("For a ticket: the comments requested on it, oldest first, each with its status."),
+		"updates":         actionsOut("For a ticket: the updates requested on it, oldest first, each with its status."),
 	},
+}
+
+func actionsOut(desc string) map[string]any {
+	return map[string]any{"type": "array", "description": desc, "items": map[string]any{
+		"type": "object", "required": []string{"request_id", "status"},
+		"properties": map[string]any{"request_id": requestIDOut, "status": map[string]any{"type": "string", "enum": statuses}},
+	}}
 }

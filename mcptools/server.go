@@ -46,6 +46,10 @@ type Config struct {
 	// Trail, if set, records every tool call in the audit trail.
 	Trail trail.Recorder
 	Now   func() time.Time // the trail's clock; default time.Now
+	// Beyond says, per target name, what it takes beyond creates: where
+	// one takes comments or updates, add_comment or update_ticket is
+	// served (beyond.go).
+	Beyond map[string]Beyond
 }
 
 // Requests is the part of a store the tools use: accept a request exactly
@@ -60,6 +64,10 @@ type Requests interface {
 type Server struct {
 	ledger Requests
 	log    *slog.Logger
+	// add_comment's and update_ticket's (beyond.go).
+	beyond  map[string]Beyond
+	access  *Access
+	toolsOf map[string][]string // target → its create tools
 }
 
 // New builds an MCP server with one create tool per binding and find_request;
@@ -79,9 +87,13 @@ func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Serve
 		Capabilities: capabilities(),
 	})
 	known := []string{FindRequestTool}
+	var creates []string
 	for _, b := range cfg.Bindings {
 		known = append(known, b.Tool)
+		creates = append(creates, b.Tool)
 	}
+	cfg.Access = cfg.Access.withCreates(creates)
+	known = append(known, beyondTools(cfg)...)
 	if cfg.Access != nil {
 		for _, t := range known {
 			m.ToolRefused.WithLabelValues(t) // exported at 0 from the start
@@ -97,6 +109,7 @@ func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Serve
 		srv.AddTool(createTool(b), s.createHandler(b))
 	}
 	srv.AddTool(findTool(), s.findHandler)
+	s.addBeyond(srv, cfg)
 	return srv, nil
 }
 

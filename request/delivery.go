@@ -59,7 +59,22 @@ type Prior struct {
 	// RequestID is set either way.
 	Found    bool
 	Delivery Delivery
+	// For a comment or an update on a ticket ticketrelay filed
+	// (Ticket.On): OnAccepted, the store holds that create, and OnDelivery
+	// is its delivery record (State "": none yet).
+	OnAccepted bool
+	OnDelivery Delivery
 }
+
+// Action is a comment or an update as find_request lists it under the
+// ticket it acts on.
+type Action struct {
+	RequestID string `json:"request_id"` // as its caller gave it
+	Status    Status `json:"status"`
+}
+
+// MaxActionsShown bounds the comments, and the updates, a report lists.
+const MaxActionsShown = 100
 
 // MaxPriorBatch bounds the request ids one batched read of Priors takes.
 const MaxPriorBatch = 64

@@ -45,6 +45,16 @@ type Report struct {
 	// Caller is who asked, as recorded with the ticket; nil for the
 	// anonymous local caller.
 	Caller *ticket.Caller `json:"caller,omitempty"`
+	// Kind is a comment's or an update's kind (ticket.KindComment,
+	// ticket.KindUpdate); absent for a create.
+	Kind string `json:"kind,omitempty"`
+	// Ticket is what a comment or an update acts on: the create's ticket
+	// id (TicketID holds it too) or the downstream's own reference.
+	Ticket string `json:"ticket,omitempty"`
+	// Comments and Updates are, for a create, the comments and updates
+	// requested on its ticket, oldest first (at most MaxActionsShown).
+	Comments []Action `json:"comments,omitempty"`
+	Updates  []Action `json:"updates,omitempty"`
 
 	// What the front writes its words from, beside the fields above; not
 	// on the wire.
@@ -129,7 +139,11 @@ func (r *Report) Settle(d *Delivery) {
 // was published (nil: not known) and its delivery record (nil: none yet).
 func StatusOf(t ticket.Ticket, accepted time.Time, published *time.Time, d *Delivery) Report {
 	r := Report{RequestID: t.RequestID, TicketID: t.ID, Tool: t.Tool, Target: t.Target,
-		AcceptedAt: &accepted, PublishedAt: published, Caller: t.Caller.OrNil(), Scoped: t.Scoped()}
+		AcceptedAt: &accepted, PublishedAt: published, Caller: t.Caller.OrNil(), Scoped: t.Scoped(),
+		Kind: t.Kind, Ticket: cmp.Or(t.Ref, t.ID)}
+	if t.Kind == ticket.KindCreate {
+		r.Ticket = ""
+	}
 	r.Settle(d)
 	return r
 }

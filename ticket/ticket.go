@@ -83,6 +83,9 @@ type Request struct {
 	// retry from another client is the same request, and answers the
 	// caller of its first call.
 	Caller Caller `json:"caller,omitzero"`
+	// Action makes the request a comment or an update (action.go); zero
+	// for a create.
+	Action
 }
 
 // Caller is who asked for a ticket: the subject of the caller's token and,
@@ -343,6 +346,10 @@ type Ticket struct {
 type Ref struct {
 	RequestID string `json:"request_id"`
 	TicketID  string `json:"ticket_id"`
+	// Kind is the request's kind (KindComment, KindUpdate); absent for a
+	// create, as in every message published before kinds existed. It is
+	// for whoever reads the stream: the forwarder acts on the ledger row's.
+	Kind string `json:"kind,omitempty"`
 }
 
 // Invisible reports whether r is a format character (Unicode category Cf)

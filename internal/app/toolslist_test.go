@@ -102,7 +102,8 @@ func TestToolsListAnnotationsPerKind(t *testing.T) {
 	for _, tl := range res.Tools {
 		tools[tl.Name] = tl
 	}
-	if want := len(idempotentTools) + len(nonIdempotentTools) + 1; len(tools) != want {
+	// find_request, add_comment and update_ticket beside the create tools.
+	if want := len(idempotentTools) + len(nonIdempotentTools) + 3; len(tools) != want {
 		t.Fatalf("tools/list has %d tools (%v), want %d", len(tools), slices.Sorted(maps.Keys(tools)), want)
 	}
 	for _, name := range append(slices.Clone(idempotentTools), nonIdempotentTools...) {
@@ -137,6 +138,15 @@ func TestToolsListAnnotationsPerKind(t *testing.T) {
 	}
 	if d := tools["file_local"].Description; !strings.HasPrefix(d, "File a ticket in the local queue.") {
 		t.Errorf("file_local: the configured description is not used: %q", d)
+	}
+	// Slack's comments are looked up eventually, and the legacy hook's
+	// receiver takes no key: add_comment cannot be retried blindly. An
+	// update sets values: repeating it changes nothing more.
+	if a := tools["add_comment"].Annotations; a == nil || a.IdempotentHint || a.ReadOnlyHint {
+		t.Errorf("add_comment annotations %+v: want not idempotent, not read-only", a)
+	}
+	if a := tools["update_ticket"].Annotations; a == nil || !a.IdempotentHint || a.ReadOnlyHint {
+		t.Errorf("update_ticket annotations %+v: want idempotent, not read-only", a)
 	}
 	if fr := tools["find_request"]; fr == nil || fr.Annotations == nil || !fr.Annotations.ReadOnlyHint {
 		t.Errorf("find_request must be readOnlyHint: %+v", fr)

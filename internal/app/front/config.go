@@ -27,6 +27,22 @@ func bindings(f *config.File) ([]mcptools.Binding, error) {
 	return out, nil
 }
 
+// beyond is what each target bound to a tool takes beyond creates, from
+// its definition without secrets (targets.BeyondOf).
+func beyond(f *config.File) map[string]mcptools.Beyond {
+	bound := map[string]bool{}
+	for _, t := range f.Tools {
+		bound[t.Target] = true
+	}
+	out := map[string]mcptools.Beyond{}
+	for _, d := range f.Defs() {
+		if b := targets.BeyondOf(d); bound[d.Name] {
+			out[d.Name] = mcptools.Beyond{Comments: b.Comments, CommentsIdempotent: b.Idempotent(), UpdateFields: b.UpdateFields}
+		}
+	}
+	return out
+}
+
 // access is the configuration's grants as the tools hold callers to them;
 // nil without grants (every caller may call every tool).
 func access(f *config.File) *mcptools.Access {

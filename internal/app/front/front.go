@@ -130,7 +130,7 @@ func (f *front) build(ctx context.Context) error {
 	if err := f.openTrail(ctx, f.writer); err != nil {
 		return err
 	}
-	mc := mcptools.Config{Version: app.Version, Bindings: f.bindings, Access: f.access}
+	mc := mcptools.Config{Version: app.Version, Bindings: f.bindings, Access: f.access, Beyond: beyond(cfg)}
 	if f.trail != nil {
 		mc.Trail = f.trail
 	}
