@@ -22,8 +22,9 @@ func Open(ctx context.Context, path string) (*sqlitedb.DB, error) {
 // schema is the database's one migration sequence: the ledger's steps and
 // the outbox's (outbox.Migrations), each owner's SQL in its own package,
 // numbered as the file's user_version has always counted them. At a
-// version with steps of both, the ledger's run first.
-var schema = sqlitedb.MustMerge(migrations, outbox.Migrations)
+// version with steps of both, the ledger's run first. The full-text index
+// of the tickets has its own list (searchMigrations).
+var schema = sqlitedb.MustMerge(migrations, searchMigrations, outbox.Migrations)
 
 // migrations are the ledger's steps: the tables requests (with the tickets
 // view), deliveries, dispatchers and settings. Append only: never edit a

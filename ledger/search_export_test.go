@@ -1,0 +1,5 @@
+package ledger
+
+// SearchVersionForTest is the schema version that adds the tickets'
+// full-text index.
+const SearchVersionForTest = searchVersion
