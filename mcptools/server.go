@@ -41,6 +41,11 @@ type Config struct {
 	// Access holds each caller to its grants; nil: every caller may call
 	// every tool.
 	Access *Access
+	// Search, if set, serves search_tickets. A caller held to grants
+	// finds its own tickets and those of the targets it may file to; with
+	// SearchOwn, its own only (decision 0190).
+	Search    Searcher
+	SearchOwn bool
 }
 
 // Requests is the part of a store the tools use: accept a request exactly
@@ -55,6 +60,11 @@ type Requests interface {
 type Server struct {
 	ledger Requests
 	log    *slog.Logger
+
+	search    Searcher
+	access    *Access
+	bindings  []Binding
+	searchOwn bool
 }
 
 // New builds an MCP server with one create tool per binding and find_request;
@@ -63,7 +73,7 @@ func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Serve
 	if len(cfg.Bindings) == 0 {
 		return nil, errors.New("mcptools: no tool bindings")
 	}
-	s := &Server{ledger: l, log: log}
+	s := &Server{ledger: l, log: log, search: cfg.Search, access: cfg.Access, bindings: cfg.Bindings, searchOwn: cfg.SearchOwn}
 	name := cfg.Name
 	if name == "" {
 		name = "ticketrelay"
@@ -74,6 +84,9 @@ func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Serve
 		Capabilities: capabilities(),
 	})
 	known := []string{FindRequestTool}
+	if cfg.Search != nil {
+		known = append(known, SearchTicketsTool)
+	}
 	for _, b := range cfg.Bindings {
 		known = append(known, b.Tool)
 	}
@@ -90,6 +103,9 @@ func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Serve
 		srv.AddTool(createTool(b), s.createHandler(b))
 	}
 	srv.AddTool(findTool(), s.findHandler)
+	if cfg.Search != nil {
+		srv.AddTool(searchTool(), s.searchHandler)
+	}
 	return srv, nil
 }
 

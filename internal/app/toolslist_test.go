@@ -102,7 +102,7 @@ func TestToolsListAnnotationsPerKind(t *testing.T) {
 	for _, tl := range res.Tools {
 		tools[tl.Name] = tl
 	}
-	if want := len(idempotentTools) + len(nonIdempotentTools) + 1; len(tools) != want {
+	if want := len(idempotentTools) + len(nonIdempotentTools) + 2; len(tools) != want { // + find_request, search_tickets
 		t.Fatalf("tools/list has %d tools (%v), want %d", len(tools), slices.Sorted(maps.Keys(tools)), want)
 	}
 	for _, name := range append(slices.Clone(idempotentTools), nonIdempotentTools...) {

@@ -83,7 +83,8 @@ type front struct {
 	reg       *prometheus.Registry
 	m         *metrics.Front
 	srv       *mcp.Server
-	access    *mcptools.Access // nil: no grants
+	access    *mcptools.Access  // nil: no grants
+	search    mcptools.Searcher // this host's ledger
 
 	app.Closers // what build made, undone by Close
 }
@@ -119,7 +120,8 @@ func (f *front) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if f.srv, err = mcptools.New(mcptools.Config{Version: app.Version, Bindings: f.bindings, Access: f.access}, requests, f.m, f.log); err != nil {
+	if f.srv, err = mcptools.New(mcptools.Config{Version: app.Version, Bindings: f.bindings, Access: f.access,
+		Search: f.search, SearchOwn: cfg.SearchScope == config.SearchScopeOwn}, requests, f.m, f.log); err != nil {
 		return err
 	}
 	if f.o.BenchNoopTool {
@@ -158,6 +160,7 @@ func (f *front) openLedger(ctx context.Context) (mcptools.Requests, error) {
 		waker.Close()
 	})
 	l := ledger.New(db, w, time.Now)
+	f.search = l
 	if !f.o.MultiHost {
 		return l, nil
 	}
