@@ -1,10 +1,15 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"unicode"
 
 	"ticketrelay/request"
 	"ticketrelay/sqlitedb"
@@ -26,7 +31,7 @@ const searchVersion = 13
 // ledger of an earlier version already holds.
 var searchMigrations = []sqlitedb.Step{{Version: searchVersion, SQL: `
 	CREATE VIRTUAL TABLE tickets_fts USING fts5(title, body, labels,
-		content='requests', content_rowid='id', tokenize='unicode61 remove_diacritics 2');
+		content='requests', content_rowid='id', tokenize='unicode61 remove_diacritics 2', detail=none);
 	CREATE TRIGGER tickets_fts_insert AFTER INSERT ON requests WHEN new.title <> '' BEGIN
 		INSERT INTO tickets_fts (rowid, title, body, labels) VALUES (new.id, new.title, new.body, new.labels);
 	END;
@@ -43,7 +48,8 @@ var searchMigrations = []sqlitedb.Step{{Version: searchVersion, SQL: `
 
 // matchExpr is the FTS5 query of a search's words (request.SearchWords):
 // each word quoted, all of them required. Words hold only letters and
-// digits, so nothing of the user's text is FTS5 syntax.
+// digits, each one token of the index's tokenizer, so nothing of the
+// user's text is FTS5 syntax.
 func matchExpr(words []string) string {
 	quoted := make([]string, len(words))
 	for i, w := range words {
@@ -52,9 +58,13 @@ func matchExpr(words []string) string {
 	return strings.Join(quoted, " AND ")
 }
 
-// SearchTickets finds the tickets matching s, ranked by relevance (BM25,
-// a title match weighing most, then labels, then the body) among the
-// MaxSearchDepth newest matches.
+// SearchTickets finds the tickets matching s among the MaxSearchDepth
+// newest matches, ranked by where the words are (rank): in the title
+// first, then the labels, then only the body; newest first among equals.
+// The index is walked newest first and stops at the depth, so a word
+// every ticket holds costs no more than a rare one. FTS5's own BM25 is
+// not used: to weigh a word it counts every ticket that holds it, a scan
+// that grows with the ledger (decision 0190).
 func (l *Ledger) SearchTickets(ctx context.Context, s request.Search) (request.SearchPage, error) {
 	if err := s.Check(); err != nil {
 		return request.SearchPage{}, err
@@ -73,49 +83,159 @@ func (l *Ledger) SearchTickets(ctx context.Context, s request.Search) (request.S
 	if s.Status != request.SearchAnyStatus {
 		join, where = "LEFT JOIN deliveries d ON d.id = r.id", append(where, statusConds[s.Status])
 	}
-	// The inner query walks the index newest first and stops at the depth;
-	// only those matches are ranked and paged. One more than the page tells
-	// whether another follows.
-	q := `SELECT m.snip, r.request_id, r.title, ` + statusColumns + `
-		FROM (SELECT f.rowid AS id, bm25(tickets_fts, 10.0, 1.0, 5.0) AS score,
-				snippet(tickets_fts, -1, '[', ']', '…', 16) AS snip
-			FROM tickets_fts f JOIN requests r ON r.id = f.rowid ` + join + `
-			WHERE ` + strings.Join(where, " AND ") + `
-			ORDER BY f.rowid DESC LIMIT ?) m
-		CROSS JOIN requests r ON r.id = m.id LEFT JOIN deliveries d ON d.id = r.id
-		ORDER BY m.score, m.id DESC LIMIT ? OFFSET ?`
-	args = append(args, request.MaxSearchDepth, s.Limit+1, s.Offset)
-	rows, err := l.db.Query(ctx, q, args...)
+	rows, err := l.db.Query(ctx, `SELECT f.rowid, r.title, r.labels FROM tickets_fts f JOIN requests r ON r.id = f.rowid `+join+`
+		WHERE `+strings.Join(where, " AND ")+` ORDER BY f.rowid DESC LIMIT ?`, append(args, request.MaxSearchDepth)...)
 	if err != nil {
 		return request.SearchPage{}, fmt.Errorf("ledger: search: %w", err)
 	}
-	var page request.SearchPage
-	var found []statusRow
+	var found []ranked
 	for rows.Next() {
-		var h request.Hit
-		var row statusRow
-		if err := rows.Scan(append([]any{&h.Snippet, &h.Report.Scoped, &h.Title}, row.dest(&h.Report)...)...); err != nil {
+		var m ranked
+		var title, labels string
+		if err := rows.Scan(&m.id, &title, &labels); err != nil {
 			rows.Close()
 			return request.SearchPage{}, fmt.Errorf("ledger: search: %w", err)
 		}
-		h.Subject = row.caller.Subject
-		h.Report.RequestID = strings.TrimPrefix(h.Report.Scoped, ticket.ScopedID(h.Subject, ""))
-		page.Hits, found = append(page.Hits, h), append(found, row)
+		m.score = rank(words, title, labels)
+		found = append(found, m)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return request.SearchPage{}, fmt.Errorf("ledger: search: %w", err)
 	}
-	if len(page.Hits) > s.Limit {
-		page.Hits, found, page.More = page.Hits[:s.Limit], found[:s.Limit], true
+	slices.SortStableFunc(found, func(a, b ranked) int { return cmp.Compare(b.score, a.score) }) // newest first among equals, as read
+	var page request.SearchPage
+	found = found[min(s.Offset, len(found)):]
+	if len(found) > s.Limit {
+		found, page.More = found[:s.Limit], true
 	}
-	for i := range page.Hits {
-		if err := found[i].readPublished(ctx, l.db.Reader()); err != nil {
+	for _, m := range found {
+		h, err := l.hit(ctx, m.id, words)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // pruned since the walk
+		}
+		if err != nil {
 			return request.SearchPage{}, fmt.Errorf("ledger: search: %w", err)
 		}
-		found[i].fill(&page.Hits[i].Report)
+		page.Hits = append(page.Hits, h)
 	}
 	return page, nil
+}
+
+// ranked is a match and its rank.
+type ranked struct {
+	id    int64
+	score int
+}
+
+// rank scores a match by where the query's words are: a word in the title
+// counts most, one in the labels less, one only in the body (every word
+// is somewhere) least; among equals, the shorter title is the closer.
+func rank(words []string, title, labels string) int {
+	inTitle, inLabels := wordSet(title), wordSet(labels)
+	score := 0
+	for _, w := range words {
+		w = strings.ToLower(w)
+		switch {
+		case inTitle[w]:
+			score += 100
+		case inLabels[w]:
+			score += 50
+		}
+	}
+	return score*10 - min(len(inTitle), 9)
+}
+
+func wordSet(text string) map[string]bool {
+	set := map[string]bool{}
+	for _, w := range request.TextWords(strings.ToLower(text)) {
+		set[w] = true
+	}
+	return set
+}
+
+// hit reads the ticket of ledger row id, where it stands, and the snippet
+// of its text around words.
+func (l *Ledger) hit(ctx context.Context, id int64, words []string) (request.Hit, error) {
+	var h request.Hit
+	var row statusRow
+	var body string
+	err := l.db.QueryRow(ctx, `SELECT r.request_id, r.title, r.body, `+statusColumns+` `+statusJoins+` WHERE r.id = ?`, id).
+		Scan(append([]any{&h.Report.Scoped, &h.Title, &body}, row.dest(&h.Report)...)...)
+	if err == nil {
+		err = row.readPublished(ctx, l.db.Reader())
+	}
+	if err != nil {
+		return h, err
+	}
+	h.Snippet = snippet(body, words)
+	if h.Snippet == "" {
+		h.Snippet = snippet(h.Title, words)
+	}
+	h.Subject = row.caller.Subject
+	h.Report.RequestID = strings.TrimPrefix(h.Report.Scoped, ticket.ScopedID(h.Subject, ""))
+	row.fill(&h.Report)
+	return h, nil
+}
+
+// snippetWords is how many words of the text a snippet shows.
+const snippetWords = 16
+
+// snippet is the fragment of text around the first of words it holds
+// (any case), every one of words in it marked [so]; "" if it holds none.
+// Words are the runs of letters and digits, as the index splits them.
+func snippet(text string, words []string) string {
+	want := map[string]bool{}
+	for _, w := range words {
+		want[strings.ToLower(w)] = true
+	}
+	type span struct{ from, to int }
+	var spans []span
+	from := -1
+	for i, r := range text + " " {
+		word := unicode.IsLetter(r) || unicode.IsNumber(r)
+		switch {
+		case word && from < 0:
+			from = i
+		case !word && from >= 0:
+			spans, from = append(spans, span{from, i}), -1
+		}
+	}
+	first := slices.IndexFunc(spans, func(sp span) bool { return want[strings.ToLower(text[sp.from:sp.to])] })
+	if first < 0 {
+		return ""
+	}
+	lo := max(0, first-snippetWords/4)
+	hi := min(len(spans), lo+snippetWords)
+	var b strings.Builder
+	if lo > 0 {
+		b.WriteString("…")
+	}
+	at := spans[lo].from
+	for _, sp := range spans[lo:hi] {
+		b.WriteString(oneLine(text[at:sp.from]))
+		if w := text[sp.from:sp.to]; want[strings.ToLower(w)] {
+			b.WriteString("[" + w + "]")
+		} else {
+			b.WriteString(w)
+		}
+		at = sp.to
+	}
+	if hi < len(spans) {
+		b.WriteString("…")
+	}
+	return b.String()
+}
+
+// oneLine is the text between two words of a snippet, with line breaks
+// as spaces.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == '\t' {
+			return ' '
+		}
+		return r
+	}, s)
 }
 
 // statusConds select the tickets of a SearchStatus by their delivery

@@ -246,3 +246,22 @@ func TestMigrationIndexesExistingTickets(t *testing.T) {
 		t.Fatalf("after a new create = %v", got)
 	}
 }
+
+func TestSearchSnippet(t *testing.T) {
+	long := "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty"
+	cases := []struct{ text, want string }{
+		{"the checkout\nservice returns 500", "the [checkout] service returns [500]"},
+		{long, "…six seven eight nine [ten] eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty"},
+		{"Ten, then TEN again", "[Ten], then [TEN] again"},
+		{"nothing here", ""},
+	}
+	for _, c := range cases {
+		if got := ledger.SnippetForTest(c.text, []string{"checkout", "500", "ten"}); got != c.want {
+			t.Errorf("snippet(%q) = %q, want %q", c.text, got, c.want)
+		}
+	}
+	got := ledger.SnippetForTest(long+" "+long, []string{"three"})
+	if got != "one two [three] four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen…" {
+		t.Errorf("snippet at the start = %q", got)
+	}
+}

@@ -14,7 +14,7 @@ const (
 	// MaxSearchDepth is how many of the newest matches a store ranks: a
 	// query's cost stays bounded however many tickets a common word
 	// matches, and a duplicate is most likely among the recent ones.
-	MaxSearchDepth = 2000
+	MaxSearchDepth = 500
 )
 
 // SearchStatus filters a search by where its tickets stand.
@@ -80,7 +80,7 @@ func SearchWords(text string) ([]string, error) {
 	if len(text) > MaxSearchQueryLen {
 		return nil, &SearchError{"query", fmt.Sprintf("is %d bytes long; at most %d", len(text), MaxSearchQueryLen)}
 	}
-	words := strings.FieldsFunc(text, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsNumber(r) })
+	words := TextWords(text)
 	if len(words) == 0 {
 		return nil, &SearchError{"query", "has no words: give at least one word of letters or digits"}
 	}
@@ -88,6 +88,11 @@ func SearchWords(text string) ([]string, error) {
 		return nil, &SearchError{"query", fmt.Sprintf("has %d words; at most %d", len(words), MaxSearchWords)}
 	}
 	return words, nil
+}
+
+// TextWords are the runs of letters and digits of text.
+func TextWords(text string) []string {
+	return strings.FieldsFunc(text, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsNumber(r) })
 }
 
 // Check refuses a search whose page or status is out of range.
