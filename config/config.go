@@ -33,8 +33,8 @@ type File struct {
 	// Grants say which caller may call which tool (see Grant); none (the
 	// key left out): every caller may call every tool.
 	Grants []Grant `yaml:"grants,omitempty"`
-	// SearchScope is which tickets search_tickets finds for a caller held
-	// to grants: SearchScopeTargets (the default) or SearchScopeOwn.
+	// SearchScope is which tickets search_tickets finds:
+	// SearchScopeTargets (the default) or SearchScopeOwn.
 	SearchScope string `yaml:"search_scope,omitempty"`
 }
 

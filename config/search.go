@@ -5,16 +5,15 @@ package config
 // grants (SearchScope), so a grant of it alone reveals nothing.
 const SearchTicketsTool = "search_tickets"
 
-// Search scopes: which tickets search_tickets finds for a caller held to
-// grants (decision 0190).
+// Search scopes: which tickets search_tickets finds (decision 0190).
 const (
 	// SearchScopeTargets (the default): the caller's own tickets and every
 	// ticket filed to a target it may file to, so that the agents of a
 	// team find each other's tickets where they would file a duplicate.
 	SearchScopeTargets = "targets"
-	// SearchScopeOwn: only the caller's own tickets, for installations
-	// whose callers must not see each other's (customers filing to one
-	// help desk).
+	// SearchScopeOwn: every caller finds only its own tickets, with
+	// grants or without, for installations whose callers must not see
+	// each other's (customers filing to one help desk).
 	SearchScopeOwn = "own"
 )
 

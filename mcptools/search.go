@@ -94,24 +94,26 @@ func (s *Server) searchHandler(ctx context.Context, req *mcp.CallToolRequest) (*
 	return jsonResult(ans)
 }
 
-// searchScope is which tickets the caller of req finds. Without grants,
-// or for the caller without a token when no grant holds it, every caller
-// may file anywhere, so it finds every ticket.
+// searchScope is which tickets the caller of req finds. With SearchOwn,
+// its own. Otherwise, without grants, or for the caller without a token
+// when no grant holds it, every caller may file anywhere, so it finds
+// every ticket; a caller held to grants finds its own and those of the
+// targets it may file to.
 func (s *Server) searchScope(req *mcp.CallToolRequest) request.SearchScope {
+	own := request.SearchScope{Subject: callerSubject(req)}
 	c := callerOf(extraOf(req))
-	if s.access == nil || (c.anonymous && !s.access.anonymous) {
+	switch {
+	case s.searchOwn:
+		return own
+	case s.access == nil || (c.anonymous && !s.access.anonymous):
 		return request.SearchScope{All: true}
-	}
-	scope := request.SearchScope{Subject: callerSubject(req)}
-	if s.searchOwn {
-		return scope
 	}
 	for _, b := range s.bindings {
 		if s.access.allows(c, b.Tool) {
-			scope.Targets = append(scope.Targets, b.Target)
+			own.Targets = append(own.Targets, b.Target)
 		}
 	}
-	return scope
+	return own
 }
 
 // A cursor is where the next page starts and a digest of the search it
@@ -148,13 +150,19 @@ func searchInvalid(o *outcome, err error) *mcp.CallToolResult {
 	return toolError("the search was not run: " + err.Error())
 }
 
-func searchTool() *mcp.Tool {
+// searchTool is search_tickets; own: a caller held to grants finds only
+// its own tickets (Config.SearchOwn).
+func searchTool(own bool) *mcp.Tool {
+	whose := "Finds your own tickets and those filed to the targets you may file to. "
+	if own {
+		whose = "Finds the tickets you filed. "
+	}
 	return &mcp.Tool{
 		Name: SearchTicketsTool,
 		Description: "Search the tickets this installation filed, before filing one: if a ticket for the same problem exists, " +
 			"use it instead of filing a near-duplicate. Matches tickets holding every word of query in their title, body or labels " +
 			"(whole words, any case; punctuation only separates words), best match first: a title match counts most. " +
-			"Finds your own tickets and those filed to the targets you may file to. Each result gives the ticket's id, its request_id, " +
+			whose + "Each result gives the ticket's id, its request_id, " +
 			"target, title, status, when it was accepted, its link once delivered and a short snippet with the matches in [brackets]. " +
 			"Pass next_cursor as cursor, with the same other arguments, for the next page. It only reads.",
 		Annotations: &mcp.ToolAnnotations{

@@ -43,7 +43,7 @@ type Config struct {
 	Access *Access
 	// Search, if set, serves search_tickets. A caller held to grants
 	// finds its own tickets and those of the targets it may file to; with
-	// SearchOwn, its own only (decision 0190).
+	// SearchOwn, every caller finds its own only (decision 0190).
 	Search    Searcher
 	SearchOwn bool
 }
@@ -104,7 +104,7 @@ func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Serve
 	}
 	srv.AddTool(findTool(), s.findHandler)
 	if cfg.Search != nil {
-		srv.AddTool(searchTool(), s.searchHandler)
+		srv.AddTool(searchTool(cfg.SearchOwn), s.searchHandler)
 	}
 	return srv, nil
 }
