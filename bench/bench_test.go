@@ -290,8 +290,11 @@ func TestConfig(t *testing.T) {
 	if !full.wants(8) {
 		t.Error("scenario 8 is not in the full run")
 	}
-	if err := (Config{BinDir: "bin", Only: []int{clusterScenario + 1}}).WithDefaults().validate(); err == nil {
-		t.Errorf("scenario %d accepted", clusterScenario+1)
+	if err := (Config{BinDir: "bin", Only: []int{searchScenario + 1}}).WithDefaults().validate(); err == nil {
+		t.Errorf("scenario %d accepted", searchScenario+1)
+	}
+	if err := (Config{BinDir: "bin", Only: []int{searchScenario}}).WithDefaults().validate(); err != nil || !full.wants(searchScenario) {
+		t.Errorf("the search scenario: %v, in the full run: %v", err, full.wants(searchScenario))
 	}
 	if err := (Config{BinDir: "bin", Only: []int{clusterScenario}}).WithDefaults().validate(); err != nil || !full.wants(clusterScenario) {
 		t.Errorf("the cluster scenario: %v, in the full run: %v", err, full.wants(clusterScenario))

@@ -132,6 +132,9 @@ func (r *runner) runAll(ctx context.Context) {
 	if cfg.wants(8) {
 		r.step(ctx, "scenario 8", func() error { return r.scenario8(ctx) })
 	}
+	if cfg.wants(searchScenario) {
+		r.step(ctx, "scenario 10 (search)", func() error { return r.scenario10(ctx, top) })
+	}
 	if cfg.wants(clusterScenario) {
 		r.step(ctx, "scenario 9 (multi-host)", func() error { return r.scenario9(ctx, top) })
 	}
