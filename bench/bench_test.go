@@ -290,11 +290,11 @@ func TestConfig(t *testing.T) {
 	if !full.wants(8) {
 		t.Error("scenario 8 is not in the full run")
 	}
-	if err := (Config{BinDir: "bin", Only: []int{consoleScenario + 1}}).WithDefaults().validate(); err == nil {
-		t.Errorf("scenario %d accepted", consoleScenario+1)
+	if err := (Config{BinDir: "bin", Only: []int{searchScenario + 1}}).WithDefaults().validate(); err == nil {
+		t.Errorf("scenario %d accepted", searchScenario+1)
 	}
-	if !full.wants(signInScenario) {
-		t.Error("the sign-in scenario is not in the full run")
+	if !full.wants(signInScenario) || !full.wants(consoleScenario) || !full.wants(searchScenario) {
+		t.Error("scenario 10, 11 or 12 is not in the full run")
 	}
 	if err := (Config{BinDir: "bin", Only: []int{clusterScenario}}).WithDefaults().validate(); err != nil || !full.wants(clusterScenario) {
 		t.Errorf("the cluster scenario: %v, in the full run: %v", err, full.wants(clusterScenario))

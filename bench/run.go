@@ -148,6 +148,9 @@ func (r *runner) runAll(ctx context.Context) {
 	if cfg.wants(consoleScenario) {
 		r.step(ctx, "scenario 11 (console)", func() error { return r.scenario11(ctx) })
 	}
+	if cfg.wants(searchScenario) {
+		r.step(ctx, "scenario 12 (search)", func() error { return r.scenario12(ctx, top) })
+	}
 }
 
 // step runs one scenario and turns its failure into an ERR row.

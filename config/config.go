@@ -33,6 +33,9 @@ type File struct {
 	// Grants say which caller may call which tool (see Grant); none (the
 	// key left out): every caller may call every tool.
 	Grants []Grant `yaml:"grants,omitempty"`
+	// SearchScope is which tickets search_tickets finds:
+	// SearchScopeTargets (the default) or SearchScopeOwn.
+	SearchScope string `yaml:"search_scope,omitempty"`
 }
 
 // Target is one downstream, as written in the file.
@@ -183,13 +186,13 @@ func (f *File) validate(lookup func(string) (string, bool), at spots, ps *proble
 		seen[t.Name] = true
 		t.def = def
 	}
-	tools := map[string]bool{FindRequestTool: true}
+	tools := map[string]bool{FindRequestTool: true, SearchTicketsTool: true}
 	for i, t := range f.Tools {
 		ts := at.tool(i)
 		if !toolNameRE.MatchString(t.Name) {
 			ps.add(ts.key("name"), "tool name %q: use 1-64 letters, digits, '-' or '_'", t.Name)
 		} else if tools[t.Name] {
-			ps.add(ts.key("name"), "tool %q is defined twice (find_request is built in)", t.Name)
+			ps.add(ts.key("name"), "tool %q is defined twice (find_request and search_tickets are built in)", t.Name)
 		}
 		tools[t.Name] = true
 		if !seen[t.Target] {
@@ -200,6 +203,7 @@ func (f *File) validate(lookup func(string) (string, bool), at spots, ps *proble
 		ps.add(at.top["tools"], "no tools: define at least one tool bound to a target")
 	}
 	f.validateGrants(tools, at, ps)
+	f.validateSearch(at, ps)
 }
 
 // Def is the target's resolved definition (secrets read from the

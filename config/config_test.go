@@ -166,6 +166,8 @@ targets:
 		{"bad target name", "targets:\n  - {name: A B, kind: local}\n", nil, `target name "A B"`},
 		{"duplicate tool", "tools:\n  - {name: t, target: local}\n  - {name: t, target: local}\n", nil, `tool "t" is defined twice`},
 		{"find_request is taken", "tools:\n  - {name: find_request, target: local}\n", nil, `tool "find_request" is defined twice`},
+		{"search_tickets is taken", "tools:\n  - {name: search_tickets, target: local}\n", nil, `tool "search_tickets" is defined twice`},
+		{"bad search scope", "search_scope: team\n", nil, `line 1: search_scope "team": use "targets"`},
 		{"no tools for two targets", "targets:\n  - {name: a, kind: local}\n  - {name: b, kind: local, options: {path: b.jsonl}}\n", nil, "no tools"},
 		{"bad namespace", "key_namespace: has space\n", nil, "key_namespace"},
 		{"redmine without endpoint", "targets:\n  - {name: r, kind: redmine, options: {api_key_env: K, project: p}}\n", env("K", "x"),

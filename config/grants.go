@@ -10,7 +10,7 @@ import (
 // Words of a grant's tools: besides tool names.
 const (
 	GrantAll      = "all"       // every tool
-	GrantReadOnly = "read-only" // find_request only
+	GrantReadOnly = "read-only" // find_request and search_tickets only
 )
 
 // FindRequestTool is the built-in status tool every grant includes: it
@@ -35,7 +35,7 @@ type Grant struct {
 	Tools     ToolList `yaml:"tools,omitempty"`
 	Targets   []string `yaml:"targets,omitempty"`
 
-	allowed []string // resolved by Parse: the tool names granted, find_request included
+	allowed []string // resolved by Parse: the tool names granted, find_request and search_tickets included
 }
 
 // ToolList is a grant's tools: one word or a list.
@@ -55,7 +55,7 @@ func (l *ToolList) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// Allowed is the tool names g grants, find_request included.
+// Allowed is the tool names g grants, find_request and search_tickets included.
 func (g Grant) Allowed() []string { return g.allowed }
 
 // Who says whom g names, as the file writes it ("subject alice").
@@ -118,7 +118,7 @@ func (f *File) validateGrants(tools map[string]bool, at spots, ps *problems) {
 		if len(g.Tools) == 0 && len(g.Targets) == 0 && decoded {
 			ps.add(gs.line, "grant %d (%s): say what it grants: tools: %s, %s or a list of tool names, or targets: a list of targets", i+1, g.Who(), GrantAll, GrantReadOnly)
 		}
-		allowed := []string{FindRequestTool}
+		allowed := []string{FindRequestTool, SearchTicketsTool}
 		add := func(names ...string) {
 			for _, n := range names {
 				if !slices.Contains(allowed, n) {

@@ -41,11 +41,11 @@ grants:
 		t.Fatal(err)
 	}
 	want := []struct{ who, tools string }{
-		{"scope tickets.write", "create_ticket,find_request,page_ops"},
-		{"scope tickets.read", "find_request"},
-		{"group oncall", "find_request,page_ops"},
-		{"subject bot", "create_ticket,find_request"},
-		{"anonymous", "create_ticket,find_request"},
+		{"scope tickets.write", "create_ticket,find_request,page_ops,search_tickets"},
+		{"scope tickets.read", "find_request,search_tickets"},
+		{"group oncall", "find_request,page_ops,search_tickets"},
+		{"subject bot", "create_ticket,find_request,search_tickets"},
+		{"anonymous", "create_ticket,find_request,search_tickets"},
 	}
 	if len(f.Grants) != len(want) {
 		t.Fatalf("%d grants, want %d", len(f.Grants), len(want))
@@ -68,7 +68,7 @@ func TestGrantErrors(t *testing.T) {
 	for name, c := range map[string]struct{ grants, want string }{
 		"unknown tool": {`
   - scope: x
-    tools: [create_tickets]`, `line 14: grant 1 (scope x): tool "create_tickets" is not defined (tools: "create_ticket", "find_request", "page_ops", or all, read-only)`},
+    tools: [create_tickets]`, `line 14: grant 1 (scope x): tool "create_tickets" is not defined (tools: "create_ticket", "find_request", "page_ops", "search_tickets", or all, read-only)`},
 		"unknown target": {`
   - group: g
     targets: [opps]`, `line 14: grant 1 (group g): target "opps" has no tool bound to it`},

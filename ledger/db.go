@@ -24,8 +24,9 @@ func Open(ctx context.Context, path string) (*sqlitedb.DB, error) {
 // the outbox's (outbox.Migrations), each owner's SQL in its own package,
 // numbered as the file's user_version has always counted them, and the
 // audit trail's (trail.Migrations). At a version with steps of several,
-// the ledger's run first.
-var schema = sqlitedb.MustMerge(append(migrations, actionsStep), consoleMigrations, outbox.Migrations, trail.Migrations)
+// the ledger's run first. The full-text index of the tickets has its own
+// list (searchMigrations).
+var schema = sqlitedb.MustMerge(append(migrations, actionsStep), searchMigrations, consoleMigrations, outbox.Migrations, trail.Migrations)
 
 // migrations are the ledger's steps: the tables requests (with the tickets
 // view), deliveries, dispatchers and settings. Append only: never edit a

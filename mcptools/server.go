@@ -50,6 +50,11 @@ type Config struct {
 	// one takes comments or updates, add_comment or update_ticket is
 	// served (beyond.go).
 	Beyond map[string]Beyond
+	// Search, if set, serves search_tickets. A caller held to grants
+	// finds its own tickets and those of the targets it may file to; with
+	// SearchOwn, every caller finds its own only (decision 0190).
+	Search    Searcher
+	SearchOwn bool
 }
 
 // Requests is the part of a store the tools use: accept a request exactly
@@ -65,9 +70,12 @@ type Server struct {
 	ledger Requests
 	log    *slog.Logger
 	// add_comment's and update_ticket's (beyond.go).
-	beyond  map[string]Beyond
-	access  *Access
-	toolsOf map[string][]string // target → its create tools
+	beyond    map[string]Beyond
+	access    *Access
+	toolsOf   map[string][]string // target → its create tools
+	search    Searcher
+	bindings  []Binding
+	searchOwn bool
 }
 
 // New builds an MCP server with one create tool per binding and find_request;
@@ -76,7 +84,7 @@ func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Serve
 	if len(cfg.Bindings) == 0 {
 		return nil, errors.New("mcptools: no tool bindings")
 	}
-	s := &Server{ledger: l, log: log}
+	s := &Server{ledger: l, log: log, search: cfg.Search, access: cfg.Access, bindings: cfg.Bindings, searchOwn: cfg.SearchOwn}
 	name := cfg.Name
 	if name == "" {
 		name = "ticketrelay"
@@ -87,6 +95,9 @@ func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Serve
 		Capabilities: capabilities(),
 	})
 	known := []string{FindRequestTool}
+	if cfg.Search != nil {
+		known = append(known, SearchTicketsTool)
+	}
 	var creates []string
 	for _, b := range cfg.Bindings {
 		known = append(known, b.Tool)
@@ -110,6 +121,9 @@ func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Serve
 	}
 	srv.AddTool(findTool(), s.findHandler)
 	s.addBeyond(srv, cfg)
+	if cfg.Search != nil {
+		srv.AddTool(searchTool(cfg.SearchOwn), s.searchHandler)
+	}
 	return srv, nil
 }
 

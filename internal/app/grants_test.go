@@ -90,7 +90,7 @@ func TestFrontGrants(t *testing.T) {
 	r := start(t, front.Run, env, "-listen", listen, "-metrics-listen", "127.0.0.1:0", "-config", writeFile(t, "grants.yaml", grantsConfig),
 		"-auth-resource", resource, "-oauth-scopes", "tickets", "-create-db", "-db", db)
 	metricsAddr := r.addrs["metrics"]
-	if !strings.Contains(r.stderr.String(), `grants="scope tickets.write->create_incident+create_ticket+find_request, scope tickets->find_request, `) {
+	if !strings.Contains(r.stderr.String(), `grants="scope tickets.write->create_incident+create_ticket+find_request+search_tickets, scope tickets->find_request+search_tickets, `) {
 		t.Errorf("the start-up log does not list the grants:\n%s", r.stderr)
 	}
 
@@ -147,15 +147,15 @@ func TestFrontGrants(t *testing.T) {
 		allowed, denied    []string
 		stepUp             bool // a denied create is answered 403 naming tickets.write
 	}{
-		{name: "reader", token: mint("ada", "tickets"), tools: "find_request",
+		{name: "reader", token: mint("ada", "tickets"), tools: "find_request,search_tickets",
 			denied: []string{"create_ticket", "create_incident"}, stepUp: true},
-		{name: "on call", token: mint("bea", "tickets", "oncall"), tools: "add_comment,create_incident,find_request,update_ticket",
+		{name: "on call", token: mint("bea", "tickets", "oncall"), tools: "add_comment,create_incident,find_request,search_tickets,update_ticket",
 			allowed: []string{"create_incident"}, denied: []string{"create_ticket"}, stepUp: true},
-		{name: "writer", token: mint("cy", "tickets tickets.write"), tools: "add_comment,create_incident,create_ticket,find_request,update_ticket",
+		{name: "writer", token: mint("cy", "tickets tickets.write"), tools: "add_comment,create_incident,create_ticket,find_request,search_tickets,update_ticket",
 			allowed: []string{"create_ticket", "create_incident"}},
-		{name: "static bot", token: botToken, tools: "add_comment,create_incident,create_ticket,find_request,update_ticket",
+		{name: "static bot", token: botToken, tools: "add_comment,create_incident,create_ticket,find_request,search_tickets,update_ticket",
 			allowed: []string{"create_ticket"}},
-		{name: "static viewer", token: viewerToken, tools: "find_request",
+		{name: "static viewer", token: viewerToken, tools: "find_request,search_tickets",
 			denied: []string{"create_ticket", "create_incident"}},
 	} {
 		cs, _ := connect(c.token)

@@ -102,8 +102,8 @@ func TestToolsListAnnotationsPerKind(t *testing.T) {
 	for _, tl := range res.Tools {
 		tools[tl.Name] = tl
 	}
-	// find_request, add_comment and update_ticket beside the create tools.
-	if want := len(idempotentTools) + len(nonIdempotentTools) + 3; len(tools) != want {
+	// find_request, search_tickets, add_comment and update_ticket beside the create tools.
+	if want := len(idempotentTools) + len(nonIdempotentTools) + 4; len(tools) != want {
 		t.Fatalf("tools/list has %d tools (%v), want %d", len(tools), slices.Sorted(maps.Keys(tools)), want)
 	}
 	for _, name := range append(slices.Clone(idempotentTools), nonIdempotentTools...) {

@@ -89,9 +89,10 @@ type front struct {
 	reg       *prometheus.Registry
 	m         *metrics.Front
 	srv       *mcp.Server
-	access    *mcptools.Access // nil: no grants
-	trail     *trail.Writer    // nil: -audit=false
-	writer    *sqlitedb.Writer // the ledger's group commit, which the trail joins
+	access    *mcptools.Access  // nil: no grants
+	search    mcptools.Searcher // this host's ledger
+	trail     *trail.Writer     // nil: -audit=false
+	writer    *sqlitedb.Writer  // the ledger's group commit, which the trail joins
 
 	app.Closers // what build made, undone by Close
 }
@@ -130,7 +131,8 @@ func (f *front) build(ctx context.Context) error {
 	if err := f.openTrail(ctx, f.writer); err != nil {
 		return err
 	}
-	mc := mcptools.Config{Version: app.Version, Bindings: f.bindings, Access: f.access, Beyond: beyond(cfg)}
+	mc := mcptools.Config{Version: app.Version, Bindings: f.bindings, Access: f.access, Beyond: beyond(cfg),
+		Search: f.search, SearchOwn: cfg.SearchScope == config.SearchScopeOwn}
 	if f.trail != nil {
 		mc.Trail = f.trail
 	}
@@ -174,6 +176,7 @@ func (f *front) openLedger(ctx context.Context) (mcptools.Requests, error) {
 	})
 	l := ledger.New(db, w, time.Now)
 	f.writer = w
+	f.search = l
 	if !f.o.MultiHost {
 		return l, nil
 	}
