@@ -25,7 +25,7 @@ func (d *dispatcher) serveConsole(ctx context.Context) error {
 		return nil
 	}
 	cfg := console.Config{Store: d.l, Live: d.fwd.Live, Log: d.log.With("component", "console"), Now: d.arch.Now,
-		Loopback: app.IsLoopbackListen(d.o.ConsoleListen), Trail: consoleTrail{trailRecorder{d.trail}}}
+		Loopback: app.IsLoopbackListen(d.o.ConsoleListen), Trail: operate.TrailRecorder{Store: d.trail}}
 	if d.o.ConsoleTokens != "" {
 		b, err := os.ReadFile(d.o.ConsoleTokens)
 		if err != nil {
