@@ -141,7 +141,7 @@ func New(cfg Config) (*Console, error) {
 	}
 	c := &Console{cfg: cfg, key: make([]byte, 32), sessions: map[string]session{}, pages: map[string]*template.Template{}}
 	rand.Read(c.key)
-	for _, page := range []string{"overview", "requests", "request", "confirm", "done", "signin"} {
+	for _, page := range []string{"overview", "requests", "request", "confirm", "done", "signin", "signedin"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", page, err)
@@ -325,10 +325,11 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.startSession(w, r, subject)
+	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
 // startSession signs subject in under a new session id (never one the
-// browser brought) and sends them to the overview.
+// browser brought).
 func (c *Console) startSession(w http.ResponseWriter, r *http.Request, subject string) {
 	id := newID()
 	c.mu.Lock()
@@ -345,7 +346,6 @@ func (c *Console) startSession(w http.ResponseWriter, r *http.Request, subject s
 	c.mu.Unlock()
 	c.cfg.Log.Info("console: operator signed in", "subject", subject, "remote", r.RemoteAddr)
 	c.setCookie(w, r, id, int(sessionTTL/time.Second))
-	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
 func (c *Console) signout(w http.ResponseWriter, r *http.Request) {

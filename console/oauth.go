@@ -111,6 +111,11 @@ func (c *Console) oauthCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.startSession(w, r, subject)
+	// A page of the console's own that moves on to the overview, not a
+	// redirect: the navigation that reached the callback began at the
+	// issuer, and a browser does not send the SameSite=Strict session
+	// cookie on a cross-site navigation, which a redirect continues.
+	c.render(w, r, "signedin", map[string]any{"Subject": subject})
 }
 
 // errOAuthState: the callback was not of a sign-in this browser started.

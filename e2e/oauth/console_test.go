@@ -111,9 +111,14 @@ func TestConsoleOAuthWithHydra(t *testing.T) {
 	if code := ada.status(t, forged.String()); code != http.StatusUnauthorized {
 		t.Errorf("a callback with another state than this browser's: HTTP %d, want 401", code)
 	}
-	at, body = ada.get(t, callback.String())
+	// The callback's page moves on to the overview by itself (a refresh
+	// from the console's own page, which carries the session cookie).
+	_, body = ada.get(t, callback.String())
+	if !strings.Contains(body, `<meta http-equiv="refresh" content="0; url=/">`) {
+		t.Errorf("the callback's page does not move on to the overview: %q", body)
+	}
 	operatorID := (mcpauth.Principal{Issuer: h.issuer, Subject: "ada"}).ID()
-	if at.Path != "/" || !strings.Contains(body, operatorID) {
+	if at, body = ada.get(t, base+"/"); at.Path != "/" || !strings.Contains(body, operatorID) {
 		t.Fatalf("ada signed in: at %s showing %q\ndispatcher:\n%s", at, body, stderr)
 	}
 	_, page := ada.get(t, base+"/request?id=printer-on-fire")
