@@ -39,6 +39,12 @@ type env struct {
 
 func newEnv(t *testing.T, signIn console.SignIn) *env {
 	t.Helper()
+	return newEnvWith(t, console.Config{SignIn: signIn})
+}
+
+// newEnvWith is newEnv with the sign-in of cfg.
+func newEnvWith(t *testing.T, cfg console.Config) *env {
+	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "tickets.db")
 	db, err := ledger.Open(ctx, path)
@@ -53,7 +59,7 @@ func newEnv(t *testing.T, signIn console.SignIn) *env {
 	}
 	t.Cleanup(func() { tr.Close(); w.Close(); db.Close() })
 	e := &env{l: ledger.New(db, w, time.Now), trail: tr}
-	c, err := console.New(console.Config{Store: e.l, Trail: operate.TrailRecorder{Store: tr}, SignIn: signIn, Log: log, Loopback: true})
+	c, err := console.New(console.Config{Store: e.l, Trail: operate.TrailRecorder{Store: tr}, SignIn: cfg.SignIn, OAuth: cfg.OAuth, Log: log, Loopback: true})
 	if err != nil {
 		t.Fatal(err)
 	}
