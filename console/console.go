@@ -55,7 +55,8 @@ type Trail interface {
 }
 
 // SignIn checks the credential an operator gives the sign-in form and
-// names them. Nil: no sign-in, for a console on loopback (or -insecure).
+// names them. Without it and without OAuth there is no sign-in: a console
+// on loopback (or -insecure).
 type SignIn interface {
 	Check(ctx context.Context, credential string) (subject string, err error)
 }
@@ -79,6 +80,8 @@ type Config struct {
 	// Trace is the link to a request's trace; nil or "": none.
 	Trace  func(scopedID string) string
 	SignIn SignIn
+	// OAuth signs operators in at an authorization server; nil: not.
+	OAuth *OAuth
 	// Loopback: the console listens on loopback only, and answers only
 	// requests that name a loopback host: a page whose name an attacker
 	// pointed at 127.0.0.1 (DNS rebinding) is same-origin with itself.
@@ -124,6 +127,9 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("console: no store")
 	}
+	if o := cfg.OAuth; o != nil && (o.Validator == nil || o.Endpoints == nil || o.ClientID == "" || o.RedirectURL == "" || o.Scope == "") {
+		return nil, errors.New("console: OAuth sign-in needs the issuer's endpoints, a client id, a redirect URL, the operator scope and a validator")
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -135,7 +141,7 @@ func New(cfg Config) (*Console, error) {
 	}
 	c := &Console{cfg: cfg, key: make([]byte, 32), sessions: map[string]session{}, pages: map[string]*template.Template{}}
 	rand.Read(c.key)
-	for _, page := range []string{"overview", "requests", "request", "confirm", "done", "signin"} {
+	for _, page := range []string{"overview", "requests", "request", "confirm", "done", "signin", "signedin"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", page, err)
@@ -162,6 +168,8 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /signin", c.signinForm)
 	mux.HandleFunc("POST /signin", c.signin)
 	mux.HandleFunc("POST /signout", c.signout)
+	mux.HandleFunc("GET /oauth/start", c.oauthStart)
+	mux.HandleFunc("GET /oauth/callback", c.oauthCallback)
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "refused: a form of this console must be sent from its own pages (cross-origin request)", http.StatusForbidden)
@@ -217,11 +225,12 @@ type who struct {
 // An unsafe method must carry the session's token.
 func (c *Console) withSession(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		open := r.URL.Path == "/signin" || len(r.URL.Path) > len("/static/") && r.URL.Path[:len("/static/")] == "/static/"
+		open := r.URL.Path == "/signin" || strings.HasPrefix(r.URL.Path, "/static/") || strings.HasPrefix(r.URL.Path, "/oauth/")
+		signIn := c.signInRequired()
 		var u who
 		if ck, err := r.Cookie(cookieName); err == nil && len(ck.Value) == 64 {
 			u.sid = ck.Value
-			if c.cfg.SignIn == nil {
+			if !signIn {
 				u.subject = c.cfg.Anonymous
 			} else if s, ok := c.session(ck.Value); ok {
 				u.subject = s.subject
@@ -229,7 +238,7 @@ func (c *Console) withSession(next http.Handler) http.Handler {
 		}
 		switch {
 		case u.subject != "":
-		case c.cfg.SignIn == nil:
+		case !signIn:
 			u = who{subject: c.cfg.Anonymous, sid: newID()}
 			c.setCookie(w, r, u.sid, 0)
 		case !open:
@@ -250,6 +259,9 @@ func (c *Console) withSession(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, u)))
 	})
 }
+
+// signInRequired: operators sign in, with a token or at the issuer.
+func (c *Console) signInRequired() bool { return c.cfg.SignIn != nil || c.cfg.OAuth != nil }
 
 func operator(r *http.Request) who {
 	u, _ := r.Context().Value(ctxKey{}).(who)
@@ -286,7 +298,7 @@ func newID() string {
 }
 
 func (c *Console) signinForm(w http.ResponseWriter, r *http.Request) {
-	if c.cfg.SignIn == nil {
+	if !c.signInRequired() {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
@@ -312,6 +324,13 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, "signin", map[string]any{"Error": "That is not an operator's token."})
 		return
 	}
+	c.startSession(w, r, subject)
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// startSession signs subject in under a new session id (never one the
+// browser brought).
+func (c *Console) startSession(w http.ResponseWriter, r *http.Request, subject string) {
 	id := newID()
 	c.mu.Lock()
 	if len(c.sessions) >= maxSessions {
@@ -327,7 +346,6 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	c.mu.Unlock()
 	c.cfg.Log.Info("console: operator signed in", "subject", subject, "remote", r.RemoteAddr)
 	c.setCookie(w, r, id, int(sessionTTL/time.Second))
-	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
 func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
@@ -344,7 +362,11 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
 func (c *Console) render(w http.ResponseWriter, r *http.Request, page string, data map[string]any) {
 	u := operator(r)
 	data["Operator"] = u.subject
-	data["SignedIn"] = c.cfg.SignIn != nil && u.subject != ""
+	data["SignedIn"] = c.signInRequired() && u.subject != ""
+	data["Tokens"] = c.cfg.SignIn != nil
+	if c.cfg.OAuth != nil {
+		data["Issuer"] = c.cfg.OAuth.Issuer
+	}
 	data["CSRF"] = c.csrf(u.sid)
 	data["Now"] = c.cfg.Now().UTC()
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

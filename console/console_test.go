@@ -10,8 +10,8 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,55 +25,41 @@ import (
 	"ticketrelay/request"
 	"ticketrelay/sqlitedb"
 	"ticketrelay/ticket"
-	trailpkg "ticketrelay/trail"
+	"ticketrelay/trail"
 )
 
-// env is a console over a real ledger in a temporary directory.
+// env is a console over a real ledger and its audit trail, in one SQLite
+// file in a temporary directory, as the dispatcher wires them.
 type env struct {
 	l     *ledger.Ledger
-	trail *trail
+	trail *trail.Store
 	srv   *httptest.Server
 	c     *http.Client
 }
 
-// trail keeps the entries the console records, as the audit trail does.
-type trail struct {
-	mu      sync.Mutex
-	entries []operate.Entry
-}
-
-func (t *trail) Record(_ context.Context, e operate.Entry) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.entries = append(t.entries, e)
-	return nil
-}
-
-func (t *trail) ForRequest(_ context.Context, id string) ([]trailpkg.Entry, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var out []trailpkg.Entry
-	for _, e := range t.entries {
-		if e.RequestID == id {
-			out = append(out, trailpkg.Entry{Time: e.At, Kind: trailpkg.KindOperator, Subject: e.Subject, Action: e.Action,
-				RequestID: e.RequestID, Outcome: e.Outcome})
-		}
-	}
-	return out, nil
-}
-
 func newEnv(t *testing.T, signIn console.SignIn) *env {
 	t.Helper()
+	return newEnvWith(t, console.Config{SignIn: signIn})
+}
+
+// newEnvWith is newEnv with the sign-in of cfg.
+func newEnvWith(t *testing.T, cfg console.Config) *env {
+	t.Helper()
 	ctx := context.Background()
-	db, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "tickets.db"))
+	path := filepath.Join(t.TempDir(), "tickets.db")
+	db, err := ledger.Open(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	w := sqlitedb.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer)
-	t.Cleanup(func() { w.Close(); db.Close() })
-	e := &env{l: ledger.New(db, w, time.Now), trail: &trail{}}
-	c, err := console.New(console.Config{Store: e.l, Trail: e.trail, SignIn: signIn, Log: log, Loopback: true})
+	tr, err := trail.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close(); w.Close(); db.Close() })
+	e := &env{l: ledger.New(db, w, time.Now), trail: tr}
+	c, err := console.New(console.Config{Store: e.l, Trail: operate.TrailRecorder{Store: tr}, SignIn: cfg.SignIn, OAuth: cfg.OAuth, Log: log, Loopback: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +92,16 @@ func (e *env) create(t *testing.T, id, target, state string) {
 	if err := e.l.RecordDelivery(ctx, d); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// operators is what the audit trail holds of the operators' actions.
+func (e *env) operators(t *testing.T) []trail.Entry {
+	t.Helper()
+	entries, err := e.trail.Query(context.Background(), trail.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(entries, func(e trail.Entry) bool { return e.Kind != trail.KindOperator })
 }
 
 func (e *env) get(t *testing.T, path string) (int, string) {
@@ -218,9 +214,9 @@ func TestRedriveConfirmedAndRecorded(t *testing.T) {
 			t.Errorf("%s is %s after the redrive, want retrying", id, st.Status)
 		}
 	}
-	if len(e.trail.entries) != 2 || e.trail.entries[0].Subject != "console (no sign-in)" || e.trail.entries[0].Action != operate.ActionRedrive ||
-		e.trail.entries[0].Outcome != "ok" {
-		t.Errorf("trail %+v", e.trail.entries)
+	if got := e.operators(t); len(got) != 2 || got[0].Subject != "console (no sign-in)" || got[0].Action != operate.ActionRedrive ||
+		got[0].Outcome != trail.Done || got[0].RequestID != "req-a" || got[1].RequestID != "req-b" {
+		t.Errorf("trail %+v", got)
 	}
 	// Every failed request of a target: the count comes from the ledger.
 	e.create(t, "req-c", "jira", string(request.StatusFailed))
@@ -260,8 +256,8 @@ func TestCrossSiteRefused(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
-	if st := e.status(t, "req-a"); st.Status != request.StatusFailed || len(e.trail.entries) != 0 {
-		t.Errorf("a refused form changed %s to %s (trail %v)", "req-a", st.Status, e.trail.entries)
+	if st, got := e.status(t, "req-a"), e.operators(t); st.Status != request.StatusFailed || len(got) != 0 {
+		t.Errorf("a refused form changed %s to %s (trail %v)", "req-a", st.Status, got)
 	}
 }
 
@@ -346,8 +342,8 @@ func TestSignIn(t *testing.T) {
 	if code, _ := e.post(t, "/redrive", url.Values{"csrf": {tok}, "id": {"req-a"}, "confirm": {"yes"}}, nil); code != 200 {
 		t.Fatalf("redrive signed in: %d", code)
 	}
-	if len(e.trail.entries) != 1 || e.trail.entries[0].Subject != "alice" {
-		t.Errorf("trail %+v, want alice's redrive", e.trail.entries)
+	if got := e.operators(t); len(got) != 1 || got[0].Subject != "alice" || got[0].Action != operate.ActionRedrive || got[0].Outcome != trail.Done {
+		t.Errorf("trail %+v, want alice's redrive", got)
 	}
 	if code, _ := e.post(t, "/signout", url.Values{"csrf": {tok}}, nil); code != http.StatusSeeOther {
 		t.Errorf("sign out: %d", code)

@@ -220,6 +220,12 @@ func (v *Validator) Issuer() string { return v.cfg.Issuer }
 // Leeway is the clock skew v allows.
 func (v *Validator) Leeway() time.Duration { return v.cfg.Leeway }
 
+// Metadata is the issuer's authorization server metadata (its endpoints),
+// found where the MCP specification looks: for a client of the issuer.
+func (v *Validator) Metadata(ctx context.Context) (*oauthex.AuthServerMeta, error) {
+	return v.metadata(ctx)
+}
+
 // Refresh fetches the issuer's signing keys now. mcp-front calls it at
 // startup: a failure is logged and counted, and is not fatal (static
 // tokens keep working; the keys are fetched again when a token needs them).

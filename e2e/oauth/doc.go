@@ -6,7 +6,9 @@
 // AuthorizationCodeHandler completes discovery, dynamic client
 // registration, PKCE and the code exchange against mcp-front given only its
 // URL, then files tickets as that user; Claude Code reports the server as
-// needing authentication, and connects with a static token. They run with
+// needing authentication, and connects with a static token. The
+// dispatcher's console signs an operator in at Hydra as a confidential
+// client and refuses a user without the operator scope. They run with
 // TICKETRELAY_HYDRA (and TICKETRELAY_CLAUDE) naming the binaries (make
 // test-oauth) and skip otherwise. It has no code of its own, only tests.
 package oauth

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,6 +45,7 @@ type hydra struct {
 	mu            sync.Mutex
 	user          string // who signs in next
 	logins        int
+	withheld      map[string]string // user: a scope their consent does not grant
 }
 
 // freeAddr reserves a loopback port and releases it for a process to take.
@@ -200,8 +202,12 @@ func (h *hydra) serveLoginConsent(w http.ResponseWriter, r *http.Request) {
 		if err = h.adminGet("/admin/oauth2/auth/requests/consent?consent_challenge="+challenge, &req); err != nil {
 			break
 		}
+		h.mu.Lock()
+		withheld := h.withheld[req.Subject]
+		h.mu.Unlock()
+		granted := slices.DeleteFunc(req.RequestedScope, func(s string) bool { return s == withheld })
 		err = h.adminPut("/admin/oauth2/auth/requests/consent/accept?consent_challenge="+challenge, map[string]any{
-			"grant_scope":                 req.RequestedScope,
+			"grant_scope":                 granted,
 			"grant_access_token_audience": []string{h.resource},
 			"session": map[string]any{"access_token": map[string]any{
 				"name": strings.ToUpper(req.Subject[:1]) + req.Subject[1:], "email": req.Subject + "@example.com", "groups": []string{"ops"},
@@ -227,8 +233,12 @@ func (h *hydra) adminGet(path string, dst any) error {
 }
 
 func (h *hydra) adminPut(path string, body, dst any) error {
+	return h.adminSend(http.MethodPut, path, body, dst)
+}
+
+func (h *hydra) adminSend(method, path string, body, dst any) error {
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(http.MethodPut, h.admin+path, bytes.NewReader(b))
+	req, _ := http.NewRequest(method, h.admin+path, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -240,7 +250,7 @@ func (h *hydra) adminPut(path string, body, dst any) error {
 func decode(resp *http.Response, dst any) error {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
 		return fmt.Errorf("hydra admin: HTTP %d %s", resp.StatusCode, b)
 	}
 	return json.Unmarshal(b, dst)

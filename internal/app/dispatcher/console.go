@@ -1,10 +1,12 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,7 +25,7 @@ func (d *dispatcher) serveConsole(ctx context.Context) error {
 		return nil
 	}
 	cfg := console.Config{Store: d.l, Live: d.fwd.Live, Log: d.log.With("component", "console"), Now: d.arch.Now,
-		Loopback: app.IsLoopbackListen(d.o.ConsoleListen), Trail: consoleTrail{trailRecorder{d.trail}}}
+		Loopback: app.IsLoopbackListen(d.o.ConsoleListen), Trail: operate.TrailRecorder{Store: d.trail}}
 	if d.o.ConsoleTokens != "" {
 		b, err := os.ReadFile(d.o.ConsoleTokens)
 		if err != nil {
@@ -37,7 +39,15 @@ func (d *dispatcher) serveConsole(ctx context.Context) error {
 			return fmt.Errorf("%w: -console-tokens-file %s holds no token", app.ErrUsage, d.o.ConsoleTokens)
 		}
 		cfg.SignIn = console.Tokens(tokens)
-	} else if !app.IsLoopbackListen(d.o.ConsoleListen) {
+	}
+	if d.o.ConsoleOAuth.Issuer != "" {
+		o, err := d.consoleOAuth(ctx)
+		if err != nil {
+			return err
+		}
+		cfg.OAuth = o
+	}
+	if cfg.SignIn == nil && cfg.OAuth == nil && !app.IsLoopbackListen(d.o.ConsoleListen) {
 		d.log.Warn("serving the operator console beyond loopback WITHOUT sign-in (-insecure)", "console_listen", d.o.ConsoleListen)
 	}
 	if store := d.clusterStore; store != nil {
@@ -67,6 +77,47 @@ func (d *dispatcher) serveConsole(ctx context.Context) error {
 	d.addrs["console"] = s.Addr
 	d.services["console"] = c.Run
 	return nil
+}
+
+// consoleOAuth is the console's sign-in at -console-oauth-issuer: the
+// access token is validated as mcp-front validates an agent's, for the
+// console's own audience.
+func (d *dispatcher) consoleOAuth(ctx context.Context) (*console.OAuth, error) {
+	c := d.o.ConsoleOAuth
+	b, err := os.ReadFile(c.ClientSecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("-console-oauth-client-secret-file: %w", err)
+	}
+	secret := strings.TrimSpace(string(b))
+	if secret == "" {
+		return nil, fmt.Errorf("%w: -console-oauth-client-secret-file %s is empty", app.ErrUsage, c.ClientSecretFile)
+	}
+	log := d.log.With("component", "console")
+	v, err := mcpauth.New(mcpauth.Config{Issuer: c.Issuer, Audience: cmp.Or(c.Audience, d.o.ConsoleURL), Logger: log, Now: d.arch.Now})
+	if err != nil {
+		return nil, fmt.Errorf("%w: -console-oauth-*: %v", app.ErrUsage, err)
+	}
+	// The keys now, so that the first sign-in does not wait for them; an
+	// issuer down at startup is fetched from again at the first sign-in.
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := v.Refresh(rctx); err != nil {
+		log.Warn("the console's OAuth issuer's keys could not be fetched; again at the first sign-in", "issuer", c.Issuer, "err", err)
+	}
+	return &console.OAuth{
+		Issuer: c.Issuer, ClientID: c.ClientID, ClientSecret: secret, Scope: c.Scope, Validator: v,
+		RedirectURL: strings.TrimSuffix(d.o.ConsoleURL, "/") + "/oauth/callback",
+		Endpoints: func(ctx context.Context) (string, string, error) {
+			m, err := v.Metadata(ctx)
+			if err != nil {
+				return "", "", err
+			}
+			if m.AuthorizationEndpoint == "" || m.TokenEndpoint == "" {
+				return "", "", fmt.Errorf("issuer %s publishes no authorization or token endpoint", c.Issuer)
+			}
+			return m.AuthorizationEndpoint, m.TokenEndpoint, nil
+		},
+	}, nil
 }
 
 // forgetter forgets a host with a deadline: the page answers even when

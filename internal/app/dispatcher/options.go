@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"flag"
 	"fmt"
+	"net/url"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"ticketrelay/installation"
@@ -32,6 +34,8 @@ type Options struct {
 	MetricsListen   string        // -metrics-listen; default 127.0.0.1:9465, empty: off
 	ConsoleListen   string        // -console-listen; default 127.0.0.1:9470, empty: off
 	ConsoleTokens   string        // -console-tokens-file: operators' sign-in tokens
+	ConsoleURL      string        // -console-url: the console as browsers reach it
+	ConsoleOAuth    ConsoleOAuth  // -console-oauth-*: operators sign in at an issuer
 	Config          string        // -config; empty: the local target only
 	LogLevel        string        // -log-level; default info
 	LeaseTTL        time.Duration // -lease-ttl; default 15s
@@ -53,6 +57,18 @@ type Options struct {
 	broker app.NATSFlags // -nats-creds, -nats-user, -nats-tls-*
 }
 
+// ConsoleOAuth is the console's OAuth sign-in (-console-oauth-*).
+type ConsoleOAuth struct {
+	Issuer           string // -console-oauth-issuer; empty: no OAuth sign-in
+	ClientID         string // -console-oauth-client-id
+	ClientSecretFile string // -console-oauth-client-secret-file
+	Scope            string // -console-oauth-scope; default DefaultOperatorScope
+	Audience         string // -console-oauth-audience; default -console-url
+}
+
+// DefaultOperatorScope is the scope an operator's access token must carry.
+const DefaultOperatorScope = "ticketrelay:operate"
+
 // DefaultConsoleListen is where the operator console listens unless told.
 // Taken by another process (another dispatcher on this host), the
 // dispatcher runs without a console and says so; an address given in its
@@ -66,6 +82,7 @@ const (
 	sectionHosts    = "Advanced: several hosts (-multi-host) and an external NATS server (-nats)"
 	sectionMisc     = "Advanced: listeners and scripts"
 	sectionTrail    = "Advanced: the audit trail"
+	sectionConsole  = "Advanced: the operator console's sign-in at an OAuth issuer"
 )
 
 // flags declares o's flags on fs, with their defaults, and returns their
@@ -80,7 +97,7 @@ func (o *Options) flags(fs *flag.FlagSet) *flagenv.Help {
 		fs.StringVar(&o.Installation, "installation", "", "`name` of this installation on a shared NATS server (-nats): its stream, subjects and consumers carry it; required with -nats")
 		fs.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "client `address` of the embedded nats-server (port 0: any free port)")
 		fs.StringVar(&o.MetricsListen, "metrics-listen", "127.0.0.1:9465", "Prometheus /metrics `address` (empty: off)")
-		fs.StringVar(&o.ConsoleListen, "console-listen", DefaultConsoleListen, "operator console `address` (empty: off); beyond loopback it needs -console-tokens-file")
+		fs.StringVar(&o.ConsoleListen, "console-listen", DefaultConsoleListen, "operator console `address` (empty: off); beyond loopback it needs -console-tokens-file or -console-oauth-issuer")
 		fs.StringVar(&o.ConsoleTokens, "console-tokens-file", "", "operator tokens `file` for the console's sign-in: one \"subject:token\" (or bare token) per line, as mcp-front's -auth-tokens-file")
 		fs.StringVar(&o.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error (logs go to stderr)")
 	})
@@ -104,6 +121,14 @@ func (o *Options) flags(fs *flag.FlagSet) *flagenv.Help {
 	h.Section(sectionTrail, fs, func() {
 		fs.DurationVar(&o.AuditRetention, "audit-retention", 90*24*time.Hour, "how long (`duration`, >= 1h) the audit trail keeps an entry (and, with -multi-host, the trail stream a message)")
 		fs.StringVar(&o.AuditFile, "audit-file", "", "append the audit trail to this `file` as JSON lines, for a log shipper to follow (resumes where it stopped; follows rotation by rename)")
+	})
+	h.Section(sectionConsole, fs, func() {
+		fs.StringVar(&o.ConsoleURL, "console-url", "", "the console's `URL` as operators' browsers reach it (https://ops.example.com/): the issuer sends them back to its /oauth/callback")
+		fs.StringVar(&o.ConsoleOAuth.Issuer, "console-oauth-issuer", "", "sign operators in at this OAuth issuer (`URL`), as a client of it (authorization code with PKCE); needs -console-url and -console-oauth-client-*")
+		fs.StringVar(&o.ConsoleOAuth.ClientID, "console-oauth-client-id", "", "the console's client `id` at the issuer (a confidential client whose redirect URI is -console-url's /oauth/callback)")
+		fs.StringVar(&o.ConsoleOAuth.ClientSecretFile, "console-oauth-client-secret-file", "", "`file` holding the secret of -console-oauth-client-id")
+		fs.StringVar(&o.ConsoleOAuth.Scope, "console-oauth-scope", DefaultOperatorScope, "the operator `scope`: asked for at sign-in, and required of the access token")
+		fs.StringVar(&o.ConsoleOAuth.Audience, "console-oauth-audience", "", "what the access token's aud must name (`value`; default -console-url)")
 	})
 	h.Section(sectionHosts, fs, func() {
 		fs.BoolVar(&o.MultiHost, "multi-host", false, "one of several hosts of an installation on a replicated NATS cluster (-nats, -installation): every host's forwarder delivers every host's tickets, through the cluster record")
@@ -165,9 +190,9 @@ func (o Options) Validate(lookup func(string) (string, bool)) error {
 			o.AuditAfter, o.DeliveryTimeout)
 	case o.AuditRetention < MinAuditRetention:
 		problem = fmt.Sprintf("-audit-retention %s: keep the audit trail at least %s", o.AuditRetention, MinAuditRetention)
-	case o.ConsoleListen != "" && !app.IsLoopbackListen(o.ConsoleListen) && o.ConsoleTokens == "" && !o.Insecure:
+	case o.ConsoleListen != "" && !app.IsLoopbackListen(o.ConsoleListen) && o.ConsoleTokens == "" && o.ConsoleOAuth.Issuer == "" && !o.Insecure:
 		// Whoever reaches it could redrive and settle requests.
-		problem = fmt.Sprintf("refusing to serve the console on %s beyond loopback without sign-in: give -console-tokens-file, "+
+		problem = fmt.Sprintf("refusing to serve the console on %s beyond loopback without sign-in: give -console-tokens-file or -console-oauth-issuer, "+
 			"or listen on loopback (the default) and reach it through a tunnel, or pass -insecure", o.ConsoleListen)
 	case o.NATS == "" && !app.IsLoopbackListen(o.NATSListen):
 		// Its traffic (every ticket) is not encrypted.
@@ -176,6 +201,9 @@ func (o Options) Validate(lookup func(string) (string, bool)) error {
 	}
 	if problem != "" {
 		return fmt.Errorf("%w: %s", app.ErrUsage, problem)
+	}
+	if err := o.validateConsoleOAuth(); err != nil {
+		return err
 	}
 	return o.validateRetention()
 }
@@ -194,4 +222,33 @@ func (o Options) validateRetention() error {
 			app.ErrUsage, stream.Duplicates, retention.Keep)
 	}
 	return nil
+}
+
+// validateConsoleOAuth checks the -console-oauth-* flags come whole.
+func (o Options) validateConsoleOAuth() error {
+	c := o.ConsoleOAuth
+	var problem string
+	switch {
+	case c.Issuer == "" && (c.ClientID != "" || c.ClientSecretFile != "" || c.Audience != ""):
+		problem = "-console-oauth-client-id, -client-secret-file and -audience need -console-oauth-issuer"
+	case c.Issuer == "":
+		return nil
+	case !isHTTPURL(c.Issuer):
+		problem = fmt.Sprintf("-console-oauth-issuer %q: want an http(s) URL", c.Issuer)
+	case !isHTTPURL(o.ConsoleURL):
+		problem = fmt.Sprintf("-console-oauth-issuer needs -console-url, the console's http(s) URL as browsers reach it (the issuer redirects to its /oauth/callback); got %q", o.ConsoleURL)
+	case c.ClientID == "" || c.ClientSecretFile == "":
+		problem = "-console-oauth-issuer needs -console-oauth-client-id and -console-oauth-client-secret-file: the console's registration at the issuer"
+	case strings.TrimSpace(c.Scope) == "" || strings.ContainsAny(c.Scope, " \t"):
+		problem = fmt.Sprintf("-console-oauth-scope %q: want one scope", c.Scope)
+	}
+	if problem != "" {
+		return fmt.Errorf("%w: %s", app.ErrUsage, problem)
+	}
+	return nil
+}
+
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"ticketrelay/internal/app"
@@ -41,6 +42,34 @@ func TestOptionsDefaults(t *testing.T) {
 		{"-nats-listen", "0.0.0.0:4222"}, {"-dup-window", "2h", "-retention", "1h"}, {"-audit-after", "10s"}} {
 		if err := parseOptions(t, args...).Validate(none); !errors.Is(err, app.ErrUsage) {
 			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+}
+
+// The console's OAuth sign-in comes whole: issuer, the console's URL, the
+// client's registration, one scope; and it counts as sign-in beyond
+// loopback.
+func TestOptionsConsoleOAuth(t *testing.T) {
+	none := func(string) (string, bool) { return "", false }
+	whole := []string{"-console-listen", "0.0.0.0:9470", "-console-url", "https://ops.example", "-console-oauth-issuer", "https://idp.example",
+		"-console-oauth-client-id", "console", "-console-oauth-client-secret-file", "secret"}
+	o := parseOptions(t, whole...)
+	if err := o.Validate(none); err != nil {
+		t.Errorf("%v: %v", whole, err)
+	}
+	if o.ConsoleOAuth.Scope != DefaultOperatorScope {
+		t.Errorf("default scope %q", o.ConsoleOAuth.Scope)
+	}
+	for name, args := range map[string][]string{
+		"no issuer":        {"-console-oauth-client-id", "console"},
+		"issuer not a URL": {"-console-url", "https://ops.example", "-console-oauth-issuer", "idp.example", "-console-oauth-client-id", "c", "-console-oauth-client-secret-file", "s"},
+		"no console URL":   {"-console-oauth-issuer", "https://idp.example", "-console-oauth-client-id", "c", "-console-oauth-client-secret-file", "s"},
+		"no client secret": {"-console-url", "https://ops.example", "-console-oauth-issuer", "https://idp.example", "-console-oauth-client-id", "c"},
+		"two scopes":       append(append([]string{}, whole...), "-console-oauth-scope", "a b"),
+		"beyond loopback":  {"-console-listen", "0.0.0.0:9470"},
+	} {
+		if err := parseOptions(t, args...).Validate(none); !errors.Is(err, app.ErrUsage) || !strings.Contains(err.Error(), "-console") {
+			t.Errorf("%s: %v, want a usage error naming the flag", name, err)
 		}
 	}
 }

@@ -2,18 +2,14 @@ package dispatcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/user"
-	"strings"
 	"time"
 
 	"ticketrelay/internal/maintenance"
 	"ticketrelay/internal/operate"
 	"ticketrelay/ledger"
-	"ticketrelay/request"
-	"ticketrelay/ticket"
 	"ticketrelay/trail"
 )
 
@@ -84,14 +80,6 @@ var _ adminStore = (*operated)(nil)
 // Trail is the audit trail of the database, for `dispatcher audit`.
 func (o *operated) Trail() *trail.Store { return o.trail }
 
-// trailRecorder records operator actions (the commands', the console's)
-// in the database's audit trail.
-type trailRecorder struct{ store *trail.Store }
-
-func (r trailRecorder) Record(ctx context.Context, e operate.Entry) error {
-	return r.store.Record(ctx, operatorEntry(e))
-}
-
 // streamRecorder records operator actions in the installation's trail
 // stream: forget-host has no database, and the stream (made by the
 // dispatchers) is where every host's trail is read.
@@ -101,47 +89,5 @@ func (r streamRecorder) Record(ctx context.Context, e operate.Entry) error {
 	where, _ := os.Hostname()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return trail.Publish(pctx, r.c.js, r.c.inst, where, operatorEntry(e))
-}
-
-// operatorEntry is the trail's entry of an operator action: its outcome a
-// refusal (failed: no such request, not in a state for it, a host not
-// finished) or an error, and its reason what the action named beside the
-// request, or why it did not happen.
-func operatorEntry(e operate.Entry) trail.Entry {
-	t := trail.Entry{Time: e.At, Kind: trail.KindOperator, Subject: e.Subject, Action: e.Action,
-		RequestID: e.RequestID, Outcome: trail.Done}
-	if t.Time.IsZero() {
-		t.Time = time.Now()
-	}
-	if e.RequestID != "" {
-		t.TicketID = ticket.IDFor(e.RequestID)
-	}
-	switch e.Action {
-	case operate.ActionResolve:
-		t.Reason = "settled as failed"
-		if e.Target != "" {
-			t.Reason = "settled as delivered, external id " + e.Target
-		}
-	case operate.ActionForgetHost:
-		t.Reason = "host " + e.Target
-	}
-	if e.Err != nil {
-		t.Outcome = trail.Failed
-		if e.Action != operate.ActionForgetHost && !errors.Is(e.Err, request.ErrNotFound) && !errors.Is(e.Err, request.ErrState) {
-			t.Outcome = trail.Error
-		}
-		t.Reason = trail.Entry{Reason: strings.TrimPrefix(t.Reason+": ", ": ") + e.Err.Error()}.Clean().Reason
-	}
-	return t
-}
-
-// consoleTrail is the trail as the console uses it: it records the
-// signed-in operator's actions and lists a request's entries.
-type consoleTrail struct {
-	trailRecorder
-}
-
-func (t consoleTrail) ForRequest(ctx context.Context, scopedID string) ([]trail.Entry, error) {
-	return t.store.ForRequest(ctx, scopedID)
+	return trail.Publish(pctx, r.c.js, r.c.inst, where, operate.TrailEntry(e))
 }
