@@ -24,6 +24,7 @@ import (
 
 	"ticketrelay/downstream/webhook/webhooktest"
 	"ticketrelay/internal/e2eproc"
+	"ticketrelay/internal/natscluster"
 	"ticketrelay/internal/testwait"
 )
 
@@ -56,7 +57,8 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e/traces:", err)
 		return 1
 	}
-	return m.Run()
+	// natscluster builds nats-server for the multi-host test, and runs m.
+	return natscluster.RunTests(m)
 }
 
 func needJaeger(t *testing.T) {
