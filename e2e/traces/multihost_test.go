@@ -50,13 +50,7 @@ func TestAdoptionIsLinkedToTheAcceptingCall(t *testing.T) {
 	j := startJaeger(t)
 	d := newDownstream(t, j, 0)
 	cluster := natscluster.StartTest(t, natscluster.Config{})
-	config := filepath.Join(t.TempDir(), "ticketrelay.yaml")
-	if err := os.WriteFile(config, []byte("targets:\n"+
-		"  - name: ops-hook\n    kind: webhook\n    endpoint: "+fmt.Sprintf("%q", d.url)+"\n    timeout: 5s\n"+
-		"    options: {token_env: HOOK_TOKEN}\n"+
-		"tools:\n  - name: create_in_ops_hook\n    target: ops-hook\n    description: File the ticket in ops-hook.\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	config := writeConfig(t, t.TempDir(), "", d)
 	a := startHost(t, j, cluster, config, "a")
 	startHost(t, j, cluster, config, "b")
 
