@@ -56,6 +56,21 @@ func tr() trace.Tracer {
 	return noop.Tracer{}
 }
 
+// Use turns tracing on with tp, its spans naming hostName, instead of the
+// exporter the OTEL_* variables configure: for tests that read spans back
+// from an in-memory exporter (tracingtest). It returns what turns tracing
+// off again; tp's shutdown stays the caller's.
+func Use(tp *sdktrace.TracerProvider, hostName string) (off func()) {
+	tracer.Store(&tracerBox{t: tp.Tracer(Scope)})
+	host.Store(&hostName)
+	enabled.Store(true)
+	return func() {
+		enabled.Store(false)
+		tracer.Store(nil)
+		host.Store(nil)
+	}
+}
+
 // hostName is the host.name of this process's resource: every span of the
 // multi-host steps names it too, so that a trace read outside its resource
 // (a span list) still says which host did what.

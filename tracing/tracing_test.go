@@ -12,11 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"ticketrelay/tracing"
+	"ticketrelay/tracing/tracingtest"
 )
 
 func env(kv ...string) func(string) (string, bool) {
@@ -108,10 +108,7 @@ func TestOffCostsNothing(t *testing.T) {
 }
 
 func enable(t *testing.T) *tracetest.InMemoryExporter {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	off := tracing.Enable(tp)
-	t.Cleanup(func() { off(); _ = tp.Shutdown(context.Background()) })
+	exp, _ := tracingtest.Enable(t, "test-host")
 	return exp
 }
 

@@ -24,6 +24,7 @@ import (
 
 	"ticketrelay/downstream/webhook/webhooktest"
 	"ticketrelay/internal/e2eproc"
+	"ticketrelay/internal/natscluster"
 	"ticketrelay/internal/testwait"
 )
 
@@ -56,7 +57,8 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e/traces:", err)
 		return 1
 	}
-	return m.Run()
+	// natscluster builds nats-server for the multi-host test, and runs m.
+	return natscluster.RunTests(m)
 }
 
 func needJaeger(t *testing.T) {
@@ -140,13 +142,7 @@ type system struct {
 func startSystem(t *testing.T, j *jaeger, d *downstream) *system {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "ticketrelay.yaml")
-	if err := os.WriteFile(cfg, []byte("key_namespace: traces\ntargets:\n"+
-		"  - name: ops-hook\n    kind: webhook\n    endpoint: "+fmt.Sprintf("%q", d.url)+"\n    timeout: 5s\n"+
-		"    options: {token_env: HOOK_TOKEN}\n"+
-		"tools:\n  - name: create_in_ops_hook\n    target: ops-hook\n    description: File the ticket in ops-hook.\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeConfig(t, dir, "key_namespace: traces\n", d)
 	db := filepath.Join(dir, "tickets.db")
 	otel := []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + j.otlp, "OTEL_TRACES_SAMPLER=parentbased_always_on"}
 	disp := e2eproc.Start(t, dir, "dispatcher", dispatcherBin, []string{
@@ -158,6 +154,21 @@ func startSystem(t *testing.T, j *jaeger, d *downstream) *system {
 		"-db", db, "-config", cfg, "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0",
 	}, otel, "mcp", "metrics")
 	return &system{front: front, disp: disp}
+}
+
+// writeConfig writes, in dir, the configuration of one webhook target,
+// "ops-hook" at d, whose tool is create_in_ops_hook, after head; it
+// returns its path.
+func writeConfig(t *testing.T, dir, head string, d *downstream) string {
+	t.Helper()
+	cfg := filepath.Join(dir, "ticketrelay.yaml")
+	if err := os.WriteFile(cfg, []byte(head+"targets:\n"+
+		"  - name: ops-hook\n    kind: webhook\n    endpoint: "+fmt.Sprintf("%q", d.url)+"\n    timeout: 5s\n"+
+		"    options: {token_env: HOOK_TOKEN}\n"+
+		"tools:\n  - name: create_in_ops_hook\n    target: ops-hook\n    description: File the ticket in ops-hook.\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 // headerTransport sends a traceparent header with every request, as Claude
