@@ -188,6 +188,26 @@ func TestPages(t *testing.T) {
 	}
 }
 
+// A delivered request's URL is a link when a browser can open it, and
+// text otherwise: the local target's file:// URL is not blanked.
+func TestExternalURLShown(t *testing.T) {
+	e := newEnv(t, nil)
+	for id, u := range map[string]string{"req-web": "https://tickets.example/browse/OPS-1", "req-file": "file:///var/lib/ticketrelay/tickets.jsonl#L7"} {
+		e.create(t, id, "local", "")
+		if err := e.l.RecordDelivery(context.Background(), request.Delivery{RequestID: id, Target: "local",
+			State: string(request.StatusDelivered), Attempts: 1, ExternalID: "7", ExternalURL: u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, body := e.get(t, "/request?id=req-web"); !strings.Contains(body, `<a href="https://tickets.example/browse/OPS-1"`) {
+		t.Errorf("an https URL is not a link:\n%s", body)
+	}
+	if _, body := e.get(t, "/request?id=req-file"); !strings.Contains(body, `<code id="external-url">file:///var/lib/ticketrelay/tickets.jsonl#L7</code>`) ||
+		strings.Contains(body, "ZgotmplZ") {
+		t.Errorf("a file URL is not shown as text:\n%s", body)
+	}
+}
+
 // A redrive shows the selection first; only the confirmation runs it,
 // and the trail names who did it.
 func TestRedriveConfirmedAndRecorded(t *testing.T) {

@@ -3,10 +3,15 @@ package console
 import (
 	"fmt"
 	"html/template"
+	"strings"
 	"time"
 )
 
 var funcs = template.FuncMap{
+	// web reports whether u is a link a browser opens from the page: a
+	// downstream's http(s) URL. Others (the local target's file:// URL)
+	// are shown as text, which html/template would otherwise blank.
+	"web": func(u string) bool { return strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://") },
 	// when is a moment in UTC, to the second.
 	"when": func(t time.Time) string {
 		if t.IsZero() {
