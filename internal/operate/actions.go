@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/user"
 	"strings"
 	"time"
@@ -42,13 +43,16 @@ type Actor struct {
 	Trail   Recorder
 }
 
-// CommandLine is the actor of a command run on the host: the OS user.
-func CommandLine(trail Recorder) Actor {
-	name := "unknown"
-	if u, err := user.Current(); err == nil {
-		name = u.Username
+// CommandLine is the actor of a command run on the host: the operator it
+// names (-operator), else the OS user ("os:NAME").
+func CommandLine(operator string, trail Recorder) Actor {
+	if operator == "" {
+		operator = fmt.Sprintf("os:uid-%d", os.Getuid())
+		if u, err := user.Current(); err == nil && u.Username != "" {
+			operator = "os:" + u.Username
+		}
 	}
-	return Actor{Subject: "os:" + name, Trail: trail}
+	return Actor{Subject: operator, Trail: trail}
 }
 
 // record writes e (the action's outcome err) to the trail. An action that

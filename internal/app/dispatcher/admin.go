@@ -41,7 +41,7 @@ type adminStore interface {
 // actor is who runs an operator command (-operator, else the OS user),
 // with the database's trail to record the action in.
 func actor(l adminStore, fs *flag.FlagSet) operate.Actor {
-	return operate.Actor{Subject: operatorName(optionalFlag(fs, "operator")), Trail: operate.TrailRecorder{Store: l.Trail()}}
+	return operate.CommandLine(optionalFlag(fs, "operator"), operate.TrailRecorder{Store: l.Trail()})
 }
 
 // runAdmin runs an operator subcommand (env.Args[0]). One that reads the

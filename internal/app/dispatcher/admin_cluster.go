@@ -151,7 +151,7 @@ func adminForgetHost(ctx context.Context, _ adminStore, fs *flag.FlagSet, natsOp
 	}
 	// The command has no database: the action is recorded in the
 	// installation's trail stream, where every host's trail is read.
-	who := operate.Actor{Subject: operatorName(optionalFlag(fs, "operator")), Trail: streamRecorder{c}}
+	who := operate.CommandLine(optionalFlag(fs, "operator"), streamRecorder{c})
 	if err := operate.ForgetHost(ictx, store, who, args[0]); err != nil {
 		return err
 	}

@@ -2,9 +2,7 @@ package dispatcher
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/user"
 	"time"
 
 	"ticketrelay/internal/maintenance"
@@ -54,18 +52,6 @@ func (d *dispatcher) buildTrail(ctx context.Context) error {
 		d.services["trail-file"] = sink.Run
 	}
 	return nil
-}
-
-// operatorName is who runs an operator command, as the trail records it:
-// -operator, else the OS user ("os:NAME").
-func operatorName(flagged string) string {
-	if flagged != "" {
-		return flagged
-	}
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		return "os:" + u.Username
-	}
-	return fmt.Sprintf("os:uid-%d", os.Getuid())
 }
 
 // operated is the ledger as the operator commands use it, with the
