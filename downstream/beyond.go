@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -249,6 +250,14 @@ func CheckRef(kind, name, ref string) error {
 		return BadTicket(kind, name, ref, fmt.Sprintf("the id or URL its create answered (1 to %d visible characters, no spaces)", MaxKeyLen))
 	}
 	return nil
+}
+
+// TicketNumber reads s as an API's ticket number: a positive decimal,
+// written plainly (123 or #123; not 0123, +123 or 1e3).
+func TicketNumber(s string) (int64, bool) {
+	s = strings.TrimPrefix(s, "#")
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil && n > 0 && strconv.FormatInt(n, 10) == s
 }
 
 // BadTicket is the Permanent error of a reference a target cannot read.

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,12 +41,9 @@ func (t *Target) ParseTicket(ref string) (downstream.Receipt, error) {
 	s := strings.TrimSpace(ref)
 	if rest, ok := strings.CutPrefix(s, t.api.Base+"/issues/"); ok {
 		s = rest
-	} else if u, err := url.Parse(s); err == nil && u.Scheme != "" {
-		s = "" // a URL elsewhere
 	}
-	s = strings.TrimPrefix(s, "#")
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 || strconv.FormatInt(n, 10) != s {
+	n, ok := downstream.TicketNumber(s)
+	if !ok {
 		return downstream.Receipt{}, downstream.BadTicket("redmine", t.cfg.Name, ref,
 			"an issue number (123 or #123) or its URL ("+t.api.Base+"/issues/123)")
 	}

@@ -55,9 +55,8 @@ func (t *Target) ParseTicket(ref string) (downstream.Receipt, error) {
 	if rest, ok := strings.CutPrefix(s, t.api.Base+"/agent/tickets/"); ok {
 		s = rest
 	}
-	s = strings.TrimPrefix(s, "#")
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 || strconv.FormatInt(n, 10) != s {
+	n, ok := downstream.TicketNumber(s)
+	if !ok {
 		return downstream.Receipt{}, downstream.BadTicket("zendesk", t.cfg.Name, ref,
 			"a ticket number (123 or #123) or its page ("+t.api.Base+"/agent/tickets/123)")
 	}
