@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"ticketrelay/advice"
 	"ticketrelay/downstream"
 	"ticketrelay/forwarder"
 	"ticketrelay/internal/archetype"
@@ -175,14 +176,14 @@ func (e *env) create(t *testing.T, target string) string {
 }
 
 // find is what find_request answers of id: the ledger's status, with the
-// detail the front writes from it (mcptools.Advise).
+// detail the front writes from it (advice.Advise).
 func (e *env) find(t *testing.T, id string) mcptools.RequestStatus {
 	t.Helper()
 	st, err := e.l.Find(context.Background(), "", id)
 	if err != nil {
 		t.Fatalf("find %s: %v", id, err)
 	}
-	return mcptools.RequestStatus{Report: st, Detail: mcptools.Advise(st)}
+	return mcptools.RequestStatus{Report: st, Detail: advice.Advise(st)}
 }
 
 // waitFor waits for cond with a deadline (see internal/testwait).

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"ticketrelay/advice"
 	"ticketrelay/internal/testclock"
 	"ticketrelay/sqlitedb"
 
@@ -131,9 +132,9 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 }
 
 // find is Find with the detail the front writes for the agent
-// (mcptools.Advise): the words are the front's, the facts they are
+// (advice.Advise): the words are the front's, the facts they are
 // written from the ledger's.
 func (e *env) find(ctx context.Context, subject, requestID string) (mcptools.RequestStatus, error) {
 	st, err := e.l.Find(ctx, subject, requestID)
-	return mcptools.RequestStatus{Report: st, Detail: mcptools.Advise(st)}, err
+	return mcptools.RequestStatus{Report: st, Detail: advice.Advise(st)}, err
 }

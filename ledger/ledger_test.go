@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"ticketrelay/mcptools"
+	"ticketrelay/advice"
 	"ticketrelay/request"
 	"ticketrelay/ticket"
 )
@@ -122,7 +122,7 @@ func TestCreateReplaysSameArguments(t *testing.T) {
 		t.Fatalf("replay = %+v, want %+v", res, want)
 	}
 	// The replay says where the request stands now, read in its transaction.
-	if live == nil || live.Status != request.StatusQueued || live.TicketID != first.TicketID || mcptools.Advise(*live) == "" {
+	if live == nil || live.Status != request.StatusQueued || live.TicketID != first.TicketID || advice.Advise(*live) == "" {
 		t.Fatalf("replay's live status = %+v, want queued with a detail", live)
 	}
 	if got := rows(t, raw(t, e.path)); got != [3]int{1, 1, 1} {

@@ -5,10 +5,6 @@ import (
 	"ticketrelay/request"
 )
 
-// Advise is st's detail (advice.Advise): the words are package advice's,
-// so that the operator's console shows the detail the agent reads.
-func Advise(st request.Report) string { return advice.Advise(st) }
-
 // RequestStatus is find_request's answer: where the request stands, as
 // the ledger or the cluster record reports it, and the detail written
 // here from it.
@@ -20,7 +16,7 @@ type RequestStatus struct {
 
 // advised is st's answer, with its detail written.
 func advised(st request.Report) RequestStatus {
-	return RequestStatus{Report: st, Detail: Advise(st)}
+	return RequestStatus{Report: st, Detail: advice.Advise(st)}
 }
 
 // conflictAdvice is the tool error of a request_id first used with other

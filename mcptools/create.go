@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"ticketrelay/advice"
 	"ticketrelay/clusterrec"
 	"ticketrelay/internal/failpoint"
 	"ticketrelay/metrics"
@@ -87,7 +88,7 @@ func acceptedDetail(target string) string {
 // now sets what st, the request's status as find_request gives it, says
 // of it now: the status, where it was delivered, what it means.
 func (c *createResult) now(st request.Report) {
-	c.Status, c.ExternalID, c.ExternalURL, c.Detail = st.Status, st.ExternalID, st.ExternalURL, Advise(st)
+	c.Status, c.ExternalID, c.ExternalURL, c.Detail = st.Status, st.ExternalID, st.ExternalURL, advice.Advise(st)
 	if st.Caller != nil {
 		c.Caller = st.Caller
 	}
