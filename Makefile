@@ -8,7 +8,7 @@ LISTEN             ?= 127.0.0.1:8080
 FRONT_METRICS      ?= 127.0.0.1:9464
 DISPATCHER_METRICS ?= 127.0.0.1:9465
 NATS_LISTEN        ?= 127.0.0.1:4222
-# Claude Code for make test-docs and make test-oauth (scripts/claude-code-install.sh).
+# Claude Code for make test-docs and make test-oauth (testkit/scripts/claude-code-install.sh).
 CLAUDE_CODE_VERSION ?= 2.1.332
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X ticketrelay/internal/app.Version=$(VERSION)
@@ -65,19 +65,19 @@ run: ## run both processes on DATA; ports: LISTEN, FRONT_METRICS, DISPATCHER_MET
 
 # Four steps, each announced on one line: what the suite needs (Go, a C
 # compiler for -race, every module downloaded, staticcheck built:
-# scripts/test-prereqs.sh installs gcc with apt-get as root, else says what
+# testkit/scripts/test-prereqs.sh installs gcc with apt-get as root, else says what
 # to install), vet (go vet, staticcheck, gofmt), the main module's tests,
 # the patched decoder's. go test's output goes through
-# cmd/testprogress (a line per package, failing tests' output at once, the
+# testkit/cmd/testprogress (a line per package, failing tests' output at once, the
 # packages still running during a quiet stretch); pipefail keeps go test's
 # own exit status as the step's.
 test: SHELL := bash
 test: ## prerequisites checked first, then vet, staticcheck, gofmt and the whole suite with the race detector
-	@GO='$(GO)' scripts/test-prereqs.sh
+	@GO='$(GO)' testkit/scripts/test-prereqs.sh
 	@echo "make test [2/4]: go vet and staticcheck (ticketrelay, bench/noopserver, bench/riverbaseline) and gofmt"
 	@$(MAKE) --no-print-directory vet
-	@$(GO) build -o bin/ ./cmd/testprogress
-	@echo "make test [3/4]: unit and integration tests with -race, every package of ticketrelay (9-19 min on 2 cores, depending on load; e2e, torture, mcphttp and internal/powercut take longest)"
+	@$(GO) build -o bin/ ./testkit/cmd/testprogress
+	@echo "make test [3/4]: unit and integration tests with -race, every package of ticketrelay (9-19 min on 2 cores, depending on load; e2e, torture, mcphttp and testkit/powercut take longest)"
 	set -o pipefail; $(GO) test -race -count=1 -timeout 20m -json ./... | bin/testprogress
 	@echo "make test [4/4]: the patched JSON decoder (third_party/segmentio-encoding) with -race"
 	cd third_party/segmentio-encoding && $(GO) test -race -count=1 ./... # a module of its own; upstream's code is not vetted
@@ -86,11 +86,11 @@ test: ## prerequisites checked first, then vet, staticcheck, gofmt and the whole
 test/short: ## quick run without the race detector
 	$(GO) test -count=1 -short ./...
 
-# staticcheck, pinned by tools/staticcheck's go.mod and go.sum (a tool
+# staticcheck, pinned by testkit/tools/staticcheck's go.mod and go.sum (a tool
 # directive in a module of its own: ticketrelay's go.mod carries none of its
 # dependencies, and go tool caches the build). Its findings are fixed, or
 # silenced where they stand with //lint:ignore CHECK and the reason.
-STATICCHECK = $(GO) tool -modfile=$(CURDIR)/tools/staticcheck/go.mod staticcheck
+STATICCHECK = $(GO) tool -modfile=$(CURDIR)/testkit/tools/staticcheck/go.mod staticcheck
 
 vet:
 	$(GO) vet ./...
@@ -104,23 +104,23 @@ vet:
 lint: vet
 
 test-redmine: build ## the redmine target against a real Redmine (installs Debian's redmine if missing: root)
-	scripts/redmine-up.sh install
-	TICKETRELAY_REDMINE=1 $(GO) test -race -count=1 -timeout 10m ./e2e/redmine/...
+	testkit/scripts/redmine-up.sh install
+	TICKETRELAY_REDMINE=1 $(GO) test -race -count=1 -timeout 10m ./testkit/e2e/redmine/...
 
 # Signing in against a real OAuth server: Ory Hydra, pinned by the module of
-# its own in tools/hydra (its dependencies stay out of ours), built
+# its own in testkit/tools/hydra (its dependencies stay out of ours), built
 # once per version into TOOLS_CACHE (the build takes minutes). Its in-memory
 # store is SQLite through cgo, behind the sqlite build tag, as Ory builds it.
 # Claude Code (CLAUDE_CODE_VERSION) is installed beside it by
-# scripts/claude-code-install.sh, as for make test-docs.
+# testkit/scripts/claude-code-install.sh, as for make test-docs.
 TOOLS_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ticketrelay
-HYDRA_VERSION := $(shell awk '$$1 == "github.com/ory/hydra/v2" {print $$2; exit}' tools/hydra/go.mod)
+HYDRA_VERSION := $(shell awk '$$1 == "github.com/ory/hydra/v2" {print $$2; exit}' testkit/tools/hydra/go.mod)
 HYDRA         := $(TOOLS_CACHE)/hydra-$(HYDRA_VERSION)/hydra
 test-oauth: ## signing in against a real Ory Hydra: the go-sdk's OAuth client, and Claude Code (both installed once into TOOLS_CACHE)
-	@test -x $(HYDRA) || { mkdir -p $(dir $(HYDRA)) && cd tools/hydra && \
+	@test -x $(HYDRA) || { mkdir -p $(dir $(HYDRA)) && cd testkit/tools/hydra && \
 		CGO_ENABLED=1 $(GO) build -tags sqlite,sqlite_omit_load_extension -o $(HYDRA) github.com/ory/hydra/v2; }
-	@claude="$$(CLAUDE_CODE_VERSION='$(CLAUDE_CODE_VERSION)' CLAUDE_CODE_CACHE='$(TOOLS_CACHE)' scripts/claude-code-install.sh)" && \
-	 TICKETRELAY_HYDRA=$(HYDRA) TICKETRELAY_CLAUDE="$$claude" $(GO) test -race -count=1 -timeout 10m ./e2e/oauth/...
+	@claude="$$(CLAUDE_CODE_VERSION='$(CLAUDE_CODE_VERSION)' CLAUDE_CODE_CACHE='$(TOOLS_CACHE)' testkit/scripts/claude-code-install.sh)" && \
+	 TICKETRELAY_HYDRA=$(HYDRA) TICKETRELAY_CLAUDE="$$claude" $(GO) test -race -count=1 -timeout 10m ./testkit/e2e/oauth/...
 
 # The operator console driven by a real headless Chromium (Debian's
 # package) against a real dispatcher and fake webhook receivers: pages load
@@ -128,29 +128,29 @@ test-oauth: ## signing in against a real Ory Hydra: the go-sdk's OAuth client, a
 # a cross-site form refused, sign-in beyond loopback. It also takes the
 # screenshots docs/operations.md shows (docs/img/console-*.png).
 test-console: ## the operator console in a real headless Chromium (installs Debian's chromium if missing: root)
-	scripts/chromium-install.sh
+	testkit/scripts/chromium-install.sh
 	TICKETRELAY_CONSOLE_BROWSER=1 $(GO) test -race -count=1 -timeout 5m -run 'TestConsole' ./internal/app/
 
 # Every alert of deploy/prometheus/alerts.yml: promtool's checks and unit
 # tests (alerts_test*.yml), then a real Prometheus scraping a real dispatcher
-# (e2e/alerts), which fails here instead of skipping without prometheus.
+# (testkit/e2e/alerts), which fails here instead of skipping without prometheus.
 # Traces from the agent's call to the downstream (issue 37) read back from a
-# real Jaeger, pinned by the module of its own in tools/jaeger and built
+# real Jaeger, pinned by the module of its own in testkit/tools/jaeger and built
 # once per version into TOOLS_CACHE (minutes on 2 cores, cold).
-JAEGER_VERSION := $(shell awk '$$1 == "github.com/jaegertracing/jaeger" {print $$2; exit}' tools/jaeger/go.mod)
+JAEGER_VERSION := $(shell awk '$$1 == "github.com/jaegertracing/jaeger" {print $$2; exit}' testkit/tools/jaeger/go.mod)
 JAEGER         := $(TOOLS_CACHE)/jaeger-$(JAEGER_VERSION)/jaeger
 .PHONY: test-traces
 test-traces: ## traces through mcp-front, the dispatcher and a downstream, read back from a real Jaeger (built once into TOOLS_CACHE)
-	@test -x $(JAEGER) || { mkdir -p $(dir $(JAEGER)) && cd tools/jaeger && \
+	@test -x $(JAEGER) || { mkdir -p $(dir $(JAEGER)) && cd testkit/tools/jaeger && \
 		CGO_ENABLED=0 $(GO) build -o $(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger; }
-	TICKETRELAY_JAEGER=$(JAEGER) $(GO) test -race -count=1 -timeout 10m ./e2e/traces/... ./tracing/...
+	TICKETRELAY_JAEGER=$(JAEGER) $(GO) test -race -count=1 -timeout 10m ./testkit/e2e/traces/... ./tracing/...
 
 .PHONY: test-alerts
 test-alerts: ## alert rules: promtool check and unit tests, and a real Prometheus (installs Debian's prometheus if missing: root)
-	scripts/prometheus-install.sh
+	testkit/scripts/prometheus-install.sh
 	promtool check rules deploy/prometheus/alerts.yml
 	promtool test rules deploy/prometheus/alerts_test*.yml
-	TICKETRELAY_PROMETHEUS=1 $(GO) test -race -count=1 -timeout 5m ./e2e/alerts/...
+	TICKETRELAY_PROMETHEUS=1 $(GO) test -race -count=1 -timeout 5m ./testkit/e2e/alerts/...
 
 # A dispatcher against the nats-server of Debian's package (2.9.10 on Debian
 # 12) run as its own process: refused at the first start, with one line,
@@ -158,31 +158,31 @@ test-alerts: ## alert rules: promtool check and unit tests, and a real Prometheu
 # server left without marks (docs/decisions/0105).
 .PHONY: test-debian-nats
 test-debian-nats: ## a dispatcher against Debian's nats-server (installs Debian's nats-server if missing: root)
-	bin=$$(scripts/debian-nats-install.sh) && \
-	TICKETRELAY_DEBIAN_NATS=$$bin $(GO) test -race -count=1 -run TestDebianNATSServer ./natsjs/ && \
-	TICKETRELAY_DEBIAN_NATS=$$bin $(GO) test -race -count=1 -timeout 10m ./e2e/debiannats/...
+	bin=$$(testkit/scripts/debian-nats-install.sh) && \
+	TICKETRELAY_DEBIAN_NATS=$$bin $(GO) test -race -count=1 -run TestDebianNATSServer ./delivery/natsjs/ && \
+	TICKETRELAY_DEBIAN_NATS=$$bin $(GO) test -race -count=1 -timeout 10m ./testkit/e2e/debiannats/...
 
 # Every command line the docs give a user, run as written (docs/commands_test.go):
 # the README's curl session and webhook walkthrough against mcp-front and a
 # dispatcher (these two also in make test); every `claude mcp add` /
 # `claude mcp get` line of README.md and docs/*.md against the real Claude
 # Code CLI, pinned here and installed once into a cache directory outside
-# the repository (scripts/claude-code-install.sh; ~400 MB); and make
+# the repository (testkit/scripts/claude-code-install.sh; ~400 MB); and make
 # run-cluster's printed steps against its script (decision 0126).
 .PHONY: test-docs
 test-docs: ## the docs' command lines: curl session, webhook walkthrough, run-cluster's steps, every claude mcp add/get line against Claude Code $(CLAUDE_CODE_VERSION) (installed once into ~/.cache/ticketrelay)
-	@claude="$$(CLAUDE_CODE_VERSION='$(CLAUDE_CODE_VERSION)' CLAUDE_CODE_CACHE='$(TOOLS_CACHE)' scripts/claude-code-install.sh)" && \
+	@claude="$$(CLAUDE_CODE_VERSION='$(CLAUDE_CODE_VERSION)' CLAUDE_CODE_CACHE='$(TOOLS_CACHE)' testkit/scripts/claude-code-install.sh)" && \
 	 echo "make test-docs: $$("$$claude" --version)" && \
 	 TICKETRELAY_CLAUDE_CODE="$$claude" TICKETRELAY_RUN_CLUSTER=1 $(GO) test -race -count=1 -timeout 10m ./docs/...
 
 interop: build ## conformance suite (sessions and -stateless), MCP Inspector CLI (HTTP, stdio), strict 1,000-call stdio test
-	BIN=$(CURDIR)/bin bash interop/run.sh
+	BIN=$(CURDIR)/bin bash testkit/interop/run.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 bench: build ## benchmark table vs same-run baselines (a few minutes; BENCH_QUICK=1: ~1 minute); writes bench/results/
-	$(BUILD) -o bin/ ./cmd/loadgen ./bench/profwrap github.com/nats-io/nats-server/v2 # scenario 9's cluster nodes
+	$(BUILD) -o bin/ ./testkit/cmd/loadgen ./bench/profwrap github.com/nats-io/nats-server/v2 # scenario 9's cluster nodes
 	cd bench/noopserver && $(BUILD) -o $(CURDIR)/bin/ .
 	$(BUILD) -o bin/ ./bench/receiver
 	cd bench/riverbaseline && $(BUILD) -o $(CURDIR)/bin/ . # River: a module of its own
@@ -191,7 +191,7 @@ bench: build ## benchmark table vs same-run baselines (a few minutes; BENCH_QUIC
 clean:
 	rm -rf bin
 
-# Fault-injection run (torture/): kills the processes and the fakes misbehave
+# Fault-injection run (testkit/torture/): kills the processes and the fakes misbehave
 # while callers retry; then checks the history. Prints one line per property,
 # the counts and the seed; SEED=N replays a seed's decisions.
 SEED              ?= 0
@@ -200,7 +200,7 @@ TORTURE_CALLERS   ?= 6
 TORTURE_FLAGS     ?=
 .PHONY: torture
 torture: ## long fault-injection run (TORTURE_DURATION=3m, SEED=N, TORTURE_CALLERS=6, TORTURE_FLAGS=...)
-	$(BUILD) -ldflags '$(LDFLAGS)' -o bin/ ./cmd/mcp-front ./cmd/dispatcher ./cmd/torture
+	$(BUILD) -ldflags '$(LDFLAGS)' -o bin/ ./cmd/mcp-front ./cmd/dispatcher ./testkit/cmd/torture
 	$(BUILD) -o bin/nats-server github.com/nats-io/nats-server/v2
 	bin/torture -front bin/mcp-front -dispatcher bin/dispatcher -nats-server bin/nats-server \
 		-duration $(TORTURE_DURATION) -seed $(SEED) -callers $(TORTURE_CALLERS) $(TORTURE_FLAGS)
@@ -218,7 +218,7 @@ torture-multihost: ## long multi-host runs: 3 hosts on a 3-node NATS cluster beh
 	$(MAKE) torture TORTURE_FLAGS='-hosts 3 $(TORTURE_FLAGS)'
 	$(MAKE) torture TORTURE_FLAGS='-hosts 3 -node-faults-only -host-dead-after 15s $(TORTURE_FLAGS)'
 
-# A multi-host installation on loopback (scripts/run-cluster.sh): 3 NATS
+# A multi-host installation on loopback (testkit/scripts/run-cluster.sh): 3 NATS
 # nodes and two hosts A and B (each a dispatcher + mcp-front + SQLite file
 # under CLUSTER_DATA/host-x, -multi-host -installation CLUSTER_NAME), both
 # delivering to one webhook receiver (examples/webhook-receiver on
@@ -237,8 +237,8 @@ CLUSTER_DEAD_AFTER ?= 15s
 CLUSTER_RECEIVER   ?= 127.0.0.1:9001
 .PHONY: run-cluster
 run-cluster: build ## 3 NATS nodes and two hosts of one installation on loopback; kill a host, lose no ticket (CLUSTER_DATA=data-cluster, CLUSTER_LISTEN_A/B, ...)
-	$(BUILD) -o bin/ ./cmd/natscluster ./examples/webhook-receiver
+	$(BUILD) -o bin/ ./testkit/cmd/natscluster ./examples/webhook-receiver
 	$(BUILD) -o bin/nats-server github.com/nats-io/nats-server/v2
 	CLUSTER_DATA='$(CLUSTER_DATA)' CLUSTER_NAME='$(CLUSTER_NAME)' CLUSTER_LISTEN_A='$(CLUSTER_LISTEN_A)' \
 	CLUSTER_LISTEN_B='$(CLUSTER_LISTEN_B)' CLUSTER_METRICS_A='$(CLUSTER_METRICS_A)' CLUSTER_METRICS_B='$(CLUSTER_METRICS_B)' \
-	CLUSTER_DEAD_AFTER='$(CLUSTER_DEAD_AFTER)' CLUSTER_RECEIVER='$(CLUSTER_RECEIVER)' BIN=bin scripts/run-cluster.sh
+	CLUSTER_DEAD_AFTER='$(CLUSTER_DEAD_AFTER)' CLUSTER_RECEIVER='$(CLUSTER_RECEIVER)' BIN=bin testkit/scripts/run-cluster.sh

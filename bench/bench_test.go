@@ -15,15 +15,15 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"ticketrelay/downstream"
-	"ticketrelay/downstream/local"
-	"ticketrelay/forwarder"
-	"ticketrelay/ledger"
-	"ticketrelay/mcptools"
+	"ticketrelay/delivery/downstream"
+	"ticketrelay/delivery/downstream/local"
+	"ticketrelay/delivery/forwarder"
+	"ticketrelay/front/mcptools"
 	"ticketrelay/metrics"
-	"ticketrelay/outbox"
 	"ticketrelay/request"
-	"ticketrelay/sqlitedb"
+	"ticketrelay/store/ledger"
+	"ticketrelay/store/outbox"
+	"ticketrelay/store/sqlitedb"
 	"ticketrelay/ticket"
 )
 

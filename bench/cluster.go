@@ -12,10 +12,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"ticketrelay/clusterrec"
 	"ticketrelay/installation"
 	"ticketrelay/internal/archetype"
-	"ticketrelay/internal/natscluster"
+	"ticketrelay/store/clusterrec"
+	"ticketrelay/testkit/natscluster"
 	"ticketrelay/ticket"
 )
 
@@ -51,7 +51,7 @@ func (r *runner) clusterTimes() clusterTimes {
 }
 
 // scenario8 runs the cluster scenario on a 3-node nats-server cluster on
-// loopback (internal/natscluster: real child processes, sync_interval:
+// loopback (testkit/natscluster: real child processes, sync_interval:
 // always on every node).
 func (r *runner) scenario9(ctx context.Context, n int) error {
 	ct := r.clusterTimes()

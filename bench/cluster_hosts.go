@@ -15,8 +15,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"ticketrelay/installation"
-	"ticketrelay/internal/natscluster"
 	"ticketrelay/metrics"
+	"ticketrelay/testkit/natscluster"
 )
 
 // clusterInstallation is the installation the two hosts of scenario 9 run.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"ticketrelay/internal/e2eproc"
+	"ticketrelay/testkit/e2eproc"
 )
 
 // Args are create_ticket's arguments as a client sends them; the no-op twin

@@ -13,7 +13,7 @@ import (
 	"strings"
 )
 
-// Main is the load generator's command line (cmd/loadgen).
+// Main is the load generator's command line (testkit/cmd/loadgen).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"ticketrelay/downstream/local"
+	"ticketrelay/delivery/downstream/local"
 )
 
 // memoryTarget is the peak RSS each process is held to (issues 6 and 22).

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"ticketrelay/ledger"
-	"ticketrelay/outbox"
 	"ticketrelay/request"
+	"ticketrelay/store/ledger"
+	"ticketrelay/store/outbox"
 	"ticketrelay/ticket"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"ticketrelay/internal/e2eproc"
+	"ticketrelay/testkit/e2eproc"
 )
 
 var selfPID = os.Getpid()

@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"ticketrelay/natsjs"
-	"ticketrelay/outbox"
+	"ticketrelay/delivery/natsjs"
+	"ticketrelay/store/outbox"
 )
 
 // rawPublisher is scenario 4's baseline: messages shaped like outbox

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"ticketrelay/internal/e2eproc"
-	"ticketrelay/mcptools"
+	"ticketrelay/front/mcptools"
+	"ticketrelay/testkit/e2eproc"
 )
 
 const (

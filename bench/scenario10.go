@@ -16,7 +16,7 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
-	"ticketrelay/internal/e2eproc"
+	"ticketrelay/testkit/e2eproc"
 )
 
 // signInScenario is issue 34's figures: what validating a signed-in user's

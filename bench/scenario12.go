@@ -12,7 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"ticketrelay/ledger"
+	"ticketrelay/store/ledger"
 )
 
 // searchScenario measures search_tickets on a big ledger and what the

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"ticketrelay/forwarder"
+	"ticketrelay/delivery/forwarder"
 )
 
 // Scenario 8 (issue 22): a backlog of accepted tickets delivered to a

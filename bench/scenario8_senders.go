@@ -18,9 +18,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"ticketrelay/downstream/webhook"
-	"ticketrelay/internal/e2eproc"
-	"ticketrelay/internal/natscluster"
+	"ticketrelay/delivery/downstream/webhook"
+	"ticketrelay/testkit/e2eproc"
+	"ticketrelay/testkit/natscluster"
 	"ticketrelay/ticket"
 )
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"ticketrelay/internal/e2eproc"
+	"ticketrelay/testkit/e2eproc"
 )
 
 // The histograms the report reads from the servers' /metrics.

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"ticketrelay/config"
-	"ticketrelay/downstream"
+	"ticketrelay/delivery/downstream"
 )
 
 // caller: is checked at load: none is the default, footer fits every kind,

@@ -17,7 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"ticketrelay/targets"
+	"ticketrelay/delivery/targets"
 )
 
 // DefaultTool is the create tool of the zero-config setup.

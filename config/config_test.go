@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"ticketrelay/config"
-	"ticketrelay/targets"
+	"ticketrelay/delivery/targets"
 )
 
 // env is a fake environment: tests never touch the process's.

@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"strings"
 
-	"ticketrelay/downstream"
-	"ticketrelay/downstream/jira"
-	"ticketrelay/targets"
+	"ticketrelay/delivery/downstream"
+	"ticketrelay/delivery/downstream/jira"
+	"ticketrelay/delivery/targets"
 	"ticketrelay/ticket"
 )
 

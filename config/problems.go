@@ -12,7 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"ticketrelay/targets"
+	"ticketrelay/delivery/targets"
 )
 
 // Error is every problem found in a configuration, so that a file is

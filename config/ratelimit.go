@@ -9,7 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"ticketrelay/downstream"
+	"ticketrelay/delivery/downstream"
 )
 
 // RateLimit is a target's rate_limit: the pace its API allows, as

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"ticketrelay/config"
-	"ticketrelay/downstream"
+	"ticketrelay/delivery/downstream"
 )
 
 const hookWithLimit = "targets:\n  - name: w\n    kind: webhook\n    endpoint: https://x.example/hook\n    rate_limit: %s\n"

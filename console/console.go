@@ -25,12 +25,12 @@ import (
 	"sync"
 	"time"
 
-	"ticketrelay/forwarder"
+	"ticketrelay/delivery/forwarder"
+	"ticketrelay/front/mcpauth"
 	"ticketrelay/internal/operate"
-	"ticketrelay/ledger"
-	"ticketrelay/mcpauth"
 	"ticketrelay/request"
-	"ticketrelay/trail"
+	"ticketrelay/store/ledger"
+	"ticketrelay/store/trail"
 )
 
 // Store is what the console reads and changes of the ledger.

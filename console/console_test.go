@@ -18,14 +18,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"ticketrelay/console"
+	"ticketrelay/front/mcpauth"
 	"ticketrelay/internal/operate"
-	"ticketrelay/ledger"
-	"ticketrelay/mcpauth"
 	"ticketrelay/metrics"
 	"ticketrelay/request"
-	"ticketrelay/sqlitedb"
+	"ticketrelay/store/ledger"
+	"ticketrelay/store/sqlitedb"
+	"ticketrelay/store/trail"
 	"ticketrelay/ticket"
-	"ticketrelay/trail"
 )
 
 // env is a console over a real ledger and its audit trail, in one SQLite

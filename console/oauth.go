@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/oauth2"
 
-	"ticketrelay/mcpauth"
+	"ticketrelay/front/mcpauth"
 )
 
 // OAuth signs operators in at an OAuth 2 authorization server: the

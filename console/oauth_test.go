@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"ticketrelay/console"
-	"ticketrelay/mcpauth"
-	"ticketrelay/mcpauth/mcpauthtest"
+	"ticketrelay/front/mcpauth"
+	"ticketrelay/front/mcpauth/mcpauthtest"
 )
 
 // authServer is the authorization server's side of RFC 6749 §4.1 with

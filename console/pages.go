@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"ticketrelay/advice"
-	"ticketrelay/forwarder"
-	"ticketrelay/ledger"
+	"ticketrelay/delivery/forwarder"
+	"ticketrelay/front/advice"
 	"ticketrelay/request"
+	"ticketrelay/store/ledger"
 )
 
 // targetRow is one target on the overview.

@@ -17,10 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.yaml.in/yaml/v3"
 
+	"ticketrelay/front/mcpauth"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/internal/app/front"
-	"ticketrelay/mcpauth"
 	"ticketrelay/metrics"
 )
 

@@ -25,10 +25,10 @@ import (
 	"testing"
 	"time"
 
-	"ticketrelay/internal/e2eproc"
-	"ticketrelay/internal/testio"
-	"ticketrelay/internal/testwait"
-	"ticketrelay/mcpauth/mcpauthtest"
+	"ticketrelay/front/mcpauth/mcpauthtest"
+	"ticketrelay/testkit/e2eproc"
+	"ticketrelay/testkit/testio"
+	"ticketrelay/testkit/testwait"
 )
 
 // connected is what claude mcp get prints of a server it connected to.
@@ -592,7 +592,7 @@ func TestRunClusterWalkthrough(t *testing.T) {
 	}
 	bin := t.TempDir()
 	for _, pkgs := range [][]string{
-		{"./cmd/mcp-front", "./cmd/dispatcher", "./cmd/natscluster", "./examples/webhook-receiver"},
+		{"./cmd/mcp-front", "./cmd/dispatcher", "./testkit/cmd/natscluster", "./examples/webhook-receiver"},
 		{"github.com/nats-io/nats-server/v2"},
 	} {
 		build := exec.Command("go", append([]string{"build", "-o", bin + string(os.PathSeparator)}, pkgs...)...)
@@ -683,7 +683,7 @@ func TestRunClusterWalkthrough(t *testing.T) {
 	stop()
 }
 
-// startRunCluster starts scripts/run-cluster.sh in a process group of its
+// startRunCluster starts testkit/scripts/run-cluster.sh in a process group of its
 // own, as a terminal runs make, and waits for its summary; stop sends the
 // group SIGINT (a terminal's Ctrl-C), requires status 0 and returns the
 // script's output.

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"ticketrelay/config"
-	"ticketrelay/targets"
+	"ticketrelay/delivery/targets"
 )
 
 // samples are values of the right form for variables whose adapter checks

@@ -3,7 +3,7 @@ package request
 import (
 	"time"
 
-	"ticketrelay/outbox"
+	"ticketrelay/store/outbox"
 	"ticketrelay/ticket"
 )
 

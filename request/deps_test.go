@@ -13,8 +13,8 @@ import (
 // imports of their production files, transitively, as `go list -deps`
 // would.
 func TestUsersDoNotImportTheLedger(t *testing.T) {
-	for _, pkg := range []string{"mcptools", "forwarder", "clusterrec", "audit", "internal/maintenance"} {
-		if path := importPath(t, pkg, "ledger"); path != nil {
+	for _, pkg := range []string{"front/mcptools", "delivery/forwarder", "store/clusterrec", "delivery/audit", "internal/maintenance"} {
+		if path := importPath(t, pkg, "store/ledger"); path != nil {
 			t.Errorf("%s imports ledger: %s", pkg, strings.Join(path, " -> "))
 		}
 	}
@@ -22,7 +22,7 @@ func TestUsersDoNotImportTheLedger(t *testing.T) {
 
 // The words themselves depend on no store.
 func TestRequestImportsNoStore(t *testing.T) {
-	for _, store := range []string{"ledger", "clusterrec"} {
+	for _, store := range []string{"store/ledger", "store/clusterrec"} {
 		if path := importPath(t, "request", store); path != nil {
 			t.Errorf("request imports %s: %s", store, strings.Join(path, " -> "))
 		}

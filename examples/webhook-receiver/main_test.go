@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"ticketrelay/downstream"
-	"ticketrelay/downstream/downstreamtest"
-	"ticketrelay/downstream/webhook"
+	"ticketrelay/delivery/downstream"
+	"ticketrelay/delivery/downstream/downstreamtest"
+	"ticketrelay/delivery/downstream/webhook"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

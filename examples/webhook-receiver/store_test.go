@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"ticketrelay/downstream/downstreamtest"
+	"ticketrelay/delivery/downstream/downstreamtest"
 )
 
 // serveDir serves a receiver as run does, on the store in dir, and returns

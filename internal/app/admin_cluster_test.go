@@ -16,14 +16,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"ticketrelay/clusterrec"
+	"ticketrelay/delivery/natsjs"
 	"ticketrelay/installation"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/internal/archetype"
-	"ticketrelay/ledger"
-	"ticketrelay/natsjs"
 	"ticketrelay/request"
+	"ticketrelay/store/clusterrec"
+	"ticketrelay/store/ledger"
 	"ticketrelay/ticket"
 )
 
@@ -33,7 +33,7 @@ import (
 // under the ledger's part; a missing bucket is an error that says so,
 // after what could be shown; -multi-host without -nats is a usage error.
 // The clustered case (leaders, lagging replicas, a lost host, no quorum)
-// is e2e/multihost's TestOperatorsView.
+// is testkit/e2e/multihost's TestOperatorsView.
 func TestAdminStatusMultiHost(t *testing.T) {
 	a := newAdminDB(t)
 	a.request(t, "req-delivered", "support", string(request.StatusDelivered), 1, "", "4711")

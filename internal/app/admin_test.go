@@ -18,10 +18,10 @@ import (
 
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/app/dispatcher"
-	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/request"
-	"ticketrelay/sqlitedb"
+	"ticketrelay/store/ledger"
+	"ticketrelay/store/sqlitedb"
 	"ticketrelay/ticket"
 )
 

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"ticketrelay/internal/app"
-	"ticketrelay/internal/testio"
+	"ticketrelay/testkit/testio"
 )
 
 // fakeEnv is a process environment: vars it holds, and a record of every

@@ -12,12 +12,12 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"ticketrelay/downstream/downstreamtest"
-	"ticketrelay/downstream/redmine/redminetest"
-	"ticketrelay/downstream/slack/slacktest"
+	"ticketrelay/delivery/downstream/downstreamtest"
+	"ticketrelay/delivery/downstream/redmine/redminetest"
+	"ticketrelay/delivery/downstream/slack/slacktest"
 	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/internal/app/front"
-	"ticketrelay/internal/testwait"
+	"ticketrelay/testkit/testwait"
 )
 
 // TestCommentsAndUpdates: add_comment and update_ticket through the real

@@ -11,14 +11,14 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"ticketrelay/downstream/zendesk/zendesktest"
+	"ticketrelay/delivery/downstream/zendesk/zendesktest"
+	"ticketrelay/front/mcpauth"
+	"ticketrelay/front/mcpauth/mcpauthtest"
 	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/internal/app/front"
-	"ticketrelay/internal/testwait"
-	"ticketrelay/ledger"
-	"ticketrelay/mcpauth"
-	"ticketrelay/mcpauth/mcpauthtest"
 	"ticketrelay/request"
+	"ticketrelay/store/ledger"
+	"ticketrelay/testkit/testwait"
 	"ticketrelay/ticket"
 )
 

@@ -16,13 +16,13 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"ticketrelay/downstream"
-	"ticketrelay/downstream/downstreamtest"
-	"ticketrelay/downstream/webhook/webhooktest"
+	"ticketrelay/delivery/downstream"
+	"ticketrelay/delivery/downstream/downstreamtest"
+	"ticketrelay/delivery/downstream/webhook/webhooktest"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/app/dispatcher"
-	"ticketrelay/internal/testwait"
 	"ticketrelay/request"
+	"ticketrelay/testkit/testwait"
 	"ticketrelay/ticket"
 )
 

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"ticketrelay/internal/app/front"
-	"ticketrelay/internal/testwait"
+	"ticketrelay/testkit/testwait"
 )
 
 // mcpClient speaks 2025-11-25 streamable HTTP to mcp-front from one

@@ -18,7 +18,7 @@ import (
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/internal/app/front"
-	"ticketrelay/internal/e2eproc"
+	"ticketrelay/testkit/e2eproc"
 )
 
 // The command line as a user meets it, on the real binaries: -version,

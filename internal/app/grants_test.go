@@ -12,9 +12,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"ticketrelay/front/mcpauth/mcpauthtest"
 	"ticketrelay/internal/app/front"
-	"ticketrelay/ledger"
-	"ticketrelay/mcpauth/mcpauthtest"
+	"ticketrelay/store/ledger"
 )
 
 // grantsConfig grants every tool to the scope tickets.write, find_request

@@ -24,7 +24,7 @@ import (
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/internal/app/front"
-	"ticketrelay/internal/testwait"
+	"ticketrelay/testkit/testwait"
 )
 
 // rawGet sends a GET on conn and reads its answer.

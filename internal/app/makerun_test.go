@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"ticketrelay/internal/app/dispatcher"
-	"ticketrelay/internal/e2eproc"
+	"ticketrelay/testkit/e2eproc"
 )
 
 // make run's last words name what to change, from the failed process's

@@ -13,9 +13,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"ticketrelay/front/mcpauth/mcpauthtest"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/app/front"
-	"ticketrelay/mcpauth/mcpauthtest"
 )
 
 // bearerRT adds an access token to every request.

@@ -13,8 +13,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"ticketrelay/internal/app/front"
-	"ticketrelay/internal/e2eproc"
 	"ticketrelay/internal/flagenv"
+	"ticketrelay/testkit/e2eproc"
 )
 
 // allKinds has one target of every kind and one tool bound to each. Every

@@ -17,16 +17,16 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"ticketrelay/front/mcpauth/mcpauthtest"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/internal/app/front"
-	"ticketrelay/internal/testio"
-	"ticketrelay/internal/testwait"
-	"ticketrelay/ledger"
-	"ticketrelay/mcpauth/mcpauthtest"
 	"ticketrelay/request"
+	"ticketrelay/store/ledger"
+	"ticketrelay/store/trail"
+	"ticketrelay/testkit/testio"
+	"ticketrelay/testkit/testwait"
 	"ticketrelay/ticket"
-	"ticketrelay/trail"
 )
 
 // auditEntries runs `dispatcher audit -json` on the database at db with

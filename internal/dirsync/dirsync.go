@@ -1,7 +1,7 @@
 // Package dirsync makes directory entries durable. A file's fsync makes its
 // data durable, not its name: POSIX leaves a new file, or a new directory,
 // to vanish in a power cut until the directory that holds it is fsynced
-// too (the model of internal/powercut, decision 0014). ext4 happens to
+// too (the model of testkit/powercut, decision 0014). ext4 happens to
 // commit the entry with the file's own fsync; other filesystems need not.
 package dirsync
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"ticketrelay/internal/dirsync"
-	"ticketrelay/internal/powercut"
+	"ticketrelay/testkit/powercut"
 )
 
 // syncedFile writes data to a new file at path and fsyncs the file (not

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"ticketrelay/internal/testio"
+	"ticketrelay/testkit/testio"
 )
 
 // go-sdk gets WARN and above of an INFO logger (it logs lines of its own

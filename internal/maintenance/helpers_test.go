@@ -12,11 +12,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	_ "modernc.org/sqlite"
 
-	"ticketrelay/downstream/downstreamtest"
-	"ticketrelay/ledger"
+	"ticketrelay/delivery/downstream/downstreamtest"
 	"ticketrelay/metrics"
 	"ticketrelay/request"
-	"ticketrelay/sqlitedb"
+	"ticketrelay/store/ledger"
+	"ticketrelay/store/sqlitedb"
 	"ticketrelay/ticket"
 )
 

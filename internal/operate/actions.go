@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"ticketrelay/ledger"
 	"ticketrelay/request"
+	"ticketrelay/store/ledger"
 )
 
 // Entry is one operator action as the audit trail records it.

@@ -13,10 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"ticketrelay/internal/operate"
-	"ticketrelay/ledger"
 	"ticketrelay/metrics"
 	"ticketrelay/request"
-	"ticketrelay/sqlitedb"
+	"ticketrelay/store/ledger"
+	"ticketrelay/store/sqlitedb"
 	"ticketrelay/ticket"
 )
 

@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"ticketrelay/clusterrec"
 	"ticketrelay/installation"
 	"ticketrelay/metrics"
+	"ticketrelay/store/clusterrec"
 )
 
 // ClusterView is one look at a multi-host installation's share of the NATS

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"ticketrelay/request"
+	"ticketrelay/store/trail"
 	"ticketrelay/ticket"
-	"ticketrelay/trail"
 )
 
 // TrailRecorder records operator actions (the commands', the console's)

@@ -17,17 +17,17 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"ticketrelay/downstream"
+	"ticketrelay/delivery/downstream"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/flagenv"
 	"ticketrelay/internal/operate"
-	"ticketrelay/ledger"
 	"ticketrelay/metrics"
-	"ticketrelay/outbox"
 	"ticketrelay/request"
-	"ticketrelay/sqlitedb"
+	"ticketrelay/store/ledger"
+	"ticketrelay/store/outbox"
+	"ticketrelay/store/sqlitedb"
+	"ticketrelay/store/trail"
 	"ticketrelay/ticket"
-	"ticketrelay/trail"
 )
 
 // adminStore is the part of the ledger the operator commands use.

@@ -14,10 +14,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"ticketrelay/clusterrec"
 	"ticketrelay/installation"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/operate"
+	"ticketrelay/store/clusterrec"
 )
 
 // addClusterFlags declares the flags with which `dispatcher status` looks

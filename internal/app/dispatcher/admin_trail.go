@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"ticketrelay/downstream"
+	"ticketrelay/delivery/downstream"
 	"ticketrelay/internal/app"
-	"ticketrelay/trail"
+	"ticketrelay/store/trail"
 )
 
 // auditFlags are the audit command's own flags (no environment twins: a

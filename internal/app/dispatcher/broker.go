@@ -20,11 +20,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"ticketrelay/clusterrec"
+	"ticketrelay/delivery/natsjs"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/backoff"
-	"ticketrelay/natsjs"
+	"ticketrelay/store/clusterrec"
 )
 
 // The broker: the embedded one started (with its credentials), the

@@ -14,19 +14,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"ticketrelay/clusterrec"
 	"ticketrelay/config"
-	"ticketrelay/downstream"
-	"ticketrelay/forwarder"
+	"ticketrelay/delivery/downstream"
+	"ticketrelay/delivery/forwarder"
+	"ticketrelay/delivery/natsjs"
+	"ticketrelay/delivery/targets"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/dirsync"
-	"ticketrelay/ledger"
 	"ticketrelay/metrics"
-	"ticketrelay/natsjs"
-	"ticketrelay/sqlitedb"
-	"ticketrelay/targets"
-	"ticketrelay/trail"
+	"ticketrelay/store/clusterrec"
+	"ticketrelay/store/ledger"
+	"ticketrelay/store/sqlitedb"
+	"ticketrelay/store/trail"
 )
 
 // dispatcher is a dispatcher being built and then run: what each build

@@ -8,11 +8,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"ticketrelay/clusterrec"
 	"ticketrelay/installation"
 	"ticketrelay/internal/maintenance"
 	"ticketrelay/internal/operate"
 	"ticketrelay/metrics"
+	"ticketrelay/store/clusterrec"
 )
 
 // clusterWatch exports the view every `every` until ctx ends.

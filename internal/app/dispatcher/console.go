@@ -10,11 +10,11 @@ import (
 	"syscall"
 	"time"
 
-	"ticketrelay/clusterrec"
 	"ticketrelay/console"
+	"ticketrelay/front/mcpauth"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/operate"
-	"ticketrelay/mcpauth"
+	"ticketrelay/store/clusterrec"
 )
 
 // serveConsole serves the operator console on -console-listen (none if

@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"ticketrelay/delivery/natsjs"
 	"ticketrelay/installation"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/flagenv"
 	"ticketrelay/internal/maintenance"
-	"ticketrelay/natsjs"
 )
 
 // Options are the dispatcher's settings, one field per flag. A flag's

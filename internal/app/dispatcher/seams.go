@@ -1,11 +1,11 @@
 package dispatcher
 
 import (
-	"ticketrelay/audit"
-	"ticketrelay/clusterrec"
-	"ticketrelay/forwarder"
+	"ticketrelay/delivery/audit"
+	"ticketrelay/delivery/forwarder"
 	"ticketrelay/internal/maintenance"
-	"ticketrelay/ledger"
+	"ticketrelay/store/clusterrec"
+	"ticketrelay/store/ledger"
 )
 
 // The stores are peers behind the interfaces their users declare; the

@@ -6,17 +6,17 @@ import (
 	"os"
 	"time"
 
-	"ticketrelay/audit"
-	"ticketrelay/clusterrec"
-	"ticketrelay/forwarder"
+	"ticketrelay/delivery/audit"
+	"ticketrelay/delivery/forwarder"
+	"ticketrelay/delivery/natsjs"
+	"ticketrelay/delivery/targets"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/backoff"
 	"ticketrelay/internal/maintenance"
-	"ticketrelay/ledger"
 	"ticketrelay/metrics"
-	"ticketrelay/natsjs"
-	"ticketrelay/outbox"
-	"ticketrelay/targets"
+	"ticketrelay/store/clusterrec"
+	"ticketrelay/store/ledger"
+	"ticketrelay/store/outbox"
 )
 
 // buildServices makes the services Run runs: the relay, the forwarder,
@@ -79,7 +79,7 @@ func (d *dispatcher) buildServices(ctx context.Context) error {
 		return err
 	}
 	// The stream watcher puts back a stream deleted or changed under this
-	// dispatcher and has what it lost published again (audit/watch.go).
+	// dispatcher and has what it lost published again (delivery/audit/watch.go).
 	watcher, err := audit.NewWatcher(d.arch.Component("stream-watch"), audit.WatchConfig{MaxAge: d.stream.MaxAge}, d.l,
 		natsjs.NewStreamWatch(d.js, d.stream, d.st), presence, relay, pokes)
 	if err != nil {

@@ -7,8 +7,8 @@ import (
 
 	"ticketrelay/internal/maintenance"
 	"ticketrelay/internal/operate"
-	"ticketrelay/ledger"
-	"ticketrelay/trail"
+	"ticketrelay/store/ledger"
+	"ticketrelay/store/trail"
 )
 
 // MinAuditRetention is the shortest -audit-retention.

@@ -8,11 +8,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"ticketrelay/clusterrec"
 	"ticketrelay/installation"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/archetype"
-	"ticketrelay/ledger"
+	"ticketrelay/store/clusterrec"
+	"ticketrelay/store/ledger"
 )
 
 // joinCluster connects to the installation's NATS cluster and binds its

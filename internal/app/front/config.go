@@ -4,8 +4,8 @@ import (
 	"strings"
 
 	"ticketrelay/config"
-	"ticketrelay/mcptools"
-	"ticketrelay/targets"
+	"ticketrelay/delivery/targets"
+	"ticketrelay/front/mcptools"
 )
 
 // bindings turns the configured tools into MCP tool bindings, each with the

@@ -15,17 +15,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"ticketrelay/config"
+	"ticketrelay/front/mcpauth"
+	"ticketrelay/front/mcphttp"
+	"ticketrelay/front/mcpstdio"
+	"ticketrelay/front/mcptools"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/dirsync"
-	"ticketrelay/ledger"
-	"ticketrelay/mcpauth"
-	"ticketrelay/mcphttp"
-	"ticketrelay/mcpstdio"
-	"ticketrelay/mcptools"
 	"ticketrelay/metrics"
-	"ticketrelay/outbox"
-	"ticketrelay/sqlitedb"
-	"ticketrelay/trail"
+	"ticketrelay/store/ledger"
+	"ticketrelay/store/outbox"
+	"ticketrelay/store/sqlitedb"
+	"ticketrelay/store/trail"
 )
 
 // synopsis is mcp-front's short usage.

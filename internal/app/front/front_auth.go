@@ -7,9 +7,9 @@ import (
 	"os"
 	"strings"
 
+	"ticketrelay/front/mcpauth"
+	"ticketrelay/front/mcphttp"
 	"ticketrelay/internal/app"
-	"ticketrelay/mcpauth"
-	"ticketrelay/mcphttp"
 	"ticketrelay/metrics"
 )
 

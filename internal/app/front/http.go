@@ -7,9 +7,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 
+	"ticketrelay/front/mcpauth"
+	"ticketrelay/front/mcphttp"
 	"ticketrelay/internal/app"
-	"ticketrelay/mcpauth"
-	"ticketrelay/mcphttp"
 	"ticketrelay/metrics"
 )
 

@@ -9,12 +9,12 @@ import (
 	"strings"
 	"time"
 
+	"ticketrelay/front/mcpauth"
+	"ticketrelay/front/mcphttp"
+	"ticketrelay/front/mcptools"
 	"ticketrelay/installation"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/flagenv"
-	"ticketrelay/mcpauth"
-	"ticketrelay/mcphttp"
-	"ticketrelay/mcptools"
 )
 
 // DefaultDB is the ledger -db names by default: the dispatcher's with its

@@ -6,8 +6,8 @@ import (
 	"os"
 	"strings"
 
+	"ticketrelay/front/mcpstdio"
 	"ticketrelay/internal/app"
-	"ticketrelay/mcpstdio"
 )
 
 // tellStdioClient returns err, the reason mcp-front cannot start. In stdio

@@ -1,9 +1,9 @@
 package front
 
 import (
-	"ticketrelay/clusterrec"
-	"ticketrelay/ledger"
-	"ticketrelay/mcptools"
+	"ticketrelay/front/mcptools"
+	"ticketrelay/store/clusterrec"
+	"ticketrelay/store/ledger"
 )
 
 // The stores are peers behind the interfaces their users declare; the

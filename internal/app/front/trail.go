@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"time"
 
-	"ticketrelay/mcphttp"
-	"ticketrelay/trail"
+	"ticketrelay/front/mcphttp"
+	"ticketrelay/store/trail"
 )
 
 // openTrail opens the audit trail beside the ledger (-audit): an

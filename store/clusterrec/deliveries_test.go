@@ -1,0 +1,93 @@
+package clusterrec_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite"
+
+	"ticketrelay/request"
+	"ticketrelay/store/clusterrec"
+)
+
+// A delivery recorded by one host's forwarder is what every host reads:
+// the ticket comes from the record, versions work as the ledger's, a
+// settled request is seen settled everywhere, and the accepting host's
+// audit takes the outcome into its own ledger.
+func TestDeliveryRecordedOnOneHostIsSeenByAll(t *testing.T) {
+	ctx := ctxT(t)
+	js := embeddedJS(t)
+	a, b := newHost(t, js, "host-a", clusterrec.Config{}), newHost(t, js, "host-b", clusterrec.Config{})
+	req := newRequest("req-d", "delivered elsewhere")
+	res, err := a.front.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b holds no ledger row, yet its forwarder gets the ticket as a's
+	// forwarder would from a's ledger.
+	pb, err := b.deliv.PriorDelivery(ctx, "req-d")
+	if err != nil || !pb.Accepted || pb.Found {
+		t.Fatalf("prior on b = %+v, %v", pb, err)
+	}
+	pa, err := a.l.PriorDelivery(ctx, "req-d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pb.Ticket.ID != res.TicketID || pb.Ticket.RequestID != pa.Ticket.RequestID || pb.Ticket.Title != pa.Ticket.Title ||
+		!pb.Ticket.CreatedAt.Equal(pa.Ticket.CreatedAt) || pb.Ticket.Subject != pa.Ticket.Subject {
+		t.Fatalf("b's ticket %+v differs from a's ledger's %+v: a downstream would see two items", pb.Ticket, pa.Ticket)
+	}
+	// Versions: b claims an attempt; a copy on a that read version 0 is stale.
+	attempting := request.Delivery{RequestID: "req-d", Target: "local", State: request.DeliveryAttempting, Attempts: 1}
+	if err := b.deliv.RecordDelivery(ctx, attempting); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.deliv.RecordDelivery(ctx, attempting); !errors.Is(err, request.ErrStale) {
+		t.Fatalf("a second claim at version 0: %v, want ErrStale", err)
+	}
+	done := make(chan error, 1)
+	if err := b.deliv.RecordDeliveryThen(ctx, request.Delivery{RequestID: "req-d", Target: "local", State: "delivered",
+		Attempts: 1, Version: 1, ExternalID: "ext-1"}, func(err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// A delivery is a fact: a late retry record does not undo it.
+	if err := a.deliv.RecordDelivery(ctx, request.Delivery{RequestID: "req-d", Target: "local", State: "retrying", Version: 1}); !errors.Is(err, request.ErrStale) {
+		t.Errorf("a retry over a delivery: %v, want ErrStale", err)
+	}
+	for _, h := range []*host{a, b} {
+		st, err := h.front.Find(ctx, "", "req-d")
+		if err != nil || st.Status != request.StatusDelivered || st.ExternalID != "ext-1" {
+			t.Errorf("find on %s = %+v, %v", h.id, st, err)
+		}
+		p, err := h.deliv.PriorDelivery(ctx, "req-d")
+		if err != nil || !p.Found || !p.Delivery.Settled() {
+			t.Errorf("prior on %s = %+v, %v: a redelivery there must see it settled", h.id, p, err)
+		}
+	}
+	// a's ledger did not hear of it; its audit, once the row is due,
+	// takes it from the record.
+	raw, err := sql.Open("sqlite", "file:"+a.path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Exec(`UPDATE outbox SET published_at = ?, stream_seq = 1`, time.Now().Add(-time.Hour).UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := a.l.Find(ctx, "", "req-d"); st.Status == request.StatusDelivered {
+		t.Fatalf("a's ledger knew the delivery before its audit: %+v", st)
+	}
+	ps, err := clusterrec.NewAuditStore(a.store, a.l, time.Minute, time.Now).PublishedAfter(context.Background(), 0, 10)
+	if err != nil || len(ps) != 1 || !ps[0].Settled() {
+		t.Fatalf("audit rows on a = %+v, %v; want req-d settled", ps, err)
+	}
+	if st, err := a.l.Find(ctx, "", "req-d"); err != nil || st.Status != request.StatusDelivered || st.ExternalID != "ext-1" {
+		t.Errorf("a's ledger after its audit = %+v, %v", st, err)
+	}
+}

@@ -1,0 +1,94 @@
+package ledger_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"ticketrelay/request"
+	"ticketrelay/store/ledger"
+	"ticketrelay/ticket"
+)
+
+// A database written before requests had a kind (schema ActionsVersion-1)
+// keeps its rows as creates: the forwarder reads each as a create, the
+// tickets view still shows it, a comment resolves to it and is listed
+// under it, and the comment is not shown as a ticket.
+func TestMigrationKeepsCreatesWithoutAKind(t *testing.T) {
+	path := dbPath(t)
+	ctx := context.Background()
+	old := atSchema(t, path, ledger.ActionsVersion-1)
+	req := newRequest("req-old")
+	insertPublished(t, old, 10, req, ticket.IDFor(req.RequestID))
+
+	e := openEnv(t, path)
+	if got := userVersion(t, path); got < ledger.ActionsVersion {
+		t.Fatalf("user_version = %d after Open, want at least %d", got, ledger.ActionsVersion)
+	}
+	p, err := e.l.PriorDelivery(ctx, "req-old")
+	if err != nil || !p.Accepted || p.Ticket.Kind != ticket.KindCreate || p.Ticket.On != "" || p.Ticket.Set != nil {
+		t.Fatalf("PriorDelivery(req-old) after migration = %+v, %v; want a create", p, err)
+	}
+	tk, found, err := e.l.TicketOf(ctx, "", ticket.IDFor("req-old"))
+	if err != nil || !found || tk.Scoped() != "req-old" || tk.Target != req.Target {
+		t.Fatalf("TicketOf(its ticket id) = %+v, %v, %v", tk, found, err)
+	}
+
+	c := ticket.Request{RequestID: "cmt-1", Tool: "add_comment", Target: req.Target, Body: "more", Action: ticket.Action{On: tk.Scoped()}}
+	if err := c.NormalizeComment(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.l.Create(ctx, c)
+	if err != nil || res.TicketID != ticket.IDFor("req-old") {
+		t.Fatalf("comment: %+v, %v; want the ticket's id", res, err)
+	}
+	if _, found, _ := e.l.TicketOf(ctx, "", "cmt-1"); found {
+		t.Error("a comment resolved as a ticket")
+	}
+	if n := count(t, raw(t, path), `SELECT count(*) FROM tickets`); n != 1 {
+		t.Errorf("the tickets view shows %d rows, want the one create", n)
+	}
+	p, err = e.l.PriorDelivery(ctx, "cmt-1")
+	if err != nil || p.Ticket.Kind != ticket.KindComment || p.Ticket.On != "req-old" || !p.OnAccepted || p.OnDelivery.State != "" {
+		t.Fatalf("PriorDelivery(cmt-1) = %+v, %v; want a comment on req-old, whose create has no record yet", p, err)
+	}
+	if err := e.l.RecordDelivery(ctx, request.Delivery{RequestID: "req-old", Target: req.Target, State: string(request.StatusDelivered), Attempts: 1, ExternalID: "line-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ = e.l.PriorDelivery(ctx, "cmt-1"); p.OnDelivery.State != string(request.StatusDelivered) || p.OnDelivery.ExternalID != "line-1" {
+		t.Fatalf("the create's record as the comment reads it: %+v", p.OnDelivery)
+	}
+	st, err := e.find(ctx, "", "req-old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(st.Comments)
+	if string(b) != `[{"request_id":"cmt-1","status":"queued"}]` || st.Updates != nil || st.Kind != "" {
+		t.Errorf("find req-old: comments %s, updates %v, kind %q", b, st.Updates, st.Kind)
+	}
+	// The comment's message names its kind; a create's does not.
+	var payload string
+	if err := raw(t, path).QueryRow(`SELECT payload FROM outbox WHERE request_id = 'cmt-1'`).Scan(&payload); err != nil {
+		t.Fatal(err)
+	}
+	var ref ticket.Ref
+	if err := json.Unmarshal([]byte(payload), &ref); err != nil || ref.Kind != ticket.KindComment {
+		t.Errorf("the comment's message %s: want kind comment", payload)
+	}
+}
+
+// A create hashes as it did before requests had a kind: a retry of a
+// create accepted by an older binary replays, not conflicts.
+func TestCreateHashWithoutAKind(t *testing.T) {
+	r := newRequest("req-hash")
+	b, _ := json.Marshal(&r)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"kind", "on", "ref", "set"} {
+		if _, ok := m[k]; ok {
+			t.Errorf("a create's JSON carries %q: %s", k, b)
+		}
+	}
+}

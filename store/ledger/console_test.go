@@ -1,0 +1,115 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"ticketrelay/request"
+	"ticketrelay/store/ledger"
+)
+
+// The list pages through one status newest first, filters by target,
+// subject and text, and a request's attempts come back in order, bounded.
+func TestConsoleListAndAttempts(t *testing.T) {
+	ctx := context.Background()
+	e := openEnv(t, dbPath(t))
+	for i := range 30 {
+		req := newRequest(fmt.Sprintf("req-%02d", i))
+		if i%3 == 0 {
+			req.Target = "jira"
+		}
+		if i == 7 {
+			req.Title = "Printer on fire"
+		}
+		if _, err := e.l.Create(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			continue // waiting
+		}
+		d := request.Delivery{RequestID: req.RequestID, Target: req.Target, State: string(request.StatusFailed), Attempts: 1,
+			LastError: "permanent error (HTTP 422): no", Failure: request.FailureRejected,
+			Attempt: &request.Attempt{At: time.Unix(100, 0), HTTPStatus: 422, Class: "permanent", Error: "no", Latency: time.Millisecond, Host: "h1"}}
+		if err := e.l.RecordDelivery(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seen []string
+	f := ledger.RequestFilter{Status: string(request.StatusFailed), Limit: 4}
+	for pages := 0; ; pages++ {
+		if pages > 10 {
+			t.Fatal("paging does not end")
+		}
+		p, err := e.l.ListRequests(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range p.Rows {
+			if r.State != string(request.StatusFailed) {
+				t.Fatalf("row %s is %s in the failed list", r.RequestID, r.State)
+			}
+			seen = append(seen, r.RequestID)
+		}
+		if p.Next == 0 {
+			break
+		}
+		f.Before = p.Next
+	}
+	if len(seen) != 15 || seen[0] != "req-29" || seen[14] != "req-01" {
+		t.Fatalf("failed list = %v, want the 15 odd ones newest first", seen)
+	}
+	p, err := e.l.ListRequests(ctx, ledger.RequestFilter{Status: string(request.StatusFailed), Target: "jira", Limit: 50})
+	if err != nil || len(p.Rows) != 5 || p.Rows[0].RequestID != "req-27" {
+		t.Fatalf("failed of jira = %+v, %v; want 5 from req-27", p.Rows, err)
+	}
+	p, err = e.l.ListRequests(ctx, ledger.RequestFilter{Status: ledger.ListWaiting, Limit: 50})
+	if err != nil || len(p.Rows) != 15 || p.Rows[0].RequestID != "req-28" || p.Rows[0].State != ledger.ListWaiting {
+		t.Fatalf("waiting = %+v, %v; want 15 from req-28", p.Rows, err)
+	}
+	p, err = e.l.ListRequests(ctx, ledger.RequestFilter{Text: "on fire", Limit: 50})
+	if err != nil || len(p.Rows) != 1 || p.Rows[0].RequestID != "req-07" {
+		t.Fatalf("text = %+v, %v", p.Rows, err)
+	}
+	p, err = e.l.ListRequests(ctx, ledger.RequestFilter{Subject: "someone-else", Limit: 50})
+	if err != nil || len(p.Rows) != 0 {
+		t.Fatalf("another subject's = %+v, %v", p.Rows, err)
+	}
+	if _, err := e.l.ListRequests(ctx, ledger.RequestFilter{Status: "lost", Limit: 5}); err == nil {
+		t.Fatal("an unknown status was listed")
+	}
+
+	// More attempts than kept: the newest KeptAttempts remain, in order.
+	d, _, err := e.l.Delivery(ctx, "req-03")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.l.Redrive(ctx, "req-03"); err != nil {
+		t.Fatal(err)
+	}
+	d, _, _ = e.l.Delivery(ctx, "req-03")
+	for i := 1; i <= ledger.KeptAttempts+5; i++ {
+		d.State, d.Attempts = string(request.StatusRetrying), i
+		d.Attempt = &request.Attempt{At: time.Unix(1000+int64(i), 0), HTTPStatus: 503, Class: "transient", Host: "h2"}
+		if err := e.l.RecordDelivery(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		d.Version++
+	}
+	as, err := e.l.Attempts(ctx, "req-03")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(as) != ledger.KeptAttempts || as[0].Attempt != 6 || as[len(as)-1].Attempt != ledger.KeptAttempts+5 || as[0].HTTPStatus != 503 {
+		t.Fatalf("kept %d attempts, first %+v; want the newest %d", len(as), as[0], ledger.KeptAttempts)
+	}
+	as, err = e.l.Attempts(ctx, "req-05")
+	if err != nil || len(as) != 1 || as[0].Latency != time.Millisecond || as[0].Outcome != "failed" || as[0].Host != "h1" {
+		t.Fatalf("attempts of req-05 = %+v, %v", as, err)
+	}
+	le, err := e.l.LastErrors(ctx, []string{"local", "jira", "none"})
+	if err != nil || le["jira"].Error == "" || le["local"].Error == "" || len(le) != 2 {
+		t.Fatalf("last errors = %+v, %v", le, err)
+	}
+}

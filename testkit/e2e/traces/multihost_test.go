@@ -1,0 +1,156 @@
+package traces_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"ticketrelay/delivery/downstream/webhook/webhooktest"
+	"ticketrelay/testkit/e2eproc"
+	"ticketrelay/testkit/natscluster"
+	"ticketrelay/testkit/testwait"
+)
+
+// startHost is one host of a multi-host installation on cluster, named
+// name in its spans (host.name), exporting to j: its own data directory,
+// dispatcher and mcp-front, with the one webhook target of startSystem.
+func startHost(t *testing.T, j *jaeger, cluster *natscluster.Cluster, config, name string) *system {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	otel := []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + j.otlp, "OTEL_TRACES_SAMPLER=parentbased_always_on",
+		"OTEL_RESOURCE_ATTRIBUTES=host.name=" + name}
+	common := []string{"-nats", cluster.ClientURLs(), "-installation", "traces", "-multi-host",
+		"-config", config, "-metrics-listen", "127.0.0.1:0"}
+	disp := e2eproc.Start(t, dir, "dispatcher-"+name, dispatcherBin, append([]string{
+		"-data", dir, "-lease-ttl", "2s", "-poll-interval", "5ms", "-host-dead-after", "3s"}, common...),
+		append([]string{"HOOK_TOKEN=hook-token"}, otel...), "metrics")
+	front := e2eproc.Start(t, dir, "mcp-front-"+name, frontBin, append([]string{
+		"-db", filepath.Join(dir, "tickets.db"), "-listen", "127.0.0.1:0"}, common...), otel, "mcp", "metrics")
+	return &system{front: front, disp: disp}
+}
+
+// TestAdoptionIsLinkedToTheAcceptingCall accepts a ticket on host a whose
+// dispatcher was SIGKILLed, so that only the cluster record and a's
+// outbox hold it; host b adopts and delivers it. Decision 0162: the
+// adoption is a new trace, linked to the call that accepted the ticket,
+// and b's publish, attempt and HTTP call, and the downstream, continue the
+// adoption's trace. An operator reading the ticket's trace finds the link
+// to the delivery on the other host; the accepting trace itself ends with
+// the call.
+func TestAdoptionIsLinkedToTheAcceptingCall(t *testing.T) {
+	needJaeger(t)
+	j := startJaeger(t)
+	d := newDownstream(t, j, 0)
+	cluster := natscluster.StartTest(t, natscluster.Config{})
+	config := writeConfig(t, t.TempDir(), "", d)
+	a := startHost(t, j, cluster, config, "a")
+	startHost(t, j, cluster, config, "b")
+
+	// a's dispatcher dies: what a's front accepts stays in a's outbox, for
+	// b to adopt once a has been silent for -host-dead-after.
+	a.disp.Kill9()
+	<-a.disp.Done()
+	ticketID := a.create(t, "traces-adopt-1", mcp.Meta{"traceparent": "00-" + callerTrace + "-" + callerSpan + "-01"}, "")
+
+	testwait.For(t, 60*time.Second, "the downstream called by b", func() bool { return len(d.calls()) >= 1 })
+	calls := d.calls()
+	if len(calls) != 1 {
+		t.Fatalf("the downstream got %d calls, want 1: %q", len(calls), calls)
+	}
+	parts := strings.Split(calls[0], "-")
+	if len(parts) != 4 {
+		t.Fatalf("the downstream's call carried traceparent %q", calls[0])
+	}
+	adoptTrace := parts[1]
+	if adoptTrace == callerTrace {
+		t.Fatalf("b delivered in the accepting call's trace %s: want the adoption's own trace, linked", callerTrace)
+	}
+
+	// The accepting trace: a's tool call and its claim, and no delivery.
+	accepted := j.waitTrace(t, callerTrace, "a's tool call and claim", func(tr jtrace) bool {
+		for _, s := range tr.Spans {
+			if s.OperationName == "cluster claim" {
+				return true
+			}
+		}
+		return false
+	})
+	call := span(t, accepted, "mcp-front", "tools/call create_in_ops_hook")
+	if got := call.tag("ticketrelay.ticket_id"); got != ticketID {
+		t.Errorf("tool call span's ticket id %q, want %q", got, ticketID)
+	}
+	claim := span(t, accepted, "mcp-front", "cluster claim")
+	if !childOf(claim, callerTrace, call.SpanID) {
+		t.Errorf("the claim is not a child of the tool call %s: %+v", call.SpanID, claim.References)
+	}
+	for _, s := range accepted.Spans {
+		if accepted.service(s) == "dispatcher" {
+			t.Errorf("the accepting trace holds the dispatcher's %s: a's dispatcher was dead", s.OperationName)
+		}
+		if h := accepted.host(s); h != "a" {
+			t.Errorf("the accepting trace holds %s/%s of host %q, want a's only", accepted.service(s), s.OperationName, h)
+		}
+	}
+
+	// The adoption's trace: b adopts, linked to the accepting call's
+	// trace, and delivers in it, down to the downstream's server span.
+	adopted := j.waitTrace(t, adoptTrace, "b's adoption and delivery", func(tr jtrace) bool {
+		return wholeDelivery(tr) && hasOp(tr, "cluster adopt")
+	})
+	adopt := span(t, adopted, "dispatcher", "cluster adopt")
+	if !linkedTo(adopt, callerTrace) {
+		t.Errorf("the adoption does not link to the accepting trace %s: %+v", callerTrace, adopt.References)
+	}
+	if got := adopt.tag("ticketrelay.adopted_from"); got == "" {
+		t.Errorf("the adoption does not name the host it adopted from: %v", adopt.Tags)
+	}
+	for _, s := range adopted.Spans {
+		if svc := adopted.service(s); svc != "downstream-fake" && adopted.host(s) != "b" {
+			t.Errorf("the adoption's trace holds %s/%s of host %q, want b's", svc, s.OperationName, adopted.host(s))
+		}
+	}
+	attempt := span(t, adopted, "dispatcher", "deliver ops-hook")
+	if got := attempt.tag("ticketrelay.outcome"); got != "delivered" {
+		t.Errorf("b's attempt outcome %q, want delivered", got)
+	}
+	if linkedTo(attempt, "") {
+		t.Errorf("b's first attempt is linked, not a child of its publish: %+v", attempt.References)
+	}
+	span(t, adopted, "downstream-fake", "POST "+webhooktest.Path)
+}
+
+// wholeDelivery reports whether tr holds the dispatcher's half of one
+// ticket's path: the relay's publish, the forwarder's attempt and its
+// HTTP call, and the downstream's server span.
+func wholeDelivery(tr jtrace) bool {
+	return hasOp(tr, "publish tickets.ops-hook") && hasOp(tr, "deliver ops-hook") &&
+		hasOp(tr, "HTTP POST") && hasOp(tr, "POST "+webhooktest.Path)
+}
+
+// hasOp reports whether tr holds a span named op.
+func hasOp(tr jtrace, op string) bool {
+	for _, s := range tr.Spans {
+		if s.OperationName == op {
+			return true
+		}
+	}
+	return false
+}
+
+// host is the host.name of s's process.
+func (tr jtrace) host(s jspan) string {
+	for _, g := range tr.Processes[s.ProcessID].Tags {
+		if g.Key == "host.name" {
+			return fmt.Sprint(g.Value)
+		}
+	}
+	return ""
+}
