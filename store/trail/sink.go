@@ -38,7 +38,9 @@ func follow(ctx context.Context, store *Store, name string, seq int64, every tim
 				return err
 			}
 			seq = batch[len(batch)-1].Seq
-			if err := store.SetCursor(ctx, name, seq); err != nil {
+			// The batch is out: its cursor is recorded even if ctx ended
+			// meanwhile, or a restart after a rotation would send it again.
+			if err := store.SetCursor(context.WithoutCancel(ctx), name, seq); err != nil {
 				return err
 			}
 			if len(batch) < sinkBatch {
