@@ -204,10 +204,15 @@ func defaultBodyTimeout(limit int64) time.Duration {
 // that a client cannot keep connections open by being refused on them.
 func closeAfter(w http.ResponseWriter) { w.Header().Set("Connection", "close") }
 
-// Close stops the keepalive pings. Sessions stay until they time out.
+// Close stops the keepalive pings and ends the live sessions, so that a
+// stopping front leaves no session goroutine behind; a client opens a new
+// session wherever it reconnects, and its retries replay by request_id.
 func (h *Handler) Close() {
 	if h.ka != nil {
 		h.ka.close()
+	}
+	if h.sessions != nil {
+		h.sessions.closeAll()
 	}
 }
 

@@ -206,6 +206,20 @@ func (s *sessionLimit) serveNew(w http.ResponseWriter, r *http.Request, next htt
 	next.ServeHTTP(sw, r)
 }
 
+// closeAll ends every live session (the handler is closing). Each
+// session's watcher (settle) then gives its slot back.
+func (s *sessionLimit) closeAll() {
+	s.mu.Lock()
+	live := make([]*mcp.ServerSession, 0, len(s.sessions))
+	for _, ls := range s.sessions {
+		live = append(live, ls.ss)
+	}
+	s.mu.Unlock()
+	for _, ss := range live {
+		ss.Close()
+	}
+}
+
 // evict closes v, whose slot was taken back, and reports why.
 func (s *sessionLimit) evict(v *liveSession, why, remote string) {
 	v.ss.Close()

@@ -16,6 +16,7 @@ import (
 func TestRefuseAnswersUntilInitialize(t *testing.T) {
 	const msg = "mcp-front cannot start: -db /x/tickets.db: no ledger there; pass -create-db for a new one"
 	inR, inW := io.Pipe()
+	t.Cleanup(func() { inW.Close() }) // ends Refuse's reader, as the client's exit does
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
 	go func() { done <- Refuse(context.Background(), inR, outW, msg, time.Minute) }()

@@ -27,8 +27,9 @@ func (e *env) httpServer(t *testing.T, cfg mcphttp.Config) *httptest.Server {
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger()
 	}
-	ts := httptest.NewServer(mcphttp.NewHandler(e.srv, cfg))
-	t.Cleanup(ts.Close)
+	h := mcphttp.NewHandler(e.srv, cfg)
+	ts := httptest.NewServer(h)
+	t.Cleanup(func() { ts.Close(); h.Close() })
 	return ts
 }
 
