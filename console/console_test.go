@@ -3,28 +3,23 @@ package console_test
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"ticketrelay/console"
 	"ticketrelay/front/mcpauth"
 	"ticketrelay/internal/operate"
-	"ticketrelay/metrics"
 	"ticketrelay/request"
 	"ticketrelay/store/ledger"
-	"ticketrelay/store/sqlitedb"
 	"ticketrelay/store/trail"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
@@ -45,20 +40,14 @@ func newEnv(t *testing.T, signIn console.SignIn) *env {
 // newEnvWith is newEnv with the sign-in of cfg.
 func newEnvWith(t *testing.T, cfg console.Config) *env {
 	t.Helper()
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "tickets.db")
-	db, err := ledger.Open(ctx, path)
+	l := fixture.NewLedger(t)
+	tr, err := trail.Open(context.Background(), l.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w := sqlitedb.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer)
-	tr, err := trail.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tr.Close(); w.Close(); db.Close() })
-	e := &env{l: ledger.New(db, w, time.Now), trail: tr}
+	t.Cleanup(func() { tr.Close() })
+	e := &env{l: l.Ledger, trail: tr}
+	log := fixture.Discard()
 	c, err := console.New(console.Config{Store: e.l, Trail: operate.TrailRecorder{Store: tr}, SignIn: cfg.SignIn, OAuth: cfg.OAuth, Log: log, Loopback: true})
 	if err != nil {
 		t.Fatal(err)

@@ -5,12 +5,10 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -23,6 +21,7 @@ import (
 	"ticketrelay/store/ledger"
 	"ticketrelay/store/outbox"
 	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/testkit/testwait"
 	"ticketrelay/ticket"
 )
@@ -52,32 +51,15 @@ func newWorldWith(t *testing.T, wrap func(outbox.Publisher) outbox.Publisher) *w
 	t.Helper()
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
-	ns, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: filepath.Join(t.TempDir(), "nats")}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := fixture.StartNATS(t, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(10*time.Second)).JS
 	cfg := natsjs.StreamConfig{}.WithDefaults()
 	st, err := natsjs.EnsureStream(ctx, js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "tickets.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
-	w := sqlitedb.NewWriter(db, log, m.Writer)
-	t.Cleanup(func() { w.Close(); db.Close() })
+	l := fixture.NewLedger(t, fixture.Logger(log), fixture.WriterMetrics(m.Writer))
+	db, w := l.DB, l.Writer
 	var pub outbox.Publisher = natsjs.NewPublisher(js, natsjs.AtomicBatches(nil))
 	if wrap != nil {
 		pub = wrap(pub)
@@ -96,7 +78,7 @@ func newWorldWith(t *testing.T, wrap func(outbox.Publisher) outbox.Publisher) *w
 			t.Errorf("relay: %v", err)
 		}
 	})
-	return &world{db: db, wr: w, l: ledger.New(db, w, time.Now), read: db.Reader(), m: m, stream: st,
+	return &world{db: db, wr: w, l: l.Ledger, read: db.Reader(), m: m, stream: st,
 		check: natsjs.NewStreamChecker(js, cfg.Name), relay: relay, log: log, js: js, cfg: cfg}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +27,7 @@ import (
 	"ticketrelay/store/ledger"
 	"ticketrelay/store/outbox"
 	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/testkit/testwait"
 	"ticketrelay/ticket"
 )
@@ -65,39 +65,16 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
 	log := testLogger()
-	ns, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "nats")}, log)
-	if err != nil {
-		t.Fatalf("embedded nats: %v", err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatalf("nats connect: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := natsjs.EnsureStream(ctx, js, natsjs.StreamConfig{}); err != nil {
-		t.Fatalf("stream: %v", err)
-	}
-	db, err := ledger.Open(ctx, filepath.Join(dir, "tickets.db"))
-	if err != nil {
-		t.Fatalf("ledger: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
+	n := fixture.StartNATSWithStream(t, natsjs.StreamConfig{})
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
-	w := sqlitedb.NewWriter(db, log, m.Writer)
-	t.Cleanup(w.Close)
-	e := &env{db: db, w: w, l: ledger.New(db, w, time.Now), m: m, nc: nc, js: js, log: log}
+	l := fixture.NewLedger(t, fixture.Logger(log), fixture.WriterMetrics(m.Writer))
+	db, w := l.DB, l.Writer
+	e := &env{db: db, w: w, l: l.Ledger, m: m, nc: n.Conn, js: n.JS, log: log}
 
 	// The real relay publishes committed outbox rows (Nats-Msg-Id = request_id).
 	relay, err := outbox.NewRelay(archetype.Archetype{Logger: log, Metrics: m}, outbox.RelayConfig{Holder: "test-" + t.Name(), PollInterval: 5 * time.Millisecond},
-		db.Reader(), w, natsjs.NewPublisher(js))
+		db.Reader(), w, natsjs.NewPublisher(n.JS))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +18,8 @@ import (
 	"ticketrelay/front/mcphttp"
 	"ticketrelay/front/mcptools"
 	"ticketrelay/metrics"
-	"ticketrelay/store/ledger"
 	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
@@ -41,26 +40,19 @@ type fzServer struct {
 }
 
 func newFzServer(f *testing.F) *fzServer {
-	ctx := context.Background()
-	db, err := ledger.Open(ctx, filepath.Join(f.TempDir(), "tickets.db"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { db.Close() })
 	log := slog.New(slog.DiscardHandler)
 	m := metrics.NewFront(prometheus.NewRegistry())
-	w := sqlitedb.NewWriter(db, log, m.Writer)
-	f.Cleanup(w.Close)
+	l := fixture.NewLedger(f, fixture.WriterMetrics(m.Writer))
 	srv, err := mcptools.New(mcptools.Config{Version: "fuzz", Bindings: []mcptools.Binding{
 		{Tool: fzKeyedTool, Target: "local", Capabilities: downstream.Capabilities{DedupeKey: true, Lookup: downstream.LookupConsistent}},
 		{Tool: fzUnkeyedTool, Target: "tracker", Capabilities: downstream.Capabilities{}},
-	}}, ledger.New(db, w, time.Now), m, log)
+	}}, l.Ledger, m, log)
 	if err != nil {
 		f.Fatal(err)
 	}
 	h := mcphttp.NewHandler(srv, mcphttp.Config{Logger: log})
 	f.Cleanup(h.Close)
-	s := &fzServer{db: db, h: h}
+	s := &fzServer{db: l.DB, h: h}
 	if err := s.open(); err != nil {
 		f.Fatal(err)
 	}

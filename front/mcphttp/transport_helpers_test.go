@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/store/ledger"
 	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/testkit/testwait"
 )
 
@@ -44,22 +44,16 @@ func quietLog() *slog.Logger {
 
 func newTenv(t testing.TB) *tenv {
 	t.Helper()
-	db, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "tickets.db"))
-	if err != nil {
-		t.Fatalf("open ledger: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
 	m := metrics.NewFront(prometheus.NewRegistry())
-	w := sqlitedb.NewWriter(db, quietLog(), m.Writer)
-	t.Cleanup(w.Close)
-	l := ledger.New(db, w, time.Now)
+	f := fixture.NewLedger(t, fixture.WriterMetrics(m.Writer))
+	l := f.Ledger
 	bind := mcptools.Binding{Tool: "create_ticket", Target: "local",
 		Capabilities: downstream.Capabilities{DedupeKey: true, Lookup: downstream.LookupConsistent}}
 	srv, err := mcptools.New(mcptools.Config{Version: "test", Bindings: []mcptools.Binding{bind}}, l, m, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &tenv{db: db, l: l, srv: srv, bind: bind, m: m}
+	return &tenv{db: f.DB, l: l, srv: srv, bind: bind, m: m}
 }
 
 // serve starts the HTTP handler on a loopback listener.

@@ -2,9 +2,7 @@ package mcptools_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,8 +10,7 @@ import (
 	"ticketrelay/delivery/downstream"
 	"ticketrelay/front/mcptools"
 	"ticketrelay/metrics"
-	"ticketrelay/store/ledger"
-	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 )
 
 // add_comment's idempotentHint follows from its targets' comment
@@ -57,23 +54,16 @@ func TestBeyondAnnotationsFollowCapabilities(t *testing.T) {
 
 func listBeyond(t *testing.T, beyond map[string]mcptools.Beyond) map[string]*mcp.Tool {
 	t.Helper()
-	ctx := context.Background()
-	db, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "tickets.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
 	m := metrics.NewFront(prometheus.NewRegistry())
-	w := sqlitedb.NewWriter(db, testLogger(), m.Writer)
-	t.Cleanup(w.Close)
+	l := fixture.NewLedger(t, fixture.WriterMetrics(m.Writer))
 	srv, err := mcptools.New(mcptools.Config{Version: "test", Beyond: beyond, Bindings: []mcptools.Binding{
 		{Tool: keyedTool, Target: keyedTarget, Kind: "local"}, {Tool: unkeyedTool, Target: unkeyedTgt, Kind: "webhook"}},
-	}, ledger.New(db, w, time.Now), m, testLogger())
+	}, l.Ledger, m, testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &env{srv: srv}
-	res, err := e.connect(t).ListTools(ctx, nil)
+	res, err := e.connect(t).ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

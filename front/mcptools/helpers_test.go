@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/store/ledger"
 	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 )
 
 // Tool names used by the test server: one bound to a target with a dedupe
@@ -51,16 +51,9 @@ func newEnv(t *testing.T) *env {
 // newEnvWith is newEnv with the tools holding callers to access.
 func newEnvWith(t *testing.T, access *mcptools.Access) *env {
 	t.Helper()
-	ctx := context.Background()
-	db, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "tickets.db"))
-	if err != nil {
-		t.Fatalf("open ledger: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
 	m := metrics.NewFront(prometheus.NewRegistry())
-	w := sqlitedb.NewWriter(db, testLogger(), m.Writer)
-	t.Cleanup(w.Close)
-	l := ledger.New(db, w, time.Now)
+	f := fixture.NewLedger(t, fixture.Logger(testLogger()), fixture.WriterMetrics(m.Writer))
+	l := f.Ledger
 	srv, err := mcptools.New(mcptools.Config{
 		Version: "test",
 		Bindings: []mcptools.Binding{
@@ -74,7 +67,7 @@ func newEnvWith(t *testing.T, access *mcptools.Access) *env {
 	if err != nil {
 		t.Fatalf("mcptools.New: %v", err)
 	}
-	return &env{db: db, w: w, l: l, m: m, srv: srv}
+	return &env{db: f.DB, w: f.Writer, l: l, m: m, srv: srv}
 }
 
 // connect opens a real go-sdk client session over in-memory transports.

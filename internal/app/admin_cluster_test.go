@@ -7,13 +7,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"ticketrelay/delivery/natsjs"
@@ -24,6 +22,7 @@ import (
 	"ticketrelay/request"
 	"ticketrelay/store/clusterrec"
 	"ticketrelay/store/ledger"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
@@ -39,7 +38,7 @@ func TestAdminStatusMultiHost(t *testing.T) {
 	a.request(t, "req-delivered", "support", string(request.StatusDelivered), 1, "", "4711")
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ns, js := embeddedCluster(t, log)
+	ns, js := embeddedCluster(t)
 	const inst installation.Name = "ops"
 	store, err := clusterrec.Open(ctx, archetype.Archetype{Logger: log}, js, clusterrec.Config{Installation: inst, Host: "host-1", Replicas: 1, MaxBytes: 1 << 20})
 	if err != nil {
@@ -131,26 +130,10 @@ func TestAdminStatusIgnoresNATSCredentials(t *testing.T) {
 
 // embeddedCluster is an embedded single-node JetStream holding the stream
 // of installation "ops".
-func embeddedCluster(t *testing.T, log *slog.Logger) (*server.Server, jetstream.JetStream) {
+func embeddedCluster(t *testing.T) (*server.Server, jetstream.JetStream) {
 	t.Helper()
-	ns, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: filepath.Join(t.TempDir(), "nats")}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := natsjs.EnsureStream(context.Background(), js, natsjs.StreamConfig{Installation: "ops", Replicas: 1, Owner: natsjs.OwnerCluster}.WithDefaults()); err != nil {
-		t.Fatal(err)
-	}
-	return ns, js
+	n := fixture.StartNATSWithStream(t, natsjs.StreamConfig{Installation: "ops", Replicas: 1, Owner: natsjs.OwnerCluster})
+	return n.Server, n.JS
 }
 
 // status -multi-host counts as the installation does: a request this host
@@ -161,7 +144,7 @@ func TestAdminStatusMultiHostCountsOtherHostsDeliveries(t *testing.T) {
 	a, other := newAdminDB(t), newAdminDB(t)
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ns, js := embeddedCluster(t, log)
+	ns, js := embeddedCluster(t)
 	arch := archetype.Archetype{Logger: log}
 	open := func(host string) *clusterrec.Store {
 		s, err := clusterrec.Open(ctx, arch, js, clusterrec.Config{Installation: "ops", Host: host, Replicas: 1})

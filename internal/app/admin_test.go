@@ -5,23 +5,18 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/app/dispatcher"
-	"ticketrelay/metrics"
 	"ticketrelay/request"
 	"ticketrelay/store/ledger"
 	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
@@ -35,16 +30,8 @@ type adminDB struct {
 
 func newAdminDB(t *testing.T) *adminDB {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "tickets.db")
-	ctx := context.Background()
-	db, err := ledger.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w := sqlitedb.NewWriter(db, log, metrics.NewDispatcher(prometheus.NewRegistry()).Writer)
-	t.Cleanup(func() { w.Close(); db.Close() })
-	return &adminDB{path: path, db: db, w: w, l: ledger.New(db, w, time.Now)}
+	l := fixture.NewLedger(t)
+	return &adminDB{path: l.Path, db: l.DB, w: l.Writer, l: l.Ledger}
 }
 
 // request accepts a request for target, marks its outbox row published (as

@@ -16,7 +16,7 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/request"
 	"ticketrelay/store/ledger"
-	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
@@ -32,21 +32,10 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 
 func openEnv(t *testing.T) *env {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "tickets.db")
-	db, err := ledger.Open(context.Background(), path)
-	if err != nil {
-		t.Fatalf("Open(%s): %v", path, err)
-	}
 	m := metrics.NewFront(prometheus.NewRegistry()).Writer
-	w := sqlitedb.NewWriter(db, discard(), m)
 	c := downstreamtest.NewClock(time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC))
-	t.Cleanup(func() {
-		w.Close()
-		if err := db.Close(); err != nil {
-			t.Errorf("close db: %v", err)
-		}
-	})
-	return &env{path: path, l: ledger.New(db, w, c.Now), m: m, clock: c}
+	l := fixture.NewLedger(t, fixture.WriterMetrics(m), fixture.Clock(c.Now))
+	return &env{path: l.Path, l: l.Ledger, m: m, clock: c}
 }
 
 // raw opens a second handle on the file, so a test sees what was committed.

@@ -3,20 +3,13 @@ package operate_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"ticketrelay/internal/operate"
-	"ticketrelay/metrics"
 	"ticketrelay/request"
 	"ticketrelay/store/ledger"
-	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
@@ -32,14 +25,7 @@ func (r *recorder) Record(_ context.Context, e operate.Entry) error {
 
 func newLedger(t *testing.T) *ledger.Ledger {
 	t.Helper()
-	ctx := context.Background()
-	db, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "tickets.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := sqlitedb.NewWriter(db, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.NewDispatcher(prometheus.NewRegistry()).Writer)
-	t.Cleanup(func() { w.Close(); db.Close() })
-	return ledger.New(db, w, time.Now)
+	return fixture.NewLedger(t).Ledger
 }
 
 func accept(t *testing.T, l *ledger.Ledger, id, state string) {

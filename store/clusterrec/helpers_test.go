@@ -4,22 +4,18 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"ticketrelay/delivery/forwarder"
-	"ticketrelay/delivery/natsjs"
 	"ticketrelay/internal/archetype"
-	"ticketrelay/metrics"
 	"ticketrelay/store/clusterrec"
 	"ticketrelay/store/ledger"
-	"ticketrelay/store/sqlitedb"
 	"ticketrelay/testkit/e2eproc"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
@@ -37,12 +33,7 @@ func ctxT(t *testing.T) context.Context {
 // for everything but failures of nodes.
 func embeddedJS(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	ns, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: filepath.Join(t.TempDir(), "nats")}, discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return connectJS(t, ns.ClientURL())
+	return connectJS(t, fixture.StartNATS(t).URL)
 }
 
 func connectJS(t *testing.T, url string) jetstream.JetStream {
@@ -71,15 +62,9 @@ func newHost(t *testing.T, js jetstream.JetStream, id string, cfg clusterrec.Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "tickets.db")
-	db, err := ledger.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := sqlitedb.NewWriter(db, discard(), metrics.NewFront(prometheus.NewRegistry()).Writer)
-	t.Cleanup(func() { w.Close(); db.Close() })
-	l := ledger.New(db, w, time.Now)
-	return &host{id: id, path: path, store: s, l: l, front: clusterrec.NewFront(archetype.Archetype{Logger: discard()}, s, l), deliv: clusterrec.NewDeliveries(s, l, time.Now)}
+	f := fixture.NewLedger(t)
+	l := f.Ledger
+	return &host{id: id, path: f.Path, store: s, l: l, front: clusterrec.NewFront(archetype.Archetype{Logger: discard()}, s, l), deliv: clusterrec.NewDeliveries(s, l, time.Now)}
 }
 
 func newRequest(id, title string) ticket.Request {

@@ -3,13 +3,9 @@ package ledger_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -17,21 +13,16 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/request"
 	"ticketrelay/store/ledger"
-	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
 // benchLedger opens a durable ledger (WAL, synchronous=FULL: the defaults)
 // on a fresh file.
-func benchLedger(b *testing.B) (*ledger.Ledger, *metrics.Writer, func()) {
+func benchLedger(b *testing.B) (*ledger.Ledger, *metrics.Writer) {
 	b.Helper()
-	db, err := ledger.Open(context.Background(), filepath.Join(b.TempDir(), "tickets.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
 	m := metrics.NewFront(prometheus.NewRegistry()).Writer
-	w := sqlitedb.NewWriter(db, slog.New(slog.NewTextHandler(io.Discard, nil)), m)
-	return ledger.New(db, w, time.Now), m, func() { w.Close(); db.Close() }
+	return fixture.NewLedger(b, fixture.WriterMetrics(m)).Ledger, m
 }
 
 // benchRequests are n normalized requests shaped like an agent's ticket.
@@ -100,8 +91,7 @@ func createConcurrently(b *testing.B, l *ledger.Ledger, n int, reqs []ticket.Req
 func BenchmarkCreate(b *testing.B) {
 	for _, n := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
-			l, m, closeAll := benchLedger(b)
-			defer closeAll()
+			l, m := benchLedger(b)
 			reqs := benchRequests(b, b.N)
 			b.ResetTimer()
 			createConcurrently(b, l, n, reqs, false)
@@ -116,8 +106,7 @@ func BenchmarkCreate(b *testing.B) {
 func BenchmarkCreateReplay(b *testing.B) {
 	for _, n := range []int{1, 8} {
 		b.Run(fmt.Sprintf("goroutines=%d", n), func(b *testing.B) {
-			l, _, closeAll := benchLedger(b)
-			defer closeAll()
+			l, _ := benchLedger(b)
 			reqs := benchRequests(b, min(b.N, 10_000))
 			createConcurrently(b, l, 64, reqs, false)
 			replays := make([]ticket.Request, b.N)
@@ -134,8 +123,7 @@ func BenchmarkCreateReplay(b *testing.B) {
 // pull's worth of tickets, half of them with a delivery record (a backlog
 // after a downstream outage). ns/op and allocs/op are per ticket read.
 func BenchmarkPriorDeliveries(b *testing.B) {
-	l, _, closeAll := benchLedger(b)
-	defer closeAll()
+	l, _ := benchLedger(b)
 	ctx := context.Background()
 	reqs := benchRequests(b, 1024)
 	createConcurrently(b, l, 64, reqs, false)

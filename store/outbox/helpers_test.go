@@ -28,6 +28,7 @@ import (
 	"ticketrelay/store/ledger"
 	"ticketrelay/store/outbox"
 	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/testkit/testwait"
 	"ticketrelay/ticket"
 )
@@ -155,17 +156,10 @@ func newNodeWith(t *testing.T, name, path string, pub outbox.Publisher, cfg outb
 func newNodeTx(t *testing.T, name, path string, pub outbox.Publisher, cfg outbox.RelayConfig, now func() time.Time,
 	wrap func(outbox.TxRunner) outbox.TxRunner) *node {
 	t.Helper()
-	db, err := ledger.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	m := metrics.NewDispatcher(prometheus.NewRegistry())
 	log := slog.New(slog.NewTextHandler(t.Output(), nil)).With("node", name)
-	w := sqlitedb.NewWriter(db, log, m.Writer)
-	t.Cleanup(func() {
-		w.Close()
-		db.Close()
-	})
+	l := fixture.NewLedger(t, fixture.At(path), fixture.Logger(log), fixture.WriterMetrics(m.Writer))
+	db, w := l.DB, l.Writer
 	cfg.Holder = name
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 10 * time.Millisecond
@@ -181,7 +175,7 @@ func newNodeTx(t *testing.T, name, path string, pub outbox.Publisher, cfg outbox
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &node{name: name, path: path, db: db, w: w, l: ledger.New(db, w, time.Now), m: m, relay: relay}
+	return &node{name: name, path: path, db: db, w: w, l: l.Ledger, m: m, relay: relay}
 }
 
 // run starts the relay; stop (also run at cleanup) cancels it and checks

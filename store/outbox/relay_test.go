@@ -13,14 +13,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"ticketrelay/delivery/natsjs"
 	"ticketrelay/internal/archetype"
-	"ticketrelay/metrics"
 	"ticketrelay/store/ledger"
 	"ticketrelay/store/outbox"
 	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
@@ -373,16 +372,6 @@ func TestRelayIsWokenByAnotherWritersCommit(t *testing.T) {
 // writer of its own that wakes the relay after each commit.
 func frontLedger(t *testing.T, path string, w *outbox.Waker) *ledger.Ledger {
 	t.Helper()
-	db, err := ledger.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := metrics.NewFront(prometheus.NewRegistry())
-	wr := sqlitedb.NewWriter(db, discard(), m.Writer, sqlitedb.AfterCommit(w.Wake))
-	t.Cleanup(func() {
-		wr.Close()
-		w.Close()
-		db.Close()
-	})
-	return ledger.New(db, wr, time.Now)
+	t.Cleanup(w.Close) // after the writer's cleanup: it wakes w until it closes
+	return fixture.NewLedger(t, fixture.At(path), fixture.WriterOptions(sqlitedb.AfterCommit(w.Wake))).Ledger
 }

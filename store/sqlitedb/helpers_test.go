@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -17,6 +15,7 @@ import (
 	"ticketrelay/metrics"
 	"ticketrelay/store/ledger"
 	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/testkit/testwait"
 	"ticketrelay/ticket"
 )
@@ -38,19 +37,9 @@ func dbPath(t *testing.T) string { return filepath.Join(t.TempDir(), "tickets.db
 // openEnv opens path and starts a writer on it; everything is closed at cleanup.
 func openEnv(t *testing.T, path string) *env {
 	t.Helper()
-	db, err := ledger.Open(context.Background(), path)
-	if err != nil {
-		t.Fatalf("Open(%s): %v", path, err)
-	}
 	m := metrics.NewFront(prometheus.NewRegistry()).Writer
-	w := sqlitedb.NewWriter(db, slog.New(slog.NewTextHandler(io.Discard, nil)), m)
-	t.Cleanup(func() {
-		w.Close()
-		if err := db.Close(); err != nil {
-			t.Errorf("close db: %v", err)
-		}
-	})
-	return &env{path: path, db: db, w: w, m: m, l: ledger.New(db, w, time.Now)}
+	l := fixture.NewLedger(t, fixture.At(path), fixture.WriterMetrics(m))
+	return &env{path: path, db: l.DB, w: l.Writer, m: m, l: l.Ledger}
 }
 
 // rows reports the number of rows in requests, tickets and outbox.

@@ -3,28 +3,19 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"ticketrelay/delivery/natsjs"
 	"ticketrelay/testkit/e2eproc"
+	"ticketrelay/testkit/fixture"
 )
 
 // startSharedNATS runs a nats-server with JetStream that several
 // installations share (as an external server would be), stopped at cleanup.
 func startSharedNATS(t *testing.T) string {
 	t.Helper()
-	ns, err := natsjs.StartEmbedded(natsjs.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: filepath.Join(t.TempDir(), "nats")},
-		slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return ns.ClientURL()
+	return fixture.StartNATS(t).URL
 }
 
 // startOnShared starts s's dispatcher on the shared server url as

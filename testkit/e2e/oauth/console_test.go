@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -16,15 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"ticketrelay/front/mcpauth"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/app/dispatcher"
-	"ticketrelay/metrics"
 	"ticketrelay/request"
 	"ticketrelay/store/ledger"
-	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/testkit/testio"
 	"ticketrelay/testkit/testwait"
 	"ticketrelay/ticket"
@@ -211,13 +207,8 @@ func (b *operatorBrowser) status(t *testing.T, u string) int {
 func failedRequest(t *testing.T, path, id string) *ledger.Ledger {
 	t.Helper()
 	ctx := context.Background()
-	db, err := ledger.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := sqlitedb.NewWriter(db, slog.New(slog.DiscardHandler), metrics.NewDispatcher(prometheus.NewRegistry()).Writer)
-	t.Cleanup(func() { w.Close(); db.Close() })
-	l := ledger.New(db, w, time.Now)
+	f := fixture.NewLedger(t, fixture.At(path))
+	l, w := f.Ledger, f.Writer
 	req := ticket.Request{RequestID: id, Tool: "create_ticket", Target: "local", Title: "Printer on fire", Body: "Room 4."}
 	if err := req.Normalize(); err != nil {
 		t.Fatal(err)
