@@ -21,6 +21,7 @@ import (
 	"ticketrelay/front/mcptools"
 	"ticketrelay/metrics"
 	"ticketrelay/request"
+	"ticketrelay/store"
 	"ticketrelay/store/ledger"
 	"ticketrelay/store/outbox"
 	"ticketrelay/store/sqlitedb"
@@ -127,7 +128,7 @@ func TestPrefill(t *testing.T) {
 		if _, err := (prefill{path: path, rows: 1200, chunk: 500, target: "local", published: published}).run(ctx); err != nil {
 			t.Fatal(err)
 		}
-		db, err := ledger.Open(ctx, path)
+		db, err := store.Open(ctx, path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +172,7 @@ func TestPrefill(t *testing.T) {
 func TestLoad(t *testing.T) {
 	ctx := t.Context()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "tickets.db"))
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "tickets.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"ticketrelay/request"
-	"ticketrelay/store/ledger"
+	"ticketrelay/store"
 	"ticketrelay/store/outbox"
 	"ticketrelay/ticket"
 )
@@ -32,7 +32,7 @@ type prefill struct {
 
 func (p prefill) run(ctx context.Context) (time.Duration, error) {
 	start := time.Now()
-	ldb, err := ledger.Open(ctx, p.path)
+	ldb, err := store.Open(ctx, p.path)
 	if err != nil {
 		return 0, err
 	}

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"ticketrelay/store"
 
-	"ticketrelay/store/ledger"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // searchScenario measures search_tickets on a big ledger and what the
@@ -217,7 +217,7 @@ func (r *runner) searchWriteCost(ctx context.Context, n int) error {
 // dropSearchIndex makes the ledger at path (created here) one whose
 // creates write no index entries: the baseline of the write cost.
 func dropSearchIndex(ctx context.Context, path string) error {
-	ldb, err := ledger.Open(ctx, path)
+	ldb, err := store.Open(ctx, path)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"ticketrelay/front/mcpauth/mcpauthtest"
 	"ticketrelay/internal/app/front"
+	"ticketrelay/store"
 	"ticketrelay/store/ledger"
 )
 
@@ -207,7 +208,7 @@ func TestFrontGrants(t *testing.T) {
 	}
 
 	// Only the allowed creates wrote: on call 1, writer 2, bot 1.
-	ldb, err := ledger.Open(ctx, db)
+	ldb, err := store.Open(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}

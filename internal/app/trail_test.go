@@ -22,7 +22,7 @@ import (
 	"ticketrelay/internal/app/dispatcher"
 	"ticketrelay/internal/app/front"
 	"ticketrelay/request"
-	"ticketrelay/store/ledger"
+	"ticketrelay/store"
 	"ticketrelay/store/trail"
 	"ticketrelay/testkit/testio"
 	"ticketrelay/testkit/testwait"
@@ -318,7 +318,7 @@ func TestTrailRetention(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "tickets.db")
 	ctx := context.Background()
-	ldb, err := ledger.Open(ctx, db)
+	ldb, err := store.Open(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}

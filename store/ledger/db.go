@@ -7,26 +7,16 @@
 package ledger
 
 import (
-	"context"
+	"slices"
 
-	"ticketrelay/store/outbox"
 	"ticketrelay/store/sqlitedb"
-	"ticketrelay/store/trail"
 )
 
-// Open opens (creating if needed) the ticketrelay database at path and
-// migrates it to schema.
-func Open(ctx context.Context, path string) (*sqlitedb.DB, error) {
-	return sqlitedb.Open(ctx, path, schema)
-}
-
-// schema is the database's one migration sequence: the ledger's steps and
-// the outbox's (outbox.Migrations), each owner's SQL in its own package,
-// numbered as the file's user_version has always counted them, and the
-// audit trail's (trail.Migrations). At a version with steps of several,
-// the ledger's run first. The full-text index of the tickets has its own
-// list (searchMigrations).
-var schema = sqlitedb.MustMerge(append(migrations, actionsStep), searchMigrations, consoleMigrations, outbox.Migrations, trail.Migrations)
+// Migrations are the ledger's steps of the database's one migration
+// sequence (package store merges every owner's): its tables below, the
+// requests' kind (actionsStep), the full-text index of the tickets
+// (searchMigrations) and the console's attempts (consoleMigrations).
+var Migrations = slices.Concat(migrations, []sqlitedb.Step{actionsStep}, searchMigrations, consoleMigrations)
 
 // migrations are the ledger's steps: the tables requests (with the tickets
 // view), deliveries, dispatchers and settings. Append only: never edit a

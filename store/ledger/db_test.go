@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"ticketrelay/request"
-	"ticketrelay/store/ledger"
+	"ticketrelay/store"
 	"ticketrelay/store/sqlitedb"
 	"ticketrelay/ticket"
 )
@@ -24,7 +24,7 @@ func userVersion(t *testing.T, path string) int {
 func TestReopenKeepsDataAndSchemaVersion(t *testing.T) {
 	path := dbPath(t)
 	ctx := context.Background()
-	db, err := ledger.Open(ctx, path)
+	db, err := store.Open(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestTwoHandlesOnOneFile(t *testing.T) {
 	for i := range 2 {
 		wg.Go(func() {
 			<-start
-			dbs[i], errs[i] = ledger.Open(ctx, path)
+			dbs[i], errs[i] = store.Open(ctx, path)
 		})
 	}
 	close(start)
@@ -150,7 +150,7 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 	if _, err := raw(t, path).Exec(fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {
 		t.Fatal(err)
 	}
-	db, err := ledger.Open(context.Background(), path)
+	db, err := store.Open(context.Background(), path)
 	if err == nil {
 		db.Close()
 		t.Fatal("Open accepted a database from a newer binary")
@@ -158,7 +158,7 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 	if !strings.Contains(err.Error(), "newer than this binary") {
 		t.Fatalf("Open error = %v", err)
 	}
-	if _, err := ledger.Open(context.Background(), ""); err == nil {
+	if _, err := store.Open(context.Background(), ""); err == nil {
 		t.Fatal("Open accepted an empty path")
 	}
 }
@@ -189,7 +189,7 @@ func TestMigrationKeepsTicketsOfSchema2(t *testing.T) {
 	}
 
 	e := openEnv(t, path)
-	if got, want := userVersion(t, path), len(ledger.MigrationsForTest(3)); got < want {
+	if got, want := userVersion(t, path), len(migrationsUpTo(3)); got < want {
 		t.Fatalf("user_version = %d after Open, want at least %d", got, want)
 	}
 	res, err := e.l.Create(ctx, req)
@@ -238,7 +238,7 @@ func TestMigrationKeepsDeliveriesOfSchema4(t *testing.T) {
 	}
 
 	e := openEnv(t, path)
-	if got, want := userVersion(t, path), len(ledger.MigrationsForTest(5)); got < want {
+	if got, want := userVersion(t, path), len(migrationsUpTo(5)); got < want {
 		t.Fatalf("user_version = %d after Open, want at least %d", got, want)
 	}
 	for id, want := range map[string]request.Status{
@@ -272,7 +272,7 @@ func TestMigrationKeepsDeliveriesOfSchema4(t *testing.T) {
 func atSchema(t *testing.T, path string, n int) *sql.DB {
 	t.Helper()
 	db := raw(t, path)
-	for i, m := range ledger.MigrationsForTest(n) {
+	for i, m := range migrationsUpTo(n) {
 		if _, err := db.Exec(m); err != nil {
 			t.Fatalf("migration %d: %v", i+1, err)
 		}
@@ -332,7 +332,7 @@ func TestMigrationClassifiesFailuresOfSchema10(t *testing.T) {
 	}
 
 	e := openEnv(t, path)
-	if got, want := userVersion(t, path), len(ledger.MigrationsForTest(11)); got < want {
+	if got, want := userVersion(t, path), len(migrationsUpTo(11)); got < want {
 		t.Fatalf("user_version = %d after Open, want at least %d", got, want)
 	}
 	for _, c := range cases {
@@ -373,4 +373,14 @@ func insertPublished(t *testing.T, old *sql.DB, rowID int64, req ticket.Request,
 		rowID, req.RequestID); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// migrationsUpTo returns the database's first n migrations, so that a test
+// can build a database as an older binary left it.
+func migrationsUpTo(n int) []string {
+	out := make([]string, n)
+	for v := 1; v <= n; v++ {
+		out[v-1] = store.Schema.SQL(v)
+	}
+	return out
 }

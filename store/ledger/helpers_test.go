@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"ticketrelay/front/advice"
+	"ticketrelay/store"
 	"ticketrelay/store/sqlitedb"
 	"ticketrelay/testkit/testclock"
 
@@ -44,7 +45,7 @@ func dbPath(t *testing.T) string { return filepath.Join(t.TempDir(), "tickets.db
 // openEnv opens path and starts a writer on it; everything is closed at cleanup.
 func openEnv(t *testing.T, path string) *env {
 	t.Helper()
-	db, err := ledger.Open(context.Background(), path)
+	db, err := store.Open(context.Background(), path)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", path, err)
 	}

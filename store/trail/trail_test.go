@@ -17,7 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"ticketrelay/store/ledger"
+	"ticketrelay/store"
 	"ticketrelay/store/trail"
 	"ticketrelay/testkit/testwait"
 )
@@ -27,7 +27,7 @@ import (
 func openStore(t *testing.T) (*trail.Store, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "tickets.db")
-	db, err := ledger.Open(context.Background(), path)
+	db, err := store.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}

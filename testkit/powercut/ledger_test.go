@@ -16,6 +16,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"ticketrelay/metrics"
+	"ticketrelay/store"
 	"ticketrelay/store/ledger"
 	"ticketrelay/store/sqlitedb"
 	"ticketrelay/testkit/powercut"
@@ -29,7 +30,7 @@ import (
 func childLedger() int {
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	db, err := ledger.Open(ctx, os.Getenv("POWERCUT_DB"))
+	db, err := store.Open(ctx, os.Getenv("POWERCUT_DB"))
 	if err != nil {
 		log.Error("open", "err", err)
 		return 1
@@ -168,7 +169,7 @@ func childCheckLedger() int {
 		return 1
 	}
 	path := os.Getenv("POWERCUT_DB")
-	db, err := ledger.Open(context.Background(), path)
+	db, err := store.Open(context.Background(), path)
 	if err != nil {
 		return fail(fmt.Errorf("ledger.Open: %w", err))
 	}

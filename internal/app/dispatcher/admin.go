@@ -23,6 +23,7 @@ import (
 	"ticketrelay/internal/operate"
 	"ticketrelay/metrics"
 	"ticketrelay/request"
+	"ticketrelay/store"
 	"ticketrelay/store/ledger"
 	"ticketrelay/store/outbox"
 	"ticketrelay/store/sqlitedb"
@@ -82,7 +83,7 @@ func runAdmin(ctx context.Context, cmd command, env app.Env) error {
 	} else if err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
-	db, err := ledger.Open(ctx, *dbPath)
+	db, err := store.Open(ctx, *dbPath)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"ticketrelay/internal/archetype"
 	"ticketrelay/internal/dirsync"
 	"ticketrelay/metrics"
+	"ticketrelay/store"
 	"ticketrelay/store/clusterrec"
 	"ticketrelay/store/ledger"
 	"ticketrelay/store/sqlitedb"
@@ -119,7 +120,7 @@ func (d *dispatcher) serveMetrics(ctx context.Context) error {
 // openLedger opens (creating and migrating) the database the dispatcher
 // owns, and names the stream's owner after it.
 func (d *dispatcher) openLedger(ctx context.Context) error {
-	db, err := ledger.Open(ctx, d.o.DB)
+	db, err := store.Open(ctx, d.o.DB)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/dirsync"
 	"ticketrelay/metrics"
+	"ticketrelay/store"
 	"ticketrelay/store/ledger"
 	"ticketrelay/store/outbox"
 	"ticketrelay/store/sqlitedb"
@@ -160,7 +161,7 @@ func (f *front) openLedger(ctx context.Context) (mcptools.Requests, error) {
 	if err := dirsync.MkdirAll(filepath.Dir(f.o.DB), 0o700); err != nil {
 		return nil, fmt.Errorf("database directory: %w", err)
 	}
-	db, err := ledger.Open(ctx, f.o.DB)
+	db, err := store.Open(ctx, f.o.DB)
 	if err != nil {
 		return nil, err
 	}

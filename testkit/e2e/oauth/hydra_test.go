@@ -29,7 +29,7 @@ import (
 	"ticketrelay/front/mcpauth"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/app/front"
-	"ticketrelay/store/ledger"
+	"ticketrelay/store"
 	"ticketrelay/testkit/testio"
 	"ticketrelay/testkit/testwait"
 )
@@ -430,7 +430,7 @@ func TestSignInWithHydra(t *testing.T) {
 		t.Errorf("static token: %v; want a ticket of its own", got)
 	}
 	// The ledger keeps each request under its person: issuer + sub.
-	db, err := ledger.Open(ctx, dbPath)
+	db, err := store.Open(ctx, dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
