@@ -262,6 +262,7 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 			ProjectID    json.RawMessage `json:"project_id"`
 			TrackerID    json.RawMessage `json:"tracker_id"`
 			PriorityID   json.RawMessage `json:"priority_id"`
+			AssignedToID json.RawMessage `json:"assigned_to_id"`
 			Subject      string          `json:"subject"`
 			Description  string          `json:"description"`
 			CustomFields []struct {
@@ -295,11 +296,27 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		if t, ok := id(in.Issue.TrackerID); ok && slices.Contains(p.Trackers, t) {
 			is.TrackerID = t
 		}
+		if len(in.Issue.TrackerID) > 0 {
+			if t, _ := id(in.Issue.TrackerID); !slices.Contains(p.Trackers, t) {
+				errs = append(errs, "Tracker is not included in the list")
+			}
+		}
 		for _, cf := range in.Issue.CustomFields {
-			var v string
-			if slices.Contains(p.Fields, cf.ID) && json.Unmarshal(cf.Value, &v) == nil {
+			// Redmine keeps a value as text: a number is its digits.
+			v, isNumber := "", json.Unmarshal(cf.Value, new(float64)) == nil
+			if slices.Contains(p.Fields, cf.ID) && (json.Unmarshal(cf.Value, &v) == nil || isNumber) {
+				if isNumber {
+					v = string(cf.Value)
+				}
 				is.Custom[cf.ID] = v
 			}
+		}
+	}
+	if len(in.Issue.AssignedToID) > 0 {
+		if u, _ := id(in.Issue.AssignedToID); Users[u] != "" {
+			is.AssigneeID = u
+		} else {
+			errs = append(errs, "Assignee is invalid")
 		}
 	}
 	switch n := utf8.RuneCountInString(is.Subject); {
