@@ -71,22 +71,9 @@ func (l *Ledger) unparkTx(ctx context.Context, tx *sql.Tx, requestID, state stri
 	if err := l.w.Prepared(tx).QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM waiting WHERE on_request = ?)`, requestID).Scan(&waiting); err != nil || !waiting {
 		return err
 	}
-	rows, err := tx.QueryContext(ctx, `DELETE FROM waiting WHERE on_request = ? RETURNING id`, requestID)
+	ids, err := column[int64](tx.QueryContext(ctx, `DELETE FROM waiting WHERE on_request = ? RETURNING id`, requestID))
 	if err != nil {
 		return fmt.Errorf("unpark the requests on %s: %w", requestID, err)
-	}
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return err
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
 	}
 	for _, id := range ids {
 		if err := outbox.RedriveTx(ctx, tx, id); err != nil {
@@ -94,4 +81,21 @@ func (l *Ledger) unparkTx(ctx context.Context, tx *sql.Tx, requestID, state stri
 		}
 	}
 	return nil
+}
+
+// column reads the one column of rows, a query's result, and closes them.
+func column[T any](rows *sql.Rows, err error) ([]T, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var v T
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
 }
