@@ -264,3 +264,10 @@ func (r *Request) LoadFields(stored string) error {
 	}
 	return nil
 }
+
+// WithFields is t with its fields as a target that passes them on shows
+// them: fixed values and arguments' together, in Fields.
+func (t Ticket) WithFields() Ticket {
+	t.Fields, t.Fixed = t.TargetFields(), nil
+	return t
+}
