@@ -3,6 +3,7 @@ package redmine_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"ticketrelay/downstream/downstreamtest"
@@ -26,11 +27,11 @@ func TestTicketFields(t *testing.T) {
 	if is.TrackerID != 1 || is.AssigneeID != 5 || is.Custom[12] != "1.4.2" || is.Custom[field] == "" {
 		t.Errorf("issue: %+v", is)
 	}
-	// A tracker the project lacks is Redmine's 422: permanent.
+	// An assignee Redmine does not know is its 422: the create fails.
 	d2 := downstreamtest.NewDelivery("req-fields-2")
-	d2.Ticket.Fields = map[string]json.RawMessage{"tracker_id": []byte(`9`)}
-	if _, err := tg.Deliver(context.Background(), d2); err == nil {
-		t.Error("an unknown tracker was accepted")
+	d2.Ticket.Fields = map[string]json.RawMessage{"assigned_to_id": []byte(`99`)}
+	if _, err := tg.Deliver(context.Background(), d2); err == nil || !strings.Contains(err.Error(), "Assignee is invalid") {
+		t.Errorf("an unknown assignee: %v; want Redmine's 422", err)
 	}
 	if _, err := redmine.TicketFields.Type("custom_fields.12"); err != nil {
 		t.Error(err)

@@ -4,15 +4,18 @@
 //   - authentication: X-Redmine-API-Key header or ?key=; none or a wrong
 //     one → 401 with an empty body
 //   - POST /issues.json {"issue":{project_id, tracker_id, subject,
-//     description, priority_id, custom_fields:[{id, value}]}} → 201
+//     description, priority_id, assigned_to_id, custom_fields:[{id,
+//     value}]}} → 201
 //     {"issue":{...}} with Location; an unknown project → 422 "Project
 //     cannot be blank"; a blank subject → 422 "Subject cannot be blank";
 //     a subject over 255 characters → 422 "Subject is too long (maximum is
 //     255 characters)"; an unknown priority → 422 "Priority cannot be
 //     blank"; a project without trackers → 422 "Tracker cannot be blank";
 //     a tracker the project does not enable → its first tracker (no
-//     error); a custom field the project does not enable → dropped (no
-//     error); a body that is not JSON → 400
+//     error); an assignee not in Users → 422 "Assignee is invalid"; a
+//     custom field the project does not enable → dropped (no error), a
+//     value kept as text (a number as its digits); a body that is not
+//     JSON → 400
 //   - GET /issues.json?project_id=… (identifier or id; unknown → 404) with
 //     explicit filters f[]=…&op[…]=…&v[…][]=… or short ones (status_id=*,
 //     cf_N=value, subject=~text): status_id (* any, o open, default o),
@@ -295,11 +298,6 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		is.TrackerID = p.Trackers[0]
 		if t, ok := id(in.Issue.TrackerID); ok && slices.Contains(p.Trackers, t) {
 			is.TrackerID = t
-		}
-		if len(in.Issue.TrackerID) > 0 {
-			if t, _ := id(in.Issue.TrackerID); !slices.Contains(p.Trackers, t) {
-				errs = append(errs, "Tracker is not included in the list")
-			}
 		}
 		for _, cf := range in.Issue.CustomFields {
 			// Redmine keeps a value as text: a number is its digits.
