@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"ticketrelay/delivery/targets"
+	"ticketrelay/ticket"
 )
 
 // DefaultTool is the create tool of the zero-config setup.
@@ -65,6 +66,11 @@ type Tool struct {
 	Name        string `yaml:"name"`
 	Description string `yaml:"description"`
 	Target      string `yaml:"target"`
+	// Fields are the target's fields the tool sets on every ticket, each
+	// from an argument of the tool or a fixed value (fields.go).
+	Fields []ToolField `yaml:"fields,omitempty"`
+
+	maps []ticket.FieldMap // Fields, checked by Parse
 }
 
 // Default is the configuration used without a file: one local target and
@@ -187,7 +193,12 @@ func (f *File) validate(lookup func(string) (string, bool), at spots, ps *proble
 		t.def = def
 	}
 	tools := map[string]bool{FindRequestTool: true, SearchTicketsTool: true}
-	for i, t := range f.Tools {
+	defs := map[string]targets.Def{}
+	for _, t := range f.Targets {
+		defs[t.Name] = t.def
+	}
+	for i := range f.Tools {
+		t := &f.Tools[i]
 		ts := at.tool(i)
 		if !toolNameRE.MatchString(t.Name) {
 			ps.add(ts.key("name"), "tool name %q: use 1-64 letters, digits, '-' or '_'", t.Name)
@@ -197,6 +208,8 @@ func (f *File) validate(lookup func(string) (string, bool), at spots, ps *proble
 		tools[t.Name] = true
 		if !seen[t.Target] {
 			ps.add(ts.key("target"), "tool %q is bound to target %q, which is not defined", t.Name, t.Target)
+		} else {
+			t.checkFields(defs[t.Target], ps)
 		}
 	}
 	if len(f.Tools) == 0 {

@@ -83,6 +83,14 @@ type Request struct {
 	// retry from another client is the same request, and answers the
 	// caller of its first call.
 	Caller Caller `json:"caller,omitzero"`
+	// Fields are the values the call gave the create tool's configured
+	// fields (fields.go), by the target's field name: part of Hash, so a
+	// retry that changes one is a conflict. Fixed are the tool's fixed
+	// values as configured when the request was accepted: stored with it,
+	// not part of Hash (the operator's edit of the file between a call and
+	// its retry is no change of the caller's).
+	Fields map[string]json.RawMessage `json:"fields,omitempty"`
+	Fixed  map[string]json.RawMessage `json:"fixed,omitempty"`
 	// Action makes the request a comment or an update (action.go); zero
 	// for a create.
 	Action
@@ -286,7 +294,7 @@ func checkText(arg, s string, maxChars int, multiline bool) error {
 // number spelling in the caller's JSON do not matter.
 func (r *Request) Hash() string {
 	c := *r
-	c.RequestID, c.Subject, c.Caller = "", "", Caller{}
+	c.RequestID, c.Subject, c.Caller, c.Fixed = "", "", Caller{}, nil
 	b, err := json.Marshal(&c) // struct field order is fixed; cannot fail
 	if err != nil {
 		panic(err)

@@ -63,9 +63,8 @@ func (a *attempt) onTicket(ctx context.Context, pr request.Prior) (done bool, er
 		case c.State == string(request.StatusFailed) || c.State == string(request.StatusUncertain):
 			why = fmt.Sprintf("the ticket's create ended %s: there is no ticket to act on", c.State)
 		default:
-			// Ordered after the create: looked at again once it may have
-			// been delivered.
-			return true, a.msg.NakWithDelay(a.f.cfg.Retry.Delay(1))
+			// Ordered after the create: set aside until it settles.
+			return true, a.wait(ctx)
 		}
 		if why != "" {
 			rec.LastError, rec.Failure = why, request.FailurePermanent
@@ -74,6 +73,34 @@ func (a *attempt) onTicket(ctx context.Context, pr request.Prior) (done bool, er
 	}
 	a.action = act
 	return false, nil
+}
+
+// Parker is implemented by stores that set a comment or an update aside
+// until its create settles, and publish its message again then (see
+// ledger.Park). The ledger is one.
+type Parker interface {
+	Park(ctx context.Context, requestID string) (parked bool, err error)
+}
+
+// wait settles the message of a request whose create is not delivered
+// yet. Parked in the store, it is acked: a message handed back to wait
+// would hold a place of the target's MaxAckPending for as long, and
+// enough of them would stall every other delivery to the target. A store
+// that cannot park, or a park that failed, hands the message back to be
+// looked at again later; a create that settled meanwhile, at once.
+func (a *attempt) wait(ctx context.Context) error {
+	p, ok := a.f.ledger.(Parker)
+	if !ok {
+		return a.msg.NakWithDelay(a.f.cfg.Retry.Delay(1))
+	}
+	switch parked, err := p.Park(ctx, a.requestID); {
+	case err != nil:
+		a.log().Warn("forwarder: a request waiting for its ticket's create could not be set aside; handed back", "err", err)
+		return a.msg.NakWithDelay(a.f.cfg.Retry.Delay(1))
+	case !parked:
+		return a.msg.Nak()
+	}
+	return a.ack()
 }
 
 // cannot says why a.t cannot make a request of kind; "" if it can.

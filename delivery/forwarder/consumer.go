@@ -48,7 +48,7 @@ func (f *Forwarder) consumer(ctx context.Context, name string) (jetstream.Consum
 		// The forwarder counts attempts itself (in the ledger, across
 		// crashes) and terminates the message when they are exhausted.
 		MaxDeliver:    -1,
-		MaxAckPending: maxAckPending,
+		MaxAckPending: f.cfg.MaxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {

@@ -77,6 +77,10 @@ type Config struct {
 	// Host names this process in each attempt's history (the console's
 	// timeline says which host called).
 	Host string
+	// MaxAckPending bounds each target's messages out and not yet acked
+	// (default, and what a dispatcher uses: maxAckPending). Tests lower it
+	// to reach the bound.
+	MaxAckPending int
 }
 
 // WithDefaults fills zero fields.
@@ -86,6 +90,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
 	c.AckWait = cmp.Or(c.AckWait, 10*time.Second)
 	c.ConsumerCheck = cmp.Or(c.ConsumerCheck, 30*time.Second)
+	c.MaxAckPending = cmp.Or(c.MaxAckPending, maxAckPending)
 	if c.Retry == (backoff.Policy{}) {
 		c.Retry = backoff.Policy{Base: time.Second, Max: 5 * time.Minute}
 	}

@@ -34,13 +34,20 @@ type createArgs struct {
 // the normalized request (and the arguments that are not part of it).
 func decodeCreate(b Binding, raw json.RawMessage) (ticket.Request, createArgs, error) {
 	var a createArgs
-	if err := decodeArgs(raw, &a); err != nil {
+	own, given, err := splitFields(b, raw)
+	if err != nil {
+		return ticket.Request{}, a, err
+	}
+	if err := decodeArgs(own, &a); err != nil {
 		return ticket.Request{}, a, err
 	}
 	r := ticket.Request{RequestID: a.RequestID, Tool: b.Tool, Target: b.Target,
 		Title: a.Title, Body: a.Body, Priority: a.Priority, Labels: a.Labels}
 	if err := r.Normalize(); err != nil {
 		return r, a, labelItem(a.Labels, err)
+	}
+	if err := r.Values(b.Fields, given); err != nil {
+		return r, a, err
 	}
 	return r, a, checkWait(a.WaitForDelivery)
 }

@@ -33,6 +33,9 @@ type Binding struct {
 	Target       string
 	Kind         string // the target's kind ("local", "zendesk", …), for the tool's title; "" if unknown
 	Capabilities downstream.Capabilities
+	// Fields are the target's fields the tool sets, from its arguments or
+	// fixed (fields.go).
+	Fields []ticket.FieldMap
 }
 
 // Config configures the MCP server.
@@ -161,7 +164,7 @@ func createTool(b Binding) *mcp.Tool {
 		Name:         b.Tool,
 		Description:  desc,
 		Annotations:  ann,
-		InputSchema:  createInputSchema,
+		InputSchema:  inputSchema(b),
 		OutputSchema: createOutputSchema,
 	}
 }

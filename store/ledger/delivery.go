@@ -79,6 +79,9 @@ func (l *Ledger) writeTx(d request.Delivery, mirror bool) func(ctx context.Conte
 			if err == nil && d.Attempt != nil {
 				err = l.recordAttemptTx(ctx, tx, d)
 			}
+			if err == nil {
+				err = l.unparkTx(ctx, tx, d.RequestID, d.State) // waiting.go
+			}
 			return err
 		}
 		if ok, err := holds(ctx, tx, d.RequestID); err != nil || !ok {

@@ -131,7 +131,7 @@ func (l *Ledger) insert(ctx context.Context, tx sqlitedb.Tx, req ticket.Request,
 			kind, on_request, ref, fields)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(request_id) DO NOTHING`,
 		scoped, req.Subject, req.Caller.Name, req.Caller.Email, req.Tool, req.Target, hash, t.ID, string(stored), now.UnixNano(),
-		req.Title, req.Body, req.Priority, string(labels), req.Kind, req.On, req.Ref, string(req.Set))
+		req.Title, req.Body, req.Priority, string(labels), req.Kind, req.On, req.Ref, req.StoredFields())
 	if err != nil {
 		return request.Result{}, false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
 	}

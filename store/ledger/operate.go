@@ -59,23 +59,11 @@ func deliveryState(ctx context.Context, tx *sql.Tx, requestID string) (id int64,
 func (l *Ledger) RedriveFailed(ctx context.Context, target string) ([]string, error) {
 	var ids []string
 	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		ids = ids[:0]
-		rows, err := tx.QueryContext(ctx, `SELECT r.request_id FROM deliveries d JOIN requests r ON r.id = d.id
+		var err error
+		ids, err = column[string](tx.QueryContext(ctx, `SELECT r.request_id FROM deliveries d JOIN requests r ON r.id = d.id
 			WHERE d.state = ? AND (? = '' OR d.target = ?) ORDER BY d.updated_at`,
-			string(request.StatusFailed), target, target)
+			string(request.StatusFailed), target, target))
 		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		for _, id := range ids {

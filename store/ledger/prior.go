@@ -173,8 +173,9 @@ func readPriors(ctx context.Context, db *sqlitedb.DB, batch []*priorCall) error 
 			CreatedAt: time.Unix(0, created.Int64).UTC(),
 		}
 		p.Ticket.Action = ticket.Action{Kind: kind.String, On: on.String, Ref: ref.String}
-		if fields.String != "" {
-			p.Ticket.Set = []byte(fields.String)
+		if err := p.Ticket.LoadFields(fields.String); err != nil {
+			c.err = fmt.Errorf("ledger: read ticket %s: %w", c.requestID, err)
+			continue
 		}
 		if p.OnAccepted = onAccepted.Bool; p.OnAccepted {
 			p.OnDelivery = request.Delivery{RequestID: on.String, State: onState.String, ExternalID: onExtID.String, ExternalURL: onExtURL.String}

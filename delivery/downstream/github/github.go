@@ -191,10 +191,20 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 			labels = append(labels, gl)
 		}
 	}
+	fields := d.Ticket.TargetFields()
+	for _, l := range downstream.FieldStrings(fields, "labels") {
+		if gl := Label(l); !slices.Contains(labels, gl) {
+			labels = append(labels, gl)
+		}
+	}
 	title, body := texts(d, shortened)
-	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.repo+"/issues", map[string]any{
-		"title": title, "body": body, "labels": labels,
-	})
+	in := map[string]any{"title": title, "body": body, "labels": labels}
+	for _, name := range []string{"assignees", "milestone", "type"} {
+		if v, ok := fields[name]; ok {
+			in[name] = v
+		}
+	}
+	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.repo+"/issues", in)
 	if err != nil {
 		return downstream.Receipt{}, err
 	}

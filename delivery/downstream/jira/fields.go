@@ -10,6 +10,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"ticketrelay/delivery/downstream"
+	"ticketrelay/ticket"
 )
 
 // Managed are the fields a create fills from the ticket: a fixed value
@@ -75,4 +78,44 @@ func checkShape(name string, v json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// TicketFields are the fields a create tool may set (decision 0185): the
+// system fields by their short value (a project key, an issue type name,
+// component and version names, an assignee's accountId, the parent's key,
+// a due date), shaped here as the create API takes them, and custom
+// fields, whose value is sent as given.
+var TicketFields = downstream.Catalog{Kind: "jira",
+	Named: map[string]string{
+		"project": ticket.FieldString, "issuetype": ticket.FieldString, "parent": ticket.FieldString, "duedate": ticket.FieldString,
+		"assignee": ticket.FieldString, "reporter": ticket.FieldString,
+		"components": ticket.FieldArray, "fixVersions": ticket.FieldArray, "versions": ticket.FieldArray,
+	},
+	Patterns: []downstream.FieldPattern{{RE: customField, Spelling: "customfield_<N>", Type: ticket.FieldAny}},
+}
+
+// ticketFields shapes a ticket's field values (ticket.Request.TargetFields)
+// as the create API takes them.
+func ticketFields(fields map[string]json.RawMessage) map[string]any {
+	out := map[string]any{}
+	for name, v := range fields {
+		s, _ := downstream.FieldString(fields, name)
+		switch name {
+		case "project", "parent":
+			out[name] = map[string]string{"key": s}
+		case "issuetype":
+			out[name] = map[string]string{"name": s}
+		case "assignee", "reporter":
+			out[name] = map[string]string{"accountId": s}
+		case "components", "fixVersions", "versions":
+			refs := []map[string]string{}
+			for _, n := range downstream.FieldStrings(fields, name) {
+				refs = append(refs, map[string]string{"name": n})
+			}
+			out[name] = refs
+		default: // duedate, customfield_N
+			out[name] = v
+		}
+	}
+	return out
 }

@@ -121,6 +121,7 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 	for name, v := range t.cfg.Fields {
 		fields[name] = v
 	}
+	maps.Copy(fields, ticketFields(d.Ticket.TargetFields())) // the tool's: its project or issue type wins over the target's
 	text := strings.TrimSpace(d.Ticket.Body)
 	if text != "" {
 		text += "\n\n"
@@ -141,10 +142,18 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 	return t.receipt(ans.Key), nil
 }
 
+// jqlQuote escapes a value for a quoted JQL string: a project key a
+// caller gave cannot end the string.
+var jqlQuote = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
+
 // Find searches for the key's label. Not finding it proves nothing (the
 // search index lags).
 func (t *Target) Find(ctx context.Context, d downstream.Delivery) (downstream.Receipt, bool, error) {
-	jql := fmt.Sprintf(`project = "%s" AND labels = "%s" ORDER BY created ASC`, t.cfg.Project, KeyLabel(d.Key))
+	project := t.cfg.Project
+	if p, ok := downstream.FieldString(d.Ticket.TargetFields(), "project"); ok {
+		project = p // the tool files into its own project
+	}
+	jql := fmt.Sprintf(`project = "%s" AND labels = "%s" ORDER BY created ASC`, jqlQuote.Replace(project), KeyLabel(d.Key))
 	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.api.Base+"/rest/api/3/search/jql", map[string]any{
 		"jql": jql, "fields": []string{"summary"}, "maxResults": 1,
 	})

@@ -150,7 +150,7 @@ func (t *Target) Capabilities() downstream.Capabilities { return Capabilities }
 // sync covers every line written before it (group commit), so the file's
 // throughput is not one ticket per fsync.
 func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream.Receipt, error) {
-	line, err := t.write(Line{Key: d.Key, Ticket: d.Ticket})
+	line, err := t.write(Line{Key: d.Key, Ticket: d.Ticket.WithFields()})
 	if err != nil {
 		return downstream.Receipt{}, err
 	}

@@ -189,6 +189,9 @@ type Payload struct {
 	Source        string         `json:"source"`
 	Severity      string         `json:"severity"`
 	Timestamp     string         `json:"timestamp,omitempty"`
+	Component     string         `json:"component,omitempty"`
+	Group         string         `json:"group,omitempty"`
+	Class         string         `json:"class,omitempty"`
 	CustomDetails map[string]any `json:"custom_details,omitempty"`
 }
 
@@ -222,6 +225,7 @@ func (t *Target) trigger(ctx context.Context, d downstream.Delivery) (downstream
 			},
 		},
 	}
+	payloadFields(&ev.Payload, d.Ticket.TargetFields())
 	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.api.Base+"/v2/enqueue", ev)
 	if err != nil {
 		return downstream.Receipt{}, err

@@ -164,8 +164,18 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 	if id, ok := t.cfg.PriorityIDs[d.Ticket.Priority]; ok {
 		in["priority_id"] = id
 	}
+	fields := d.Ticket.TargetFields()
+	for _, name := range []string{"tracker_id", "assigned_to_id", "category_id", "fixed_version_id", "parent_issue_id"} {
+		if v, ok := fields[name]; ok {
+			in[name] = v // the tool's tracker wins over the target's
+		}
+	}
+	var key []map[string]any
 	if t.cfg.CustomFieldID != 0 {
-		in["custom_fields"] = []map[string]any{{"id": t.cfg.CustomFieldID, "value": d.Key}}
+		key = []map[string]any{{"id": t.cfg.CustomFieldID, "value": d.Key}}
+	}
+	if cf := downstream.CustomFields(fields, key...); len(cf) > 0 {
+		in["custom_fields"] = cf
 	}
 	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.api.Base+"/issues.json", map[string]any{"issue": in})
 	if err != nil {

@@ -130,7 +130,7 @@ func (t *Target) Capabilities() downstream.Capabilities {
 // Idempotency-Key draft rejects a reused key with another payload); only the
 // timestamp and signature headers change.
 func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream.Receipt, error) {
-	body, err := json.Marshal(Payload{Type: EventType, Timestamp: d.Ticket.CreatedAt.UTC(), Data: d.Ticket})
+	body, err := json.Marshal(Payload{Type: EventType, Timestamp: d.Ticket.CreatedAt.UTC(), Data: d.Ticket.WithFields()})
 	if err != nil {
 		return downstream.Receipt{}, &downstream.Error{Class: downstream.Permanent, Err: err}
 	}

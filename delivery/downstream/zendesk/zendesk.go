@@ -96,6 +96,13 @@ type newTicket struct {
 	// Requester is who asked (the target's caller option field): Zendesk
 	// finds the end user by email, or creates one with this name.
 	Requester *requester `json:"requester,omitempty"`
+	// A create tool's fields (TicketFields).
+	GroupID      json.RawMessage  `json:"group_id,omitempty"`
+	AssigneeID   json.RawMessage  `json:"assignee_id,omitempty"`
+	BrandID      json.RawMessage  `json:"brand_id,omitempty"`
+	TicketFormID json.RawMessage  `json:"ticket_form_id,omitempty"`
+	Type         json.RawMessage  `json:"type,omitempty"`
+	CustomFields []map[string]any `json:"custom_fields,omitempty"`
 }
 
 // requester is the documented requester object of a ticket created
@@ -144,9 +151,17 @@ func (t *Target) Deliver(ctx context.Context, d downstream.Delivery) (downstream
 	for _, l := range d.Ticket.Labels {
 		tags = append(tags, strings.ReplaceAll(l, " ", "_")) // a space splits a Zendesk tag
 	}
+	fields := d.Ticket.TargetFields()
+	for _, tag := range downstream.FieldStrings(fields, "tags") {
+		if tag = strings.ReplaceAll(tag, " ", "_"); !slices.Contains(tags, tag) {
+			tags = append(tags, tag)
+		}
+	}
 	req, err := rest.NewJSONRequest(ctx, http.MethodPost, t.api.Base+"/api/v2/tickets", map[string]newTicket{"ticket": {
 		Subject: d.Ticket.Title, Comment: comment{Body: body}, Priority: d.Ticket.Priority, Tags: tags, ExternalID: d.Key,
 		Requester: requesterOf(d.Ticket.Caller),
+		GroupID:   fields["group_id"], AssigneeID: fields["assignee_id"], BrandID: fields["brand_id"],
+		TicketFormID: fields["ticket_form_id"], Type: fields["type"], CustomFields: downstream.CustomFields(fields),
 	}})
 	if err != nil {
 		return downstream.Receipt{}, err

@@ -22,7 +22,7 @@ func bindings(f *config.File) ([]mcptools.Binding, error) {
 	out := make([]mcptools.Binding, 0, len(f.Tools))
 	for _, t := range f.Tools {
 		out = append(out, mcptools.Binding{Tool: t.Name, Description: t.Description, Target: t.Target, Kind: kinds[t.Target],
-			Capabilities: caps[t.Target]})
+			Capabilities: caps[t.Target], Fields: t.FieldMaps()})
 	}
 	return out, nil
 }

@@ -16,7 +16,9 @@
 //     of more than 65536 characters and a label name of more than 50
 //     characters; labels are kept only when PushAccess is set (a user with
 //     push access, an installation with issues write), silently dropped
-//     otherwise; unknown labels are created
+//     otherwise; unknown labels are created; assignees, milestone (a
+//     number of Milestones) and type (one of IssueTypes) likewise, an
+//     unassignable login, unknown milestone or type → 422 Validation Failed
 //   - GET /repos/{owner}/{repo}/issues?labels=a,b&state=open|closed|all is
 //     read-after-write and includes pull requests (they carry "pull_request")
 //   - rate limits on create (LimitNext), with status LimitStatus (403, or
@@ -72,7 +74,18 @@ type Issue struct {
 	Assignees []string
 	Comments  []Comment
 	Locked    bool
+	// Milestone (its number, 0: none) and Type (the issue type's name)
+	// as a create set them.
+	Milestone int64
+	Type      string
 }
+
+// Milestones are the repository's open milestones, by number; IssueTypes
+// the organization's issue types.
+var (
+	Milestones = []int64{1, 2}
+	IssueTypes = []string{"Bug", "Task", "Feature"}
+)
 
 // Comment is one comment of an issue.
 type Comment struct {
@@ -306,12 +319,29 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in struct {
-		Title  *string  `json:"title"`
-		Body   string   `json:"body"`
-		Labels []string `json:"labels"`
+		Title     *string  `json:"title"`
+		Body      string   `json:"body"`
+		Labels    []string `json:"labels"`
+		Assignees []string `json:"assignees"`
+		Milestone *int64   `json:"milestone"`
+		Type      *string  `json:"type"`
 	}
 	if err := json.Unmarshal(body, &in); err != nil {
 		msg(w, http.StatusBadRequest, "Problems parsing JSON")
+		return
+	}
+	for _, a := range in.Assignees {
+		if !slices.ContainsFunc(f.Assignable, func(x string) bool { return strings.EqualFold(x, a) }) {
+			invalid(w, map[string]string{"resource": "Issue", "code": "invalid", "field": "assignees", "value": a})
+			return
+		}
+	}
+	if in.Milestone != nil && !slices.Contains(Milestones, *in.Milestone) {
+		invalid(w, map[string]string{"resource": "Issue", "code": "invalid", "field": "milestone", "value": fmt.Sprint(*in.Milestone)})
+		return
+	}
+	if in.Type != nil && !slices.Contains(IssueTypes, *in.Type) {
+		invalid(w, map[string]string{"resource": "Issue", "code": "invalid", "field": "type", "value": *in.Type})
 		return
 	}
 	switch {
@@ -332,8 +362,14 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	is := Issue{Number: int64(len(f.issues) + 1), Title: *in.Title, Body: in.Body, State: "open"}
-	if f.PushAccess {
-		is.Labels = in.Labels
+	if f.PushAccess { // without it, GitHub silently drops what only pushers may set
+		is.Labels, is.Assignees = in.Labels, in.Assignees
+		if in.Milestone != nil {
+			is.Milestone = *in.Milestone
+		}
+		if in.Type != nil {
+			is.Type = *in.Type
+		}
 	}
 	f.issues = append(f.issues, is)
 	w.Header().Set("Location", f.apiURL(is))

@@ -239,10 +239,20 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 					bad[name] = fmt.Sprintf("Component name '%s' is not valid", c.Name)
 				}
 			}
-		case "assignee":
+		case "assignee", "reporter":
 			var a struct{ AccountID string }
 			if json.Unmarshal(v, &a) != nil || !slices.Contains(Users, a.AccountID) {
 				bad[name] = fmt.Sprintf("User '%s' cannot be assigned issues.", a.AccountID)
+			}
+		case "duedate":
+			var d string
+			if json.Unmarshal(v, &d) != nil || !dateRE.MatchString(d) {
+				bad[name] = "Error parsing date string: " + string(v)
+			}
+		case "parent":
+			var p struct{ Key, ID string }
+			if json.Unmarshal(v, &p) != nil || p.Key == "" && p.ID == "" {
+				bad[name] = "Could not find issue by id or key."
 			}
 		default:
 			if !slices.Contains(CustomFields, name) {
@@ -289,6 +299,7 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 }
 
 var (
+	dateRE    = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}$`)
 	labelRE   = regexp.MustCompile(`\blabels\s*=\s*"([^"]+)"`)
 	projectRE = regexp.MustCompile(`\bproject\s*=\s*"([^"]+)"`)
 )

@@ -85,6 +85,9 @@ type Alert struct {
 	Severity string
 	Open     bool
 	Events   int // trigger events applied to it
+	// The payload's optional fields, as the first trigger gave them.
+	Component, Group, Class string
+	CustomDetails           map[string]json.RawMessage
 
 	IncidentID string
 	Status     string // triggered, acknowledged or resolved
@@ -231,9 +234,13 @@ func (f *Fake) enqueue(w http.ResponseWriter, r *http.Request) {
 		EventAction string `json:"event_action"`
 		DedupKey    string `json:"dedup_key"`
 		Payload     *struct {
-			Summary  string `json:"summary"`
-			Source   string `json:"source"`
-			Severity string `json:"severity"`
+			Summary       string                     `json:"summary"`
+			Source        string                     `json:"source"`
+			Severity      string                     `json:"severity"`
+			Component     string                     `json:"component"`
+			Group         string                     `json:"group"`
+			Class         string                     `json:"class"`
+			CustomDetails map[string]json.RawMessage `json:"custom_details"`
 		} `json:"payload"`
 	}
 	if err := json.Unmarshal(body, &ev); err != nil {
@@ -281,6 +288,7 @@ func (f *Fake) enqueue(w http.ResponseWriter, r *http.Request) {
 			n := len(f.alerts) + 1
 			f.alerts = append(f.alerts, &Alert{DedupKey: key, Summary: ev.Payload.Summary, Source: ev.Payload.Source,
 				Severity: ev.Payload.Severity, Open: true, Events: 1,
+				Component: ev.Payload.Component, Group: ev.Payload.Group, Class: ev.Payload.Class, CustomDetails: ev.Payload.CustomDetails,
 				IncidentID: fmt.Sprintf("Q%06d", n), Status: "triggered", CreatedAt: f.opts.Now().UTC()})
 		}
 		ev.DedupKey = key

@@ -4,15 +4,18 @@
 //   - authentication: X-Redmine-API-Key header or ?key=; none or a wrong
 //     one → 401 with an empty body
 //   - POST /issues.json {"issue":{project_id, tracker_id, subject,
-//     description, priority_id, custom_fields:[{id, value}]}} → 201
+//     description, priority_id, assigned_to_id, custom_fields:[{id,
+//     value}]}} → 201
 //     {"issue":{...}} with Location; an unknown project → 422 "Project
 //     cannot be blank"; a blank subject → 422 "Subject cannot be blank";
 //     a subject over 255 characters → 422 "Subject is too long (maximum is
 //     255 characters)"; an unknown priority → 422 "Priority cannot be
 //     blank"; a project without trackers → 422 "Tracker cannot be blank";
 //     a tracker the project does not enable → its first tracker (no
-//     error); a custom field the project does not enable → dropped (no
-//     error); a body that is not JSON → 400
+//     error); an assignee not in Users → 422 "Assignee is invalid"; a
+//     custom field the project does not enable → dropped (no error), a
+//     value kept as text (a number as its digits); a body that is not
+//     JSON → 400
 //   - GET /issues.json?project_id=… (identifier or id; unknown → 404) with
 //     explicit filters f[]=…&op[…]=…&v[…][]=… or short ones (status_id=*,
 //     cf_N=value, subject=~text): status_id (* any, o open, default o),
@@ -262,6 +265,7 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 			ProjectID    json.RawMessage `json:"project_id"`
 			TrackerID    json.RawMessage `json:"tracker_id"`
 			PriorityID   json.RawMessage `json:"priority_id"`
+			AssignedToID json.RawMessage `json:"assigned_to_id"`
 			Subject      string          `json:"subject"`
 			Description  string          `json:"description"`
 			CustomFields []struct {
@@ -296,10 +300,21 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 			is.TrackerID = t
 		}
 		for _, cf := range in.Issue.CustomFields {
-			var v string
-			if slices.Contains(p.Fields, cf.ID) && json.Unmarshal(cf.Value, &v) == nil {
+			// Redmine keeps a value as text: a number is its digits.
+			v, isNumber := "", json.Unmarshal(cf.Value, new(float64)) == nil
+			if slices.Contains(p.Fields, cf.ID) && (json.Unmarshal(cf.Value, &v) == nil || isNumber) {
+				if isNumber {
+					v = string(cf.Value)
+				}
 				is.Custom[cf.ID] = v
 			}
+		}
+	}
+	if len(in.Issue.AssignedToID) > 0 {
+		if u, _ := id(in.Issue.AssignedToID); Users[u] != "" {
+			is.AssigneeID = u
+		} else {
+			errs = append(errs, "Assignee is invalid")
 		}
 	}
 	switch n := utf8.RuneCountInString(is.Subject); {

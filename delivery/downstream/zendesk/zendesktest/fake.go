@@ -3,7 +3,10 @@
 //   - API token auth: Basic base64("{email}/token:{api_token}"), else 401
 //     {"error":"Couldn't authenticate you"}
 //   - POST /api/v2/tickets[.json] → 201 {"ticket":{...}}; a blank first
-//     comment → 422 RecordInvalid
+//     comment → 422 RecordInvalid; group_id not in Groups, assignee_id not
+//     in Agents, a type other than problem/incident/question/task, or a
+//     custom_fields item {"id","value"} whose id is not in TicketFields →
+//     422 RecordInvalid naming the field
 //   - Idempotency-Key: remembered 2 hours per account (injectable clock); a
 //     replay inside the window answers the first ticket with
 //     "x-idempotency-lookup: hit" (a first use: "miss"); the same key with
@@ -62,6 +65,12 @@ type Ticket struct {
 	// (Zendesk answers a requester_id; the fake keeps what it was sent).
 	Requester  *Requester `json:"requester,omitempty"`
 	AssigneeID *int64     `json:"assignee_id"`
+	// What a create tool's fields set.
+	GroupID      *int64        `json:"group_id,omitempty"`
+	BrandID      *int64        `json:"brand_id,omitempty"`
+	TicketFormID *int64        `json:"ticket_form_id,omitempty"`
+	Type         string        `json:"type,omitempty"`
+	CustomFields []CustomField `json:"custom_fields,omitempty"`
 	// Comments are the ticket's comments, its description first.
 	Comments []Comment `json:"-"`
 }
@@ -197,10 +206,21 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 			Tags       []string   `json:"tags"`
 			ExternalID string     `json:"external_id"`
 			Requester  *Requester `json:"requester"`
+			// A create tool's fields.
+			GroupID      *int64        `json:"group_id"`
+			AssigneeID   *int64        `json:"assignee_id"`
+			BrandID      *int64        `json:"brand_id"`
+			TicketFormID *int64        `json:"ticket_form_id"`
+			Type         string        `json:"type"`
+			CustomFields []CustomField `json:"custom_fields"`
 		} `json:"ticket"`
 	}
 	if err := json.Unmarshal(body, &in); err != nil {
 		downstreamtest.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "Unprocessable JSON", "description": err.Error()})
+		return
+	}
+	if field, problem := checkFields(in.Ticket.GroupID, in.Ticket.AssigneeID, in.Ticket.Type, in.Ticket.CustomFields); field != "" {
+		invalidRecord(w, field, problem)
 		return
 	}
 	if r := in.Ticket.Requester; r != nil && (!strings.Contains(r.Email, "@") || strings.TrimSpace(r.Name) == "") {
@@ -231,6 +251,8 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		ID: id, URL: fmt.Sprintf("%s/api/v2/tickets/%d.json", f.srv, id), ExternalID: in.Ticket.ExternalID,
 		Subject: in.Ticket.Subject, Desc: in.Ticket.Comment.Body, Priority: in.Ticket.Priority, Tags: in.Ticket.Tags,
 		Status: "new", CreatedAt: now, Requester: in.Ticket.Requester,
+		AssigneeID: in.Ticket.AssigneeID, GroupID: in.Ticket.GroupID, BrandID: in.Ticket.BrandID, TicketFormID: in.Ticket.TicketFormID,
+		Type: in.Ticket.Type, CustomFields: in.Ticket.CustomFields,
 	}
 	f.events++
 	tk.Comments = []Comment{{ID: f.events, Body: tk.Desc, Public: true}}
@@ -429,4 +451,38 @@ func (f *Fake) comments(w http.ResponseWriter, r *http.Request) {
 	}
 	downstreamtest.WriteJSON(w, http.StatusOK, map[string]any{"comments": tk.Comments[start:end],
 		"meta": map[string]any{"has_more": more, "after_cursor": strconv.Itoa(end)}, "links": links})
+}
+
+// CustomField is one item of a ticket's custom_fields: a field by its id
+// and its value.
+type CustomField struct {
+	ID    int64           `json:"id"`
+	Value json.RawMessage `json:"value"`
+}
+
+// Groups are the account's groups, TicketFields its custom ticket fields.
+var (
+	Groups       = []int64{2001, 2002}
+	TicketFields = []int64{360001, 360002}
+)
+
+// checkFields checks a create's fields as Zendesk does: the group and
+// assignee must exist, the type be one of the four, each custom field be
+// one of the account's, by id, with a value. It names the field at fault
+// and the problem, or returns "".
+func checkFields(group, assignee *int64, typ string, custom []CustomField) (field, problem string) {
+	switch {
+	case group != nil && !slices.Contains(Groups, *group):
+		return "group", "Group: is invalid"
+	case assignee != nil && !slices.Contains(Agents, *assignee):
+		return "assignee", "Assignee: is not an agent"
+	case typ != "" && !slices.Contains([]string{"problem", "incident", "question", "task"}, typ):
+		return "type", "Type: is invalid"
+	}
+	for _, c := range custom {
+		if !slices.Contains(TicketFields, c.ID) || len(c.Value) == 0 {
+			return "custom_fields", fmt.Sprintf("Custom field %d: is invalid", c.ID)
+		}
+	}
+	return "", ""
 }
