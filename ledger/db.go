@@ -26,7 +26,7 @@ func Open(ctx context.Context, path string) (*sqlitedb.DB, error) {
 // audit trail's (trail.Migrations). At a version with steps of several,
 // the ledger's run first. The full-text index of the tickets has its own
 // list (searchMigrations).
-var schema = sqlitedb.MustMerge(append(migrations, actionsStep), searchMigrations, consoleMigrations, outbox.Migrations, trail.Migrations)
+var schema = sqlitedb.MustMerge(append(migrations, actionsStep, fingerprintStep), searchMigrations, consoleMigrations, outbox.Migrations, trail.Migrations)
 
 // migrations are the ledger's steps: the tables requests (with the tickets
 // view), deliveries, dispatchers and settings. Append only: never edit a

@@ -15,6 +15,13 @@ type Result struct {
 	Status    Status    `json:"status"`
 	CreatedAt time.Time `json:"created_at"`
 	Replayed  bool      `json:"replayed"`
+	// Grouped: the request carried the fingerprint of a ticket still open,
+	// and was stored as an occurrence of it (group.go): TicketID is that
+	// ticket's, GroupedOn the request_id of its first report, Occurrences
+	// this report's number among them (2 for the first repeat).
+	Grouped     bool   `json:"grouped,omitempty"`
+	GroupedOn   string `json:"grouped_on,omitempty"`
+	Occurrences int    `json:"occurrences,omitempty"`
 	// Live is, on a replay, where the request stands now (what Find would
 	// answer), read in the same transaction; nil on a first call. Not
 	// stored.

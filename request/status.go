@@ -55,6 +55,11 @@ type Report struct {
 	// requested on its ticket, oldest first (at most MaxActionsShown).
 	Comments []Action `json:"comments,omitempty"`
 	Updates  []Action `json:"updates,omitempty"`
+	// Fingerprint is the fingerprint the request was filed with; Grouped
+	// says it was stored as an occurrence of the open ticket of that
+	// fingerprint (Ticket names it) instead of a ticket of its own.
+	Fingerprint string `json:"fingerprint,omitempty"`
+	Grouped     bool   `json:"grouped,omitempty"`
 
 	// What the front writes its words from, beside the fields above; not
 	// on the wire.
