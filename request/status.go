@@ -145,10 +145,11 @@ func (r *Report) Settle(d *Delivery) {
 func StatusOf(t ticket.Ticket, accepted time.Time, published *time.Time, d *Delivery) Report {
 	r := Report{RequestID: t.RequestID, TicketID: t.ID, Tool: t.Tool, Target: t.Target,
 		AcceptedAt: &accepted, PublishedAt: published, Caller: t.Caller.OrNil(), Scoped: t.Scoped(),
-		Kind: t.Kind, Ticket: cmp.Or(t.Ref, t.ID)}
+		Kind: t.Kind, Ticket: cmp.Or(t.Ref, t.ID), Fingerprint: t.Fingerprint}
 	if t.Kind == ticket.KindCreate {
 		r.Ticket = ""
 	}
+	r.Grouped = t.Kind == ticket.KindComment && t.Fingerprint != ""
 	r.Settle(d)
 	return r
 }
