@@ -9,7 +9,6 @@ package clusterrec
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -55,11 +54,7 @@ func (s *Store) group(ctx context.Context, key string) (g Group, rev uint64, fou
 
 func (s *Store) writeGroup(ctx context.Context, key string, g Group, rev uint64, create bool) (uint64, error) {
 	g.Format = FormatVersion
-	b, err := json.Marshal(g)
-	if err != nil {
-		return 0, err
-	}
-	return s.writeJSON(ctx, key, b, rev, create)
+	return s.writeJSON(ctx, key, g, rev, create)
 }
 
 // Group accepts req, a fingerprinted create, exactly once across the

@@ -283,17 +283,16 @@ var errConflict = errors.New("clusterrec: the record changed since it was read")
 
 func (s *Store) write(ctx context.Context, key string, rec Record, rev uint64, create bool) (uint64, error) {
 	rec.Format = FormatVersion
-	b, err := json.Marshal(rec)
+	return s.writeJSON(ctx, key, rec, rev, create)
+}
+
+// writeJSON writes v's JSON under key: if the key has no value (create),
+// else if its value is still at rev.
+func (s *Store) writeJSON(ctx context.Context, key string, v any, rev uint64, create bool) (uint64, error) {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return 0, err
 	}
-	return s.writeJSON(ctx, key, b, rev, create)
-}
-
-// writeJSON writes b under key: if the key has no value (create), else if
-// its value is still at rev.
-func (s *Store) writeJSON(ctx context.Context, key string, b []byte, rev uint64, create bool) (uint64, error) {
-	var err error
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
 	var n uint64
