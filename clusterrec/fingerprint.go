@@ -33,6 +33,17 @@ func (g *Grouped) answer(res *request.Result) {
 	}
 }
 
+// link sets, for a grouped res, where its ticket was delivered, from the
+// record of the ticket's create.
+func (f *Front) link(ctx context.Context, subject string, res *request.Result) {
+	if !res.Grouped {
+		return
+	}
+	if rec, _, found, err := f.store.Get(ctx, ticket.ScopedID(subject, res.GroupedOn)); err == nil && found && rec.Delivery != nil {
+		res.TicketLink = request.Link{ExternalID: rec.Delivery.ExternalID, ExternalURL: rec.Delivery.ExternalURL}
+	}
+}
+
 // Group is a fingerprint's group record: the ticket its reports go to
 // while it is open.
 type Group struct {
@@ -61,7 +72,11 @@ func (s *Store) writeGroup(ctx context.Context, key string, g Group, rev uint64,
 // cluster: a ticket if its fingerprint has no open group, else an
 // occurrence of the group's ticket (g); a repeat replays either.
 func (f *Front) Group(ctx context.Context, req ticket.Request, g request.Grouping) (request.Result, error) {
-	return f.create(ctx, req, func(ctx context.Context, c Claim) (Claim, error) { return f.decideGroup(ctx, c, g) })
+	res, err := f.create(ctx, req, func(ctx context.Context, c Claim) (Claim, error) { return f.decideGroup(ctx, c, g) })
+	if err == nil {
+		f.link(ctx, req.Subject, &res)
+	}
+	return res, err
 }
 
 // decideGroup decides what the claim c, this host's, of a fingerprinted

@@ -63,7 +63,9 @@ func (l *Ledger) Group(ctx context.Context, req ticket.Request, g request.Groupi
 		switch err := ptx.QueryRowContext(ctx, `SELECT 1 FROM requests WHERE request_id = ?`, req.Scoped()).Scan(&exists); {
 		case err == nil:
 			var err error
-			res, err = lookup(ctx, ptx, req, hash)
+			if res, err = lookup(ctx, ptx, req, hash); err == nil && res.Grouped {
+				res.TicketLink, err = linkOf(ctx, ptx, ticket.ScopedID(req.Subject, res.GroupedOn))
+			}
 			return err
 		case !errors.Is(err, sql.ErrNoRows):
 			return fmt.Errorf("ledger: look up %s: %w", req.RequestID, err)
@@ -72,16 +74,18 @@ func (l *Ledger) Group(ctx context.Context, req ticket.Request, g request.Groupi
 		var first, state string
 		var opened int64
 		var n int
+		var link request.Link
 		// A ticket whose create failed takes no occurrences: they would
 		// fail with it. The report files a new one.
-		err := ptx.QueryRowContext(ctx, `SELECT g.first, g.opened_at, g.occurrences, coalesce(d.state, '') FROM fingerprint_groups g
+		err := ptx.QueryRowContext(ctx, `SELECT g.first, g.opened_at, g.occurrences, `+linkColumns+` FROM fingerprint_groups g
 			LEFT JOIN requests r ON r.request_id = g.first LEFT JOIN deliveries d ON d.id = r.id WHERE g.key = ?`, key).
-			Scan(&first, &opened, &n, &state)
+			Scan(&first, &opened, &n, &state, &link.ExternalID, &link.ExternalURL)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("ledger: read the group of %s: %w", req.RequestID, err)
 		}
 		if err == nil && state != string(request.StatusFailed) && now.Before(time.Unix(0, opened).Add(g.Window)) {
 			res, err = l.occur(ctx, ptx, req, hash, now, tp, ts, first, n+1, g.Comments)
+			res.TicketLink = link
 			if err == nil {
 				_, err = ptx.ExecContext(ctx, `UPDATE fingerprint_groups SET occurrences = ? WHERE key = ?`, n+1, key)
 			}
@@ -133,6 +137,22 @@ func (l *Ledger) occur(ctx context.Context, tx sqlitedb.Tx, req ticket.Request, 
 		return request.Result{}, fmt.Errorf("ledger: record occurrence %s: %w", req.RequestID, err)
 	}
 	return res, nil
+}
+
+// linkColumns read a create's delivery state and where it was delivered,
+// from its delivery record d ("" for none).
+const linkColumns = `coalesce(d.state, ''), coalesce(d.external_id, ''), coalesce(d.external_url, '')`
+
+// linkOf reads where the create whose scoped id is first was delivered.
+func linkOf(ctx context.Context, tx sqlitedb.Tx, first string) (request.Link, error) {
+	var state string
+	var link request.Link
+	err := tx.QueryRowContext(ctx, `SELECT `+linkColumns+` FROM requests r LEFT JOIN deliveries d ON d.id = r.id WHERE r.request_id = ?`, first).
+		Scan(&state, &link.ExternalID, &link.ExternalURL)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = nil // pruned: no link
+	}
+	return link, err
 }
 
 // requestIDOf is the request id of subject's scoped id.

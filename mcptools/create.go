@@ -139,7 +139,7 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 			out = s.current(res)
 		}
 		if res.Grouped {
-			s.joined(ctx, r.Subject, &out)
+			s.joined(&out)
 		}
 		return jsonResult(out)
 	}

@@ -65,14 +65,12 @@ func (s *Server) accept(ctx context.Context, r ticket.Request) (request.Result, 
 	return g.Group(ctx, r, request.Grouping{Window: s.groupWindow(r.Target), Comments: s.beyond[r.Target].Comments})
 }
 
-// joined completes the answer to a grouped report: the ticket it joined,
-// where that ticket was delivered (as find_request of its first report
-// says now), and what happened.
-func (s *Server) joined(ctx context.Context, subject string, out *createResult) {
-	out.ExternalID, out.ExternalURL = "", ""
-	if st, err := s.ledger.Find(ctx, subject, out.GroupedOn); err == nil {
-		out.ExternalID, out.ExternalURL = st.ExternalID, st.ExternalURL
-	}
+// joined completes the answer to a grouped report: where the ticket it
+// joined was delivered (as the store read it with the report: a
+// find_request of the ticket would list all its comments), and what
+// happened.
+func (s *Server) joined(out *createResult) {
+	out.ExternalID, out.ExternalURL = out.TicketLink.ExternalID, out.TicketLink.ExternalURL
 	what := "an occurrence comment is added to it"
 	if !s.beyond[out.Target].Comments {
 		what = out.Target + " takes no comments: the occurrence is counted here, and nothing more is written there"
