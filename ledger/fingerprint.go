@@ -104,13 +104,7 @@ func (l *Ledger) Group(ctx context.Context, req ticket.Request, g request.Groupi
 			key, req.Scoped(), now.UnixNano())
 		return err
 	})
-	if err != nil {
-		return request.Result{}, err
-	}
-	if res.Live != nil {
-		_ = l.addServed(ctx, res.Live)
-	}
-	return res, nil
+	return l.answer(ctx, res, err)
 }
 
 // occur stores req as the n-th report on the ticket whose create is first

@@ -62,6 +62,12 @@ func (l *Ledger) CreateAt(ctx context.Context, req ticket.Request, hash string, 
 		res, err = lookup(ctx, ptx, req, hash)
 		return err
 	})
+	return l.answer(ctx, res, err)
+}
+
+// answer is the answer of a create whose transaction ended with res and
+// err: a replay's says what the running dispatchers deliver to.
+func (l *Ledger) answer(ctx context.Context, res request.Result, err error) (request.Result, error) {
 	if err != nil {
 		return request.Result{}, err
 	}
