@@ -15,7 +15,8 @@ import (
 // decides, so the webhook receives one ticket, every other report answers
 // grouped onto it (numbered 2..N, on either host), both hosts agree on
 // each report, a grouped report retried on the other host replays, and
-// each occurrence reaches the webhook once, as a comment event.
+// each occurrence reaches the webhook once, as a comment event; once the
+// ticket is closed through the other host, the fingerprint files anew.
 func TestFingerprintRaceAcrossHosts(t *testing.T) {
 	in := newInstallation(t)
 	a, b := in.startHost(t, "a"), in.startHost(t, "b")
@@ -99,5 +100,16 @@ func TestFingerprintRaceAcrossHosts(t *testing.T) {
 	}
 	if len(keys) != n || types["ticket.commented"] != n-1 || len(types) != 2 {
 		t.Fatalf("the webhook received %v in %d keys; want one ticket and %d occurrence comments, each once", types, len(keys), n-1)
+	}
+
+	// Closed through update_ticket on one host, the group ends for every
+	// host: the next report files a new ticket.
+	closer := hosts[0]
+	if first[len(first)-1]%2 == 0 {
+		closer = hosts[1]
+	}
+	closer.mustCall(t, "update_ticket", map[string]any{"request_id": "fp-close", "ticket": first, "status": "closed"})
+	if fresh, err := report(hosts[0], "fp-after-close"); err != nil || fresh.Grouped || fresh.TicketID == answers[0].TicketID {
+		t.Fatalf("a report after the ticket was closed: %+v, %v; want a new ticket", fresh, err)
 	}
 }
