@@ -25,6 +25,8 @@ type Args struct {
 	Body      string   `json:"body,omitempty"`
 	Priority  string   `json:"priority,omitempty"`
 	Labels    []string `json:"labels,omitempty"`
+	// Fingerprint groups repeated reports (scenario 13).
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // source hands out the arguments of the next call; ok is false once it is

@@ -57,6 +57,9 @@ type Target struct {
 	// default), footer (a line at the end of the body) or field (the
 	// API's own field; zendesk only). See downstream.CallerMode.
 	Caller string `yaml:"caller"`
+	// GroupWindow is how long after its first report a fingerprint's
+	// ticket takes the repeats of it (group.go); 0: the default.
+	GroupWindow time.Duration `yaml:"group_window"`
 
 	def targets.Def // resolved by Parse
 }
@@ -217,6 +220,7 @@ func (f *File) validate(lookup func(string) (string, bool), at spots, ps *proble
 	}
 	f.validateGrants(tools, at, ps)
 	f.validateSearch(at, ps)
+	f.validateGroupWindows(at, ps)
 }
 
 // Def is the target's resolved definition (secrets read from the

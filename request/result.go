@@ -15,6 +15,16 @@ type Result struct {
 	Status    Status    `json:"status"`
 	CreatedAt time.Time `json:"created_at"`
 	Replayed  bool      `json:"replayed"`
+	// Grouped: the request carried the fingerprint of a ticket still open,
+	// and was stored as an occurrence of it (group.go): TicketID is that
+	// ticket's, GroupedOn the request_id of its first report, Occurrences
+	// this report's number among them (2 for the first repeat).
+	Grouped     bool   `json:"grouped,omitempty"`
+	GroupedOn   string `json:"grouped_on,omitempty"`
+	Occurrences int    `json:"occurrences,omitempty"`
+	// TicketLink is, for a grouped report, where its ticket was delivered
+	// when the store answered (zero before). Not stored.
+	TicketLink Link `json:"-"`
 	// Live is, on a replay, where the request stands now (what Find would
 	// answer), read in the same transaction; nil on a first call. Not
 	// stored.
@@ -55,3 +65,9 @@ var ErrNotFound = errors.New("no such request")
 
 // ErrState is returned when an operator action does not fit the request's state.
 var ErrState = errors.New("the request is not in a state that allows this")
+
+// Link is where a downstream has an item: its id and, if it gives one, a
+// URL.
+type Link struct {
+	ExternalID, ExternalURL string
+}

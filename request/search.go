@@ -39,8 +39,10 @@ type Search struct {
 	Scope  SearchScope
 	Target string       // "": every target
 	Status SearchStatus // "": any
-	Limit  int          // 1 to MaxSearchLimit
-	Offset int          // results to skip: 0 to MaxSearchDepth-1
+	// Fingerprint: only tickets filed with it ("": any).
+	Fingerprint string
+	Limit       int // 1 to MaxSearchLimit
+	Offset      int // results to skip: 0 to MaxSearchDepth-1
 }
 
 // SearchScope is the tickets a caller may find: all of them, or those

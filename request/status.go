@@ -55,6 +55,11 @@ type Report struct {
 	// requested on its ticket, oldest first (at most MaxActionsShown).
 	Comments []Action `json:"comments,omitempty"`
 	Updates  []Action `json:"updates,omitempty"`
+	// Fingerprint is the fingerprint the request was filed with; Grouped
+	// says it was stored as an occurrence of the open ticket of that
+	// fingerprint (Ticket names it) instead of a ticket of its own.
+	Fingerprint string `json:"fingerprint,omitempty"`
+	Grouped     bool   `json:"grouped,omitempty"`
 
 	// What the front writes its words from, beside the fields above; not
 	// on the wire.
@@ -140,10 +145,11 @@ func (r *Report) Settle(d *Delivery) {
 func StatusOf(t ticket.Ticket, accepted time.Time, published *time.Time, d *Delivery) Report {
 	r := Report{RequestID: t.RequestID, TicketID: t.ID, Tool: t.Tool, Target: t.Target,
 		AcceptedAt: &accepted, PublishedAt: published, Caller: t.Caller.OrNil(), Scoped: t.Scoped(),
-		Kind: t.Kind, Ticket: cmp.Or(t.Ref, t.ID)}
+		Kind: t.Kind, Ticket: cmp.Or(t.Ref, t.ID), Fingerprint: t.Fingerprint}
 	if t.Kind == ticket.KindCreate {
 		r.Ticket = ""
 	}
+	r.Grouped = t.Kind == ticket.KindComment && t.Fingerprint != ""
 	r.Settle(d)
 	return r
 }

@@ -77,6 +77,10 @@ type Request struct {
 	Body     string   `json:"body"`
 	Priority string   `json:"priority"`
 	Labels   []string `json:"labels,omitempty"`
+	// Fingerprint groups repeated reports of one problem (fingerprint.go);
+	// part of Hash, absent for a request without one, whose hash is
+	// unchanged.
+	Fingerprint string `json:"fingerprint,omitempty"`
 	// Caller is who asked, as the front knew them when it accepted the
 	// request: recorded with the ticket, and what a target configured to
 	// say so shows (downstream.Present). Not part of Hash: the same user's

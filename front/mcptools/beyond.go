@@ -223,6 +223,7 @@ func (s *Server) actionHandler(kind string) mcp.ToolHandler {
 			return s.notCreated(ctx, o, tool, r.RequestID, err), nil
 		}
 		failpoint.Hit(failpoint.FrontAfterCommit)
+		s.closeGroup(ctx, r)
 		o.word, o.ticketID = metrics.CallCreated, res.TicketID
 		if res.Replayed {
 			o.word = metrics.CallReplayed

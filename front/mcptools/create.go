@@ -25,6 +25,8 @@ type createArgs struct {
 	Body      string   `json:"body"`
 	Priority  string   `json:"priority"`
 	Labels    []string `json:"labels"`
+	// Fingerprint groups repeated reports (fingerprint.go).
+	Fingerprint string `json:"fingerprint"`
 	// WaitForDelivery is not part of the request's identity (not in
 	// ticket.Request, so not in its hash): a retry that waits still replays.
 	WaitForDelivery int `json:"wait_for_delivery_seconds"`
@@ -42,11 +44,14 @@ func decodeCreate(b Binding, raw json.RawMessage) (ticket.Request, createArgs, e
 		return ticket.Request{}, a, err
 	}
 	r := ticket.Request{RequestID: a.RequestID, Tool: b.Tool, Target: b.Target,
-		Title: a.Title, Body: a.Body, Priority: a.Priority, Labels: a.Labels}
+		Title: a.Title, Body: a.Body, Priority: a.Priority, Labels: a.Labels, Fingerprint: a.Fingerprint}
 	if err := r.Normalize(); err != nil {
 		return r, a, labelItem(a.Labels, err)
 	}
 	if err := r.Values(b.Fields, given); err != nil {
+		return r, a, err
+	}
+	if err := ticket.ValidateFingerprint(r.Fingerprint); err != nil {
 		return r, a, err
 	}
 	return r, a, checkWait(a.WaitForDelivery)
@@ -123,7 +128,7 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 		}
 		r.Subject = callerSubject(req)
 		r.Caller = callerRecord(req)
-		res, err := s.ledger.Create(ctx, r)
+		res, err := s.accept(ctx, r)
 		if err != nil {
 			return s.notCreated(ctx, o, b.Tool, r.RequestID, err), nil
 		}
@@ -133,13 +138,17 @@ func (s *Server) createHandler(b Binding) mcp.ToolHandler {
 		if res.Replayed {
 			o.word = metrics.CallReplayed
 		}
-		if a.WaitForDelivery > 0 {
-			return jsonResult(s.awaitDelivery(ctx, req, r.Subject, res, time.Duration(a.WaitForDelivery)*time.Second))
+		out := createResult{Result: res, Detail: accepted, Caller: r.Caller.OrNil()}
+		switch {
+		case a.WaitForDelivery > 0:
+			out = s.awaitDelivery(ctx, req, r.Subject, res, time.Duration(a.WaitForDelivery)*time.Second)
+		case res.Replayed:
+			out = s.current(res)
 		}
-		if res.Replayed {
-			return jsonResult(s.current(res))
+		if res.Grouped {
+			s.joined(&out)
 		}
-		return jsonResult(createResult{Result: res, Detail: accepted, Caller: r.Caller.OrNil()})
+		return jsonResult(out)
 	}
 }
 

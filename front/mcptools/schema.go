@@ -37,6 +37,7 @@ var createInputSchema = map[string]any{
 			"items":       map[string]any{"type": "string", "minLength": 1, "maxLength": ticket.MaxLabelLen},
 			"description": fmt.Sprintf("Tags for the ticket: at most %d, each at most %d characters.", ticket.MaxLabels, ticket.MaxLabelLen),
 		},
+		"fingerprint": fingerprintArg,
 		"wait_for_delivery_seconds": map[string]any{
 			"type": "integer", "minimum": 0, "maximum": MaxWaitForDelivery, "default": 0,
 			"description": "Optional: after accepting the ticket, wait up to this many seconds for its delivery and answer with the status reached " +
@@ -92,6 +93,7 @@ var createOutputSchema = map[string]any{
 		"external_url": externalURLOut,
 		"detail":       detailOut,
 		"caller":       callerOutSchema,
+		"grouped":      groupedOut, "grouped_on": groupedOnOut, "occurrences": occurrencesOut,
 	},
 }
 
@@ -127,6 +129,7 @@ var findOutputSchema = map[string]any{
 		"ticket":          schemaString("For a comment or an update: the ticket it acts on (its ticket_id, or the target's own key or URL)."),
 		"comments":        actionsOut("For a ticket: the comments requested on it, oldest first, each with its status."),
 		"updates":         actionsOut("For a ticket: the updates requested on it, oldest first, each with its status."),
+		"fingerprint":     fingerprintOut, "grouped": groupedOut,
 	},
 }
 

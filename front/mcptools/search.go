@@ -31,8 +31,10 @@ type searchArgs struct {
 	Query  string `json:"query"`
 	Target string `json:"target"`
 	Status string `json:"status"`
-	Limit  *int   `json:"limit"`
-	Cursor string `json:"cursor"`
+	// Fingerprint filters by the fingerprint tickets were filed with.
+	Fingerprint string `json:"fingerprint"`
+	Limit       *int   `json:"limit"`
+	Cursor      string `json:"cursor"`
 }
 
 // SearchHit is one ticket of search_tickets' answer.
@@ -46,6 +48,7 @@ type SearchHit struct {
 	ExternalURL string         `json:"external_url,omitempty"`
 	Snippet     string         `json:"snippet"`
 	Mine        bool           `json:"mine"`
+	Fingerprint string         `json:"fingerprint,omitempty"`
 }
 
 // SearchAnswer is search_tickets' answer.
@@ -61,7 +64,8 @@ func (s *Server) searchHandler(ctx context.Context, req *mcp.CallToolRequest) (*
 		return searchInvalid(o, err), nil
 	}
 	q := request.Search{Text: a.Query, Target: a.Target, Status: request.SearchStatus(a.Status), Limit: defaultSearchLimit,
-		Scope: s.searchScope(req)}
+		Fingerprint: a.Fingerprint,
+		Scope:       s.searchScope(req)}
 	if a.Limit != nil {
 		q.Limit = *a.Limit
 	}
@@ -85,7 +89,7 @@ func (s *Server) searchHandler(ctx context.Context, req *mcp.CallToolRequest) (*
 	for i, h := range page.Hits {
 		ans.Results[i] = SearchHit{TicketID: h.Report.TicketID, RequestID: h.Report.RequestID, Target: h.Report.Target,
 			Title: h.Title, Status: h.Report.Status, CreatedAt: h.Report.AcceptedAt, ExternalURL: h.Report.ExternalURL,
-			Snippet: h.Snippet, Mine: h.Subject == subject}
+			Snippet: h.Snippet, Mine: h.Subject == subject, Fingerprint: h.Report.Fingerprint}
 	}
 	if page.More {
 		ans.NextCursor = cursorFor(q, q.Offset+len(page.Hits))
@@ -136,7 +140,7 @@ func readCursor(c string, q request.Search) (int, error) {
 }
 
 func searchDigest(q request.Search) []byte {
-	sum := sha256.Sum256(fmt.Appendf(nil, "%q %q %q %d", q.Text, q.Target, q.Status, q.Limit))
+	sum := sha256.Sum256(fmt.Appendf(nil, "%q %q %q %d %q", q.Text, q.Target, q.Status, q.Limit, q.Fingerprint))
 	return sum[:8]
 }
 
@@ -195,7 +199,8 @@ var searchInputSchema = map[string]any{
 			"type": "integer", "minimum": 1, "maximum": request.MaxSearchLimit, "default": defaultSearchLimit,
 			"description": "Results per page.",
 		},
-		"cursor": schemaString("Optional: next_cursor of the previous page, to get the next one."),
+		"cursor":      schemaString("Optional: next_cursor of the previous page, to get the next one."),
+		"fingerprint": schemaString("Optional: only tickets filed with this fingerprint (create_ticket's fingerprint argument)."),
 	},
 }
 
@@ -220,6 +225,7 @@ var searchOutputSchema = map[string]any{
 					"external_url": externalURLOut,
 					"snippet":      schemaString("A short fragment of the ticket's text around the matches, each in [brackets]."),
 					"mine":         map[string]any{"type": "boolean", "description": "true if you filed it (under your token's subject)."},
+					"fingerprint":  fingerprintOut,
 				},
 			},
 		},

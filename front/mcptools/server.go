@@ -58,6 +58,9 @@ type Config struct {
 	// SearchOwn, every caller finds its own only (decision 0190).
 	Search    Searcher
 	SearchOwn bool
+	// GroupWindows is, per target, how long a fingerprint's ticket takes
+	// occurrences (default request.DefaultGroupWindow).
+	GroupWindows map[string]time.Duration
 }
 
 // Requests is the part of a store the tools use: accept a request exactly
@@ -79,6 +82,8 @@ type Server struct {
 	search    Searcher
 	bindings  []Binding
 	searchOwn bool
+	// groupWindows: Config.GroupWindows (fingerprint.go).
+	groupWindows map[string]time.Duration
 }
 
 // New builds an MCP server with one create tool per binding and find_request;
@@ -87,7 +92,8 @@ func New(cfg Config, l Requests, m *metrics.Front, log *slog.Logger) (*mcp.Serve
 	if len(cfg.Bindings) == 0 {
 		return nil, errors.New("mcptools: no tool bindings")
 	}
-	s := &Server{ledger: l, log: log, search: cfg.Search, access: cfg.Access, bindings: cfg.Bindings, searchOwn: cfg.SearchOwn}
+	s := &Server{ledger: l, log: log, search: cfg.Search, access: cfg.Access, bindings: cfg.Bindings, searchOwn: cfg.SearchOwn,
+		groupWindows: cfg.GroupWindows}
 	name := cfg.Name
 	if name == "" {
 		name = "ticketrelay"

@@ -221,7 +221,7 @@ func TestSearchTickets(t *testing.T) {
 		{map[string]any{"query": "x", "status": "open"}, `invalid argument "status": "open" is not one of`},
 		{map[string]any{"query": "x", "cursor": "nonsense!"}, `invalid argument "cursor": is not a cursor`},
 		{map[string]any{"query": "other", "limit": 2, "cursor": first.NextCursor}, `invalid argument "cursor": belongs to a search with other arguments`},
-		{map[string]any{"query": "x", "fingerprint": "f"}, `unknown argument "fingerprint"`},
+		{map[string]any{"query": "x", "owner": "f"}, `unknown argument "owner"`},
 		{map[string]any{}, `invalid argument "query": has no words`},
 	} {
 		if _, errText := searchCall(t, ctx, alice, c.args); !strings.Contains(errText, c.want) {

@@ -70,14 +70,21 @@ func (f *Front) hold(scoped string) (held func() bool, release func()) {
 // others adopted refuses to claim (ErrOrphaned), but still answers a
 // replay or a conflict: those need no delivery of its own.
 func (f *Front) Create(ctx context.Context, req ticket.Request) (request.Result, error) {
+	return f.create(ctx, req, nil)
+}
+
+// create is Create; decide, if not nil, may turn a claim this host holds
+// into another request under the same request id before it is committed
+// (a fingerprinted create into an occurrence, fingerprint.go).
+func (f *Front) create(ctx context.Context, req ticket.Request, decide func(context.Context, Claim) (Claim, error)) (request.Result, error) {
 	scoped := req.Scoped()
 	hash := req.Hash()
 	t := ticket.Ticket{Request: req, ID: req.TicketID(), CreatedAt: f.now().UTC()}
 	held, release := f.hold(scoped)
 	defer release()
 	cctx, cancel := context.WithTimeout(ctx, f.ClaimTimeout)
+	defer cancel()
 	c, err := f.store.claim(cctx, t, hash, held, f.dispatcherAlive)
-	cancel()
 	if err != nil {
 		return request.Result{}, err
 	}
@@ -85,6 +92,11 @@ func (f *Front) Create(ctx context.Context, req ticket.Request) (request.Result,
 		return f.replay(req, c.Record), nil
 	}
 	failpoint.Hit(failpoint.FrontAfterClaim) // claimed, not yet committed
+	if decide != nil {
+		if c, err = decide(cctx, c); err != nil {
+			return request.Result{}, err
+		}
+	}
 	// The claim's ticket, not t: a claim taken over keeps the time the
 	// request was first accepted, and every host stores the same ticket.
 	res, err := f.ledger.CreateAt(ctx, c.Record.Ticket.Request, hash, c.Record.Ticket.CreatedAt)
@@ -97,6 +109,7 @@ func (f *Front) Create(ctx context.Context, req ticket.Request) (request.Result,
 		// and the record keep it to one delivery.
 		f.log.Warn("accepted, but the cluster record still says claimed", "request_id", req.RequestID, "err", err)
 	}
+	c.Record.Group.answer(&res)
 	return res, nil
 }
 
@@ -131,8 +144,10 @@ const heartbeatEvery = time.Second
 // record.
 func (f *Front) replay(req ticket.Request, rec Record) request.Result {
 	st := f.status(req.RequestID, rec)
-	return request.Result{RequestID: req.RequestID, TicketID: rec.Ticket.ID, Target: rec.Ticket.Target,
+	res := request.Result{RequestID: req.RequestID, TicketID: rec.Ticket.ID, Target: rec.Ticket.Target,
 		Status: st.Status, CreatedAt: rec.Ticket.CreatedAt, Replayed: true, Live: &st}
+	rec.Group.answer(&res)
+	return res
 }
 
 // status is where rec's request stands: its delivery as the record holds

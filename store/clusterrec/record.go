@@ -50,6 +50,9 @@ type Record struct {
 	// Trace is the claiming call's W3C traceparent ("": untraced): a host
 	// that adopts the request links its own trace to it.
 	Trace string `json:"trace,omitempty"`
+	// Group is set on a fingerprinted create stored as an occurrence of
+	// its fingerprint's open ticket (fingerprint.go).
+	Group *Grouped `json:"group,omitempty"`
 }
 
 // Delivery is a request's delivery outcome as the forwarders record it.

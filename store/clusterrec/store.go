@@ -194,27 +194,36 @@ func (s *Store) Host() string { return s.cfg.Host }
 // is a direct get, which any replica may answer, a lagging one with an
 // older record or none: a decision must see the last write acknowledged.
 func (s *Store) get(ctx context.Context, key string) (rec Record, rev uint64, found bool, err error) {
+	rev, found, err = s.getJSON(ctx, key, &rec)
+	if err != nil || !found {
+		return rec, 0, false, err
+	}
+	if rec.Format > FormatVersion {
+		return rec, 0, false, fmt.Errorf("clusterrec: record %s has format %d, newer than this build's %d", key, rec.Format, FormatVersion)
+	}
+	return rec, rev, true, nil
+}
+
+// getJSON reads key's value from the bucket's stream leader into v.
+func (s *Store) getJSON(ctx context.Context, key string, v any) (rev uint64, found bool, err error) {
 	m, found, err := s.leaderGet(ctx, map[string]any{"last_by_subj": "$KV." + s.cfg.Installation.Bucket() + "." + key})
 	if err != nil {
-		return rec, 0, false, fmt.Errorf("read %s: %w", key, err)
+		return 0, false, fmt.Errorf("read %s: %w", key, err)
 	}
 	if !found {
-		return rec, 0, false, nil
+		return 0, false, nil
 	}
 	if len(m.Hdrs) > 0 {
 		// A delete or purge marker: records are never deleted, but an
 		// operator may have; the request is then unknown.
 		if h, err := nats.DecodeHeadersMsg(m.Hdrs); err == nil && h.Get("KV-Operation") != "" {
-			return rec, 0, false, nil
+			return 0, false, nil
 		}
 	}
-	if err := json.Unmarshal(m.Data, &rec); err != nil {
-		return rec, 0, false, fmt.Errorf("clusterrec: record %s: %w", key, err)
+	if err := json.Unmarshal(m.Data, v); err != nil {
+		return 0, false, fmt.Errorf("clusterrec: record %s: %w", key, err)
 	}
-	if rec.Format > FormatVersion {
-		return rec, 0, false, fmt.Errorf("clusterrec: record %s has format %d, newer than this build's %d", key, rec.Format, FormatVersion)
-	}
-	return rec, m.Seq, true, nil
+	return m.Seq, true, nil
 }
 
 // storedMsg is a message of the bucket's stream as its leader returns it.
@@ -274,7 +283,13 @@ var errConflict = errors.New("clusterrec: the record changed since it was read")
 
 func (s *Store) write(ctx context.Context, key string, rec Record, rev uint64, create bool) (uint64, error) {
 	rec.Format = FormatVersion
-	b, err := json.Marshal(rec)
+	return s.writeJSON(ctx, key, rec, rev, create)
+}
+
+// writeJSON writes v's JSON under key: if the key has no value (create),
+// else if its value is still at rev.
+func (s *Store) writeJSON(ctx context.Context, key string, v any, rev uint64, create bool) (uint64, error) {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return 0, err
 	}

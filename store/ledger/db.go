@@ -16,8 +16,9 @@ import (
 // sequence (package store merges every owner's): its tables below, the
 // requests' kind (actionsStep), the full-text index of the tickets
 // (searchMigrations), the requests parked until their create settles
-// (waitingMigrations) and the console's attempts (consoleMigrations).
-var Migrations = slices.Concat(migrations, []sqlitedb.Step{actionsStep}, searchMigrations, waitingMigrations, consoleMigrations)
+// (waitingMigrations), the open fingerprint groups (fingerprintStep) and
+// the console's attempts (consoleMigrations).
+var Migrations = slices.Concat(migrations, []sqlitedb.Step{actionsStep, fingerprintStep}, searchMigrations, waitingMigrations, consoleMigrations)
 
 // migrations are the ledger's steps: the tables requests (with the tickets
 // view), deliveries, dispatchers and settings. Append only: never edit a

@@ -62,6 +62,12 @@ func (l *Ledger) CreateAt(ctx context.Context, req ticket.Request, hash string, 
 		res, err = lookup(ctx, ptx, req, hash)
 		return err
 	})
+	return l.answer(ctx, res, err)
+}
+
+// answer is the answer of a create whose transaction ended with res and
+// err: a replay's says what the running dispatchers deliver to.
+func (l *Ledger) answer(ctx context.Context, res request.Result, err error) (request.Result, error) {
 	if err != nil {
 		return request.Result{}, err
 	}
@@ -109,40 +115,56 @@ func lookup(ctx context.Context, q outbox.Querier, req ticket.Request, hash stri
 // returns the result, unless the ledger already holds req.RequestID: then it
 // writes nothing and reports false.
 func (l *Ledger) insert(ctx context.Context, tx sqlitedb.Tx, req ticket.Request, hash string, now time.Time, traceparent, tracestate string) (res request.Result, inserted bool, err error) {
-	scoped := req.Scoped()
-	t := ticket.Ticket{Request: req, ID: req.TicketID(), CreatedAt: now.UTC()}
-	res = request.Result{RequestID: req.RequestID, TicketID: t.ID, Target: req.Target, Status: request.StatusQueued, CreatedAt: t.CreatedAt}
-	stored, err := json.Marshal(res)
-	if err != nil {
+	res, id, inserted, err := insertRow(ctx, tx, req, hash, now, request.Result{})
+	if err != nil || !inserted {
 		return request.Result{}, false, err
 	}
-	payload, err := json.Marshal(ticket.Ref{RequestID: scoped, TicketID: t.ID, Kind: req.Kind})
+	return res, true, insertOutbox(ctx, tx, req, id, now, traceparent, tracestate)
+}
+
+// insertRow writes the ledger row, with its ticket, and returns the result
+// (res with the row's own fields set) and the row's id, unless the ledger
+// already holds req.RequestID: then it writes nothing and reports false.
+func insertRow(ctx context.Context, tx sqlitedb.Tx, req ticket.Request, hash string, now time.Time, res request.Result) (_ request.Result, id int64, inserted bool, err error) {
+	t := ticket.Ticket{Request: req, ID: req.TicketID(), CreatedAt: now.UTC()}
+	res.RequestID, res.TicketID, res.Target, res.Status, res.CreatedAt = req.RequestID, t.ID, req.Target, request.StatusQueued, t.CreatedAt
+	stored, err := json.Marshal(res)
 	if err != nil {
-		return request.Result{}, false, err
+		return request.Result{}, 0, false, err
 	}
 	labels, err := json.Marshal(req.Labels)
 	if err != nil {
-		return request.Result{}, false, err
+		return request.Result{}, 0, false, err
 	}
 	// The ticket is stored in the ledger row, and the outbox row takes its
 	// id: one insert at a random key per create (see migration 3).
 	ins, err := tx.ExecContext(ctx,
 		`INSERT INTO requests (request_id, subject, caller_name, caller_email, tool, target, args_hash, ticket_id, result, created_at, title, body, priority, labels,
-			kind, on_request, ref, fields)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(request_id) DO NOTHING`,
-		scoped, req.Subject, req.Caller.Name, req.Caller.Email, req.Tool, req.Target, hash, t.ID, string(stored), now.UnixNano(),
-		req.Title, req.Body, req.Priority, string(labels), req.Kind, req.On, req.Ref, req.StoredFields())
+			kind, on_request, ref, fields, fingerprint)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(request_id) DO NOTHING`,
+		req.Scoped(), req.Subject, req.Caller.Name, req.Caller.Email, req.Tool, req.Target, hash, t.ID, string(stored), now.UnixNano(),
+		req.Title, req.Body, req.Priority, string(labels), req.Kind, req.On, req.Ref, req.StoredFields(), req.Fingerprint)
 	if err != nil {
-		return request.Result{}, false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
+		return request.Result{}, 0, false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
 	}
 	if n, err := ins.RowsAffected(); err != nil || n == 0 {
-		return request.Result{}, false, err
+		return request.Result{}, 0, false, err
 	}
-	id, err := ins.LastInsertId()
+	id, err = ins.LastInsertId()
 	if err != nil {
-		return request.Result{}, false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
+		return request.Result{}, 0, false, fmt.Errorf("ledger: insert request %s: %w", req.RequestID, err)
 	}
-	if err := outbox.InsertTx(ctx, tx, outbox.Message{
+	return res, id, true, nil
+}
+
+// insertOutbox writes the outbox row of req's ledger row id.
+func insertOutbox(ctx context.Context, tx sqlitedb.Tx, req ticket.Request, id int64, now time.Time, traceparent, tracestate string) error {
+	scoped := req.Scoped()
+	payload, err := json.Marshal(ticket.Ref{RequestID: scoped, TicketID: req.TicketID(), Kind: req.Kind})
+	if err != nil {
+		return err
+	}
+	return outbox.InsertTx(ctx, tx, outbox.Message{
 		ID:        id,
 		RequestID: scoped,
 		Subject:   outbox.SubjectFor(req.Target),
@@ -151,8 +173,5 @@ func (l *Ledger) insert(ctx context.Context, tx sqlitedb.Tx, req ticket.Request,
 		// The call's trace context: the relay publishes within its trace.
 		TraceParent: traceparent,
 		TraceState:  tracestate,
-	}); err != nil {
-		return request.Result{}, false, err
-	}
-	return res, true, nil
+	})
 }

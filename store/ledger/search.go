@@ -79,6 +79,10 @@ func (l *Ledger) SearchTickets(ctx context.Context, s request.Search) (request.S
 		where = append(where, "r.target = ?")
 		args = append(args, s.Target)
 	}
+	if s.Fingerprint != "" {
+		where = append(where, "r.fingerprint = ?")
+		args = append(args, s.Fingerprint)
+	}
 	join := ""
 	if s.Status != request.SearchAnyStatus {
 		join, where = "LEFT JOIN deliveries d ON d.id = r.id", append(where, statusConds[s.Status])

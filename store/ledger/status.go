@@ -60,7 +60,7 @@ func (l *Ledger) find(ctx context.Context, shown, scoped, where string, args ...
 // the ledger row anyway.
 const (
 	statusColumns = `r.id, r.subject, r.caller_name, r.caller_email, r.ticket_id, r.tool, r.target, r.created_at,
-		d.state, d.attempts, d.throttled, d.next_attempt_at, d.last_error, d.failure, d.external_id, d.external_url, d.updated_at, r.kind, r.on_request, r.ref`
+		d.state, d.attempts, d.throttled, d.next_attempt_at, d.last_error, d.failure, d.external_id, d.external_url, d.updated_at, r.kind, r.on_request, r.ref, r.fingerprint`
 	statusJoins = `FROM requests r LEFT JOIN deliveries d ON d.id = r.id`
 )
 
@@ -79,7 +79,7 @@ type statusRow struct {
 // dest is the Scan destination of statusColumns, filling st and r.
 func (r *statusRow) dest(st *request.Report) []any {
 	return []any{&r.id, &r.caller.Subject, &r.caller.Name, &r.caller.Email, &st.TicketID, &st.Tool, &st.Target, &r.created,
-		&r.state, &r.attempts, &r.throttled, &r.next, &r.lastErr, &r.failure, &r.extID, &r.extURL, &r.upd, &st.Kind, &r.on, &r.ref}
+		&r.state, &r.attempts, &r.throttled, &r.next, &r.lastErr, &r.failure, &r.extID, &r.extURL, &r.upd, &st.Kind, &r.on, &r.ref, &st.Fingerprint}
 }
 
 // readPublished reads when the request's outbox row was published.
@@ -94,6 +94,7 @@ func (r *statusRow) fill(st *request.Report) {
 	st.AcceptedAt = timePtr(r.created)
 	if st.Kind != ticket.KindCreate {
 		st.Ticket = cmp.Or(r.ref, st.TicketID)
+		st.Grouped = st.Fingerprint != ""
 	}
 	st.Caller = r.caller.OrNil()
 	if !r.published.IsZero() {

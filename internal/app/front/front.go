@@ -133,7 +133,8 @@ func (f *front) build(ctx context.Context) error {
 		return err
 	}
 	mc := mcptools.Config{Version: app.Version, Bindings: f.bindings, Access: f.access, Beyond: beyond(cfg),
-		Search: f.search, SearchOwn: cfg.SearchScope == config.SearchScopeOwn}
+		Search: f.search, SearchOwn: cfg.SearchScope == config.SearchScopeOwn,
+		GroupWindows: cfg.GroupWindows()}
 	if f.trail != nil {
 		mc.Trail = f.trail
 	}
