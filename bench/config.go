@@ -165,7 +165,7 @@ func (c Config) WithDefaults() Config {
 }
 
 // allScenarios are the scenarios of a whole run.
-var allScenarios = []int{1, 2, 3, 4, 5, 6, 7, 8, clusterScenario, signInScenario, consoleScenario, searchScenario}
+var allScenarios = []int{1, 2, 3, 4, 5, 6, 7, 8, clusterScenario, signInScenario, consoleScenario, searchScenario, commentScenario}
 
 func (c Config) validate() error {
 	if c.BinDir == "" {
@@ -186,7 +186,7 @@ func (c Config) validate() error {
 	}
 	for _, s := range c.Only {
 		if !slices.Contains(allScenarios, s) {
-			return fmt.Errorf("bench: there is no scenario %d (1-%d)", s, searchScenario)
+			return fmt.Errorf("bench: there is no scenario %d (one of %v)", s, allScenarios)
 		}
 	}
 	return nil

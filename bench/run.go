@@ -151,6 +151,9 @@ func (r *runner) runAll(ctx context.Context) {
 	if cfg.wants(searchScenario) {
 		r.step(ctx, "scenario 12 (search)", func() error { return r.scenario12(ctx, top) })
 	}
+	if cfg.wants(commentScenario) {
+		r.step(ctx, fmt.Sprintf("scenario %d (add_comment)", commentScenario), func() error { return r.scenario13(ctx, top) })
+	}
 }
 
 // step runs one scenario and turns its failure into an ERR row.
