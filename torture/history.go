@@ -54,7 +54,7 @@ type Request struct {
 	Tool     string   `json:"tool"`
 	Target   string   `json:"target"`
 	Kind     string   `json:"kind"`  // the target's kind: webhook, zendesk, …
-	Keyed    bool     `json:"keyed"` // the target takes a dedupe key
+	Keyed    bool     `json:"keyed"` // the target takes a dedupe key (a comment: or its marker lookup is consistent)
 	Title    string   `json:"title"`
 	Body     string   `json:"body,omitempty"`
 	Priority string   `json:"priority,omitempty"`
