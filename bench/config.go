@@ -165,7 +165,7 @@ func (c Config) WithDefaults() Config {
 }
 
 // allScenarios are the scenarios of a whole run.
-var allScenarios = []int{1, 2, 3, 4, 5, 6, 7, 8, clusterScenario, signInScenario, consoleScenario, searchScenario, fingerprintScenario}
+var allScenarios = []int{1, 2, 3, 4, 5, 6, 7, 8, clusterScenario, signInScenario, consoleScenario, searchScenario, fingerprintScenario, commentScenario}
 
 func (c Config) validate() error {
 	if c.BinDir == "" {

@@ -40,6 +40,9 @@
 //  10. issue 34: create_ticket at the top session count with signed-in
 //     users' JWTs validated against an issuer's JWKS vs static bearer
 //     tokens, and with the audit trail on vs -audit=false (scenario10.go).
+//  13. issue 35: add_comment on the run's own tickets vs create_ticket on
+//     one mcp-front at the top session count, alternated windows
+//     (scenario13.go; its number is the constant commentScenario).
 //
 // mcp-front's -bench-noop-tool (env TICKETRELAY_BENCH_NOOP_TOOL) is for
 // this harness only and is not listed by -help: it also serves

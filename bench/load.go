@@ -21,7 +21,8 @@ import (
 // and the go-sdk no-op server take the same shape.
 type Args struct {
 	RequestID string   `json:"request_id"`
-	Title     string   `json:"title"`
+	Title     string   `json:"title,omitempty"`
+	Ticket    string   `json:"ticket,omitempty"` // add_comment's
 	Body      string   `json:"body,omitempty"`
 	Priority  string   `json:"priority,omitempty"`
 	Labels    []string `json:"labels,omitempty"`

@@ -154,6 +154,9 @@ func (r *runner) runAll(ctx context.Context) {
 	if cfg.wants(fingerprintScenario) {
 		r.step(ctx, "scenario 13 (fingerprinted repeats)", func() error { return r.scenario13(ctx, top) })
 	}
+	if cfg.wants(commentScenario) {
+		r.step(ctx, fmt.Sprintf("scenario %d (add_comment)", commentScenario), func() error { return r.scenario14(ctx, top) })
+	}
 }
 
 // step runs one scenario and turns its failure into an ERR row.

@@ -64,6 +64,10 @@ type Prior struct {
 	// is its delivery record (State "": none yet).
 	OnAccepted bool
 	OnDelivery Delivery
+	// EarlierUpdate: the request is an update of a ticket ticketrelay
+	// filed, and an update of that ticket the store accepted before it is
+	// not settled yet (decision 0184).
+	EarlierUpdate bool
 }
 
 // Action is a comment or an update as find_request lists it under the

@@ -28,9 +28,11 @@ type action struct {
 // onTicket prepares an attempt of a comment or an update, and reports
 // done when the message must not reach the downstream now. A request on a
 // ticket ticketrelay filed waits for that create's delivery, and then acts
-// on the external id it recorded: the message is handed back, unrecorded
-// and uncounted, until the create is delivered. A create that ended
-// without a ticket (failed, uncertain, gone) leaves nothing to act on.
+// on the external id it recorded: until the create is delivered the
+// request is set aside (wait), unrecorded and uncounted. An update of a
+// delivered ticket is handed back while the ticket's updates accepted
+// before it are unsettled. A create that
+// ended without a ticket (failed, uncertain, gone) leaves nothing to act on.
 func (a *attempt) onTicket(ctx context.Context, pr request.Prior) (done bool, err error) {
 	t := pr.Ticket
 	if t.Kind == ticket.KindCreate {
@@ -55,6 +57,10 @@ func (a *attempt) onTicket(ctx context.Context, pr request.Prior) (done bool, er
 		switch {
 		case !pr.OnAccepted:
 			why = "the ticket's create is no longer in the ledger (pruned after -retention): name the ticket by the downstream's own key or URL"
+		case c.State == string(request.StatusDelivered) && pr.EarlierUpdate:
+			// Ordered after the ticket's earlier updates, so that the
+			// last one accepted is the last one applied (decision 0184).
+			return true, a.msg.NakWithDelay(a.f.cfg.Retry.Delay(1))
 		case c.State == string(request.StatusDelivered):
 			act.ref = c.ExternalID
 			if act.ref == "" {

@@ -92,3 +92,61 @@ func TestCreateHashWithoutAKind(t *testing.T) {
 		}
 	}
 }
+
+// An update reads whether an update of its ticket accepted before it is
+// still unsettled: the forwarder holds it back until none is, so that the
+// last update accepted is the last applied (decision 0184).
+func TestPriorSaysAnEarlierUpdateIsUnsettled(t *testing.T) {
+	ctx := context.Background()
+	e := openEnv(t, dbPath(t))
+	create := newRequest("req-1")
+	if _, err := e.l.Create(ctx, create); err != nil {
+		t.Fatal(err)
+	}
+	update := func(id, set string) {
+		t.Helper()
+		u := ticket.Request{RequestID: id, Tool: "update_ticket", Target: create.Target, Action: ticket.Action{On: "req-1", Set: []byte(set)}}
+		if err := u.NormalizeUpdate(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.l.Create(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update("upd-1", `{"status":"closed"}`)
+	update("upd-2", `{"status":"open"}`)
+	update("upd-3", `{"priority":"low"}`)
+	other := newRequest("req-2")
+	if _, err := e.l.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	earlier := func(id string) bool {
+		t.Helper()
+		p, err := e.l.PriorDelivery(ctx, id)
+		if err != nil || !p.Accepted {
+			t.Fatalf("PriorDelivery(%s) = %+v, %v", id, p, err)
+		}
+		return p.EarlierUpdate
+	}
+	record := func(id string, st request.Status) {
+		t.Helper()
+		if err := e.l.RecordDelivery(ctx, request.Delivery{RequestID: id, Target: create.Target, State: string(st), Attempts: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if earlier("req-1") || earlier("upd-1") || earlier("req-2") || !earlier("upd-2") || !earlier("upd-3") {
+		t.Fatalf("nothing settled: want only upd-2 and upd-3 held back")
+	}
+	record("upd-1", request.StatusRetrying)
+	if !earlier("upd-2") {
+		t.Fatal("upd-2 not held back while upd-1 retries")
+	}
+	record("upd-1", request.StatusDelivered)
+	if earlier("upd-2") || !earlier("upd-3") {
+		t.Fatal("upd-1 delivered: want upd-2 free, upd-3 held back by upd-2")
+	}
+	record("upd-2", request.StatusFailed)
+	if earlier("upd-3") {
+		t.Fatal("upd-2 failed: upd-3 is still held back")
+	}
+}

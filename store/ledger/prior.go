@@ -129,7 +129,10 @@ func readPriors(ctx context.Context, db *sqlitedb.DB, batch []*priorCall) error 
 	rows, err := db.Query(ctx, `
 		SELECT j.key, r.id IS NOT NULL, r.subject, r.caller_name, r.caller_email, r.tool, r.target, r.ticket_id, r.title, r.body, r.priority, r.labels, r.created_at,
 			d.target, d.state, d.attempts, d.throttled, d.next_attempt_at, d.last_error, d.failure, d.external_id, d.external_url, d.updated_at, d.version,
-			r.kind, r.on_request, r.ref, r.fields, o.id IS NOT NULL, od.state, od.external_id, od.external_url
+			r.kind, r.on_request, r.ref, r.fields, o.id IS NOT NULL, od.state, od.external_id, od.external_url,
+			r.kind = 'update' AND r.on_request != '' AND EXISTS (SELECT 1 FROM requests e LEFT JOIN deliveries ed ON ed.id = e.id
+				WHERE e.on_request = r.on_request AND e.on_request != '' AND e.kind = 'update' AND e.id < r.id
+					AND coalesce(ed.state, '') NOT IN ('delivered', 'failed', 'uncertain'))
 		FROM json_each(?) j LEFT JOIN requests r ON r.request_id = j.value LEFT JOIN deliveries d ON d.id = r.id
 			LEFT JOIN requests o ON r.on_request != '' AND o.request_id = r.on_request LEFT JOIN deliveries od ON od.id = o.id`, string(list))
 	if err != nil {
@@ -147,11 +150,11 @@ func readPriors(ctx context.Context, db *sqlitedb.DB, batch []*priorCall) error 
 		dTarget, state, lastErr, failure, extID, extURL      sql.NullString
 		created, attempts, throttled, next, updated, version sql.NullInt64
 		kind, on, ref, fields, onState, onExtID, onExtURL    sql.NullString
-		onAccepted                                           sql.NullBool
+		onAccepted, earlierUpdate                            sql.NullBool
 	)
 	dest := []any{&i, &accepted, &subject, &callerName, &callerEmail, &tool, &target, &ticketID, &title, &body, &priority, &labels, &created,
 		&dTarget, &state, &attempts, &throttled, &next, &lastErr, &failure, &extID, &extURL, &updated, &version,
-		&kind, &on, &ref, &fields, &onAccepted, &onState, &onExtID, &onExtURL}
+		&kind, &on, &ref, &fields, &onAccepted, &onState, &onExtID, &onExtURL, &earlierUpdate}
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			return fmt.Errorf("ledger: read deliveries: %w", err)
@@ -180,6 +183,7 @@ func readPriors(ctx context.Context, db *sqlitedb.DB, batch []*priorCall) error 
 		if p.OnAccepted = onAccepted.Bool; p.OnAccepted {
 			p.OnDelivery = request.Delivery{RequestID: on.String, State: onState.String, ExternalID: onExtID.String, ExternalURL: onExtURL.String}
 		}
+		p.EarlierUpdate = earlierUpdate.Bool
 		if err := json.Unmarshal(labels, &p.Ticket.Labels); err != nil {
 			c.err = fmt.Errorf("ledger: read ticket %s: labels %q: %w", c.requestID, labels, err)
 			continue

@@ -19,6 +19,8 @@ type Input struct {
 	DB      Snapshot
 	// Shutdown lists the processes that did not stop cleanly at the end.
 	Shutdown []string
+	// Beyond is what the fakes hold of comments and updates.
+	Beyond Beyond
 	// FakeFaults counts the faults the fakes were told to inject, by name.
 	FakeFaults map[string]int
 	// PowerCut is what the power-cut mode saw at its cuts (nil in the
@@ -37,6 +39,7 @@ type Property struct {
 // Counts describe a run, so that it can be quoted.
 type Counts struct {
 	Requests, Accepted, LedgerRows                  int
+	Comments, Updates                               int // requests of each kind, among Requests
 	Calls, Retries, Replays, Hedges, Cuts, Timeouts int
 	Finds                                           int
 	Delivered, Uncertain, Failed                    int
@@ -86,9 +89,9 @@ func (r Result) Lines(maxViolations int) []string {
 }
 
 func (c Counts) String() string {
-	return fmt.Sprintf("counts: requests=%d accepted=%d ledger=%d calls=%d retries=%d replays=%d hedges=%d cuts=%d timeouts=%d finds=%d "+
+	return fmt.Sprintf("counts: requests=%d (comments=%d updates=%d) accepted=%d ledger=%d calls=%d retries=%d replays=%d hedges=%d cuts=%d timeouts=%d finds=%d "+
 		"delivered=%d uncertain=%d failed=%d kills=%d %s failpoint-kills=%d %s stream-faults=%d %s crashes=%d fake-faults=%d %s",
-		c.Requests, c.Accepted, c.LedgerRows, c.Calls, c.Retries, c.Replays, c.Hedges, c.Cuts, c.Timeouts, c.Finds,
+		c.Requests, c.Comments, c.Updates, c.Accepted, c.LedgerRows, c.Calls, c.Retries, c.Replays, c.Hedges, c.Cuts, c.Timeouts, c.Finds,
 		c.Delivered, c.Uncertain, c.Failed, sum(c.Kills), brief(c.Kills), sum(c.FailpointKills), brief(c.FailpointKills),
 		sum(c.StreamFaults), brief(c.StreamFaults), c.Crashes, sum(c.FakeFaults), brief(c.FakeFaults))
 }
@@ -121,6 +124,11 @@ type checker struct {
 	phantoms []Record             // fake items of no request
 	made     map[string]time.Time // when the harness made each request up
 	faults   []time.Time          // when it deleted or purged the stream (or tried to)
+	// Comments by request id, the comments of no comment request, and
+	// the tickets' fields by kind/create request id.
+	comments      map[string][]CommentRecord
+	strayComments []CommentRecord
+	states        map[string]TicketState
 }
 
 // newChecker indexes in's events and records. other, if not nil, sees
@@ -155,6 +163,17 @@ func newChecker(in Input, other func(Event) bool) *checker {
 		}
 		c.recs[r.RequestID] = append(c.recs[r.RequestID], r)
 	}
+	c.comments, c.states = map[string][]CommentRecord{}, map[string]TicketState{}
+	for _, x := range in.Beyond.Comments {
+		if c.reqs[x.RequestID].Action != ActionComment {
+			c.strayComments = append(c.strayComments, x)
+			continue
+		}
+		c.comments[x.RequestID] = append(c.comments[x.RequestID], x)
+	}
+	for _, st := range in.Beyond.States {
+		c.states[st.Target+"/"+st.RequestID] = st
+	}
 	return c
 }
 
@@ -164,6 +183,7 @@ func Check(in Input) Result {
 	props := []Property{
 		c.answersAgree(), c.acceptedDelivered(), c.keyedExactlyOnce(), c.unkeyedAtMostOnce(),
 		c.ambiguousUncertain(), c.settled(), c.recordsAgree(), c.processes(),
+		c.commentsOnce(), c.updatesLast(),
 	}
 	if in.PowerCut != nil {
 		props = append(props, c.powerCut()...)
@@ -244,6 +264,12 @@ func (c *checker) counts() Counts {
 	for _, id := range c.ids {
 		if c.seenAccepted(id) {
 			n.Accepted++
+		}
+		switch c.reqs[id].Action {
+		case ActionComment:
+			n.Comments++
+		case ActionUpdate:
+			n.Updates++
 		}
 	}
 	for id := range c.in.DB.Rows {

@@ -26,15 +26,20 @@ type load struct {
 	deadline time.Time       // callers give up retrying after it
 	requests int             // per caller; 0: until faults stop
 	pace     time.Duration   // mean pause between two requests of a caller
+	// actions: callers also comment on and update their tickets
+	// (beyond.go), and comment on slackThread.
+	actions     bool
+	slackThread string
 }
 
 // caller is one MCP client making requests one after another, each until
 // an answer: Claude Code's behaviour (one repeat on a new connection) and
 // more (any number of repeats, hedged duplicates, replays after success).
 type caller struct {
-	id  int
-	rng *rand.Rand
-	l   *load
+	id    int
+	rng   *rand.Rand
+	l     *load
+	filed []filed // the caller's creates seen accepted, oldest first
 }
 
 func (c *caller) faulty() bool { return c.l.faults.Err() == nil }
@@ -58,10 +63,17 @@ func (c *caller) run(ctx context.Context) {
 		if c.l.requests > 0 && n > c.l.requests || c.l.requests == 0 && !c.faulty() || time.Now().After(c.l.deadline) {
 			return
 		}
-		kind := Kinds[c.rng.IntN(len(Kinds))]
-		r := c.newRequest(n, kind)
+		r, ok := Request{}, false
+		if c.l.actions && len(c.filed) > 0 && c.rng.Float64() < actionShare {
+			r, ok = c.newAction(n)
+		}
+		if !ok {
+			r = c.newRequest(n, Kinds[c.rng.IntN(len(Kinds))])
+		}
 		c.l.h.add(Event{Kind: KindRequest, Caller: c.id, Request: &r, RequestID: r.ID})
-		c.request(ctx, r)
+		if c.request(ctx, r) && r.Action == "" {
+			c.filed = append(c.filed, filed{id: r.ID, kind: r.Kind})
+		}
 		if !c.sleep(ctx, c.between(0, 2*c.l.pace)) {
 			return
 		}
@@ -91,7 +103,9 @@ func (c *caller) newRequest(n int, kind string) Request {
 // request sends r until a caller sees it accepted, or gives up at the
 // deadline. A tool without a dedupe key is retried only after find_request
 // says the request is unknown (the agent protocol its description gives).
-func (c *caller) request(ctx context.Context, r Request) {
+// It reports whether the caller saw r accepted (find_request knowing it
+// counts).
+func (c *caller) request(ctx context.Context, r Request) bool {
 	for attempt := 1; time.Now().Before(c.l.deadline); attempt++ {
 		mode := c.pickMode(r, attempt)
 		var out Event
@@ -106,29 +120,30 @@ func (c *caller) request(ctx context.Context, r Request) {
 				c.sleep(ctx, c.between(0, 300*time.Millisecond))
 				c.create(ctx, r, attempt+1, ModeReplay)
 			}
-			return
+			return true
 		case OutConflict, OutInvalid:
-			return // recorded; the checker reports it
+			return false // recorded; the checker reports it
 		case OutUnavailable:
 			if !c.sleep(ctx, c.between(50*time.Millisecond, 300*time.Millisecond)) {
-				return
+				return false
 			}
 			continue
 		}
 		// Ambiguous, or not stored.
-		if !r.Keyed {
+		if !r.retriesBlindly() {
 			st := c.find(ctx, r)
 			if st == "" {
-				return // deadline
+				return false // deadline
 			}
 			if st != OutUnknown {
-				return // the request is known: never create it again
+				return true // the request is known: never send it again
 			}
 		}
 		if !c.sleep(ctx, c.between(10*time.Millisecond, 250*time.Millisecond)) {
-			return
+			return false
 		}
 	}
+	return false
 }
 
 // pickMode chooses how a call misbehaves while the faults run. Hedged
@@ -147,7 +162,7 @@ func (c *caller) pickMode(r Request, attempt int) string {
 		return ModeCut
 	case p < cut+timeout:
 		return ModeTimeout
-	case p < cut+timeout+0.08 && r.Keyed:
+	case p < cut+timeout+0.08 && r.retriesBlindly():
 		return ModeHedge
 	}
 	return ModeNormal
@@ -223,11 +238,14 @@ func classify(e *Event, res *mcp.CallToolResult) {
 	text := resultText(res)
 	if !res.IsError {
 		var v struct {
-			TicketID string `json:"ticket_id"`
-			Replayed bool   `json:"replayed"`
+			RequestID string `json:"request_id"`
+			TicketID  string `json:"ticket_id"`
+			Replayed  bool   `json:"replayed"`
 		}
 		b, _ := json.Marshal(res.StructuredContent)
-		if err := json.Unmarshal(b, &v); err != nil || v.TicketID == "" {
+		// A comment on a ticket ticketrelay did not file has no ticket id;
+		// answers-agree checks every create's.
+		if err := json.Unmarshal(b, &v); err != nil || v.RequestID == "" && v.TicketID == "" {
 			e.Outcome, e.Err = OutAmbiguous, "unreadable result: "+text
 			return
 		}

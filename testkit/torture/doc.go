@@ -12,6 +12,16 @@
 // and purges the stream through the JetStream API, and the fakes lose
 // responses, answer 500 or 429, hang and reset connections.
 //
+// In the one-host run without power cuts, two requests in five (once a
+// caller has a ticket) are add_comment and update_ticket calls on the
+// caller's own tickets, often before their create is delivered, and
+// comments on a Slack thread ticketrelay did not post; the fakes also lose
+// and refuse comment calls. The checker then holds that no comment lands
+// twice (exactly once where a key or a consistent lookup exists, at most
+// once plus uncertain on Slack) and that each ticket's fields at its fake
+// are those of its last updates in the ledger's acceptance order
+// (decision 0183).
+//
 // When the faults stop, Run waits (bounded) until every accepted request is
 // settled, then Check reads the history, the fakes' records and the SQLite
 // file (read-only) and reports one line per property, and the counts that let

@@ -81,6 +81,9 @@ type fakes struct {
 	github    *githubtest.Fake
 	jira      *jiratest.Fake
 	slack     *slacktest.Fake
+	// slackThread is a message of the Slack channel ticketrelay did not
+	// post (CHANNEL/TS): the load comments in its thread.
+	slackThread string
 }
 
 func startFakes() (f *fakes, err error) {
@@ -99,36 +102,37 @@ func startFakes() (f *fakes, err error) {
 		tb:        tb,
 		webhook:   webhooktest.New(tb, webhooktest.Options{Token: fakeToken, SigningSecret: fakeSigningSecret}),
 		zendesk:   zendesktest.New(tb, fakeEmail, fakeToken, nil),
-		pagerduty: pagerdutytest.New(tb, fakeRoutingKey),
+		pagerduty: pagerdutytest.New(tb, fakeRoutingKey, pagerdutytest.Options{APIToken: fakeToken}),
 		github:    githubtest.New(tb, "torture", "tickets", fakeToken),
 		jira:      jiratest.New(tb, fakeEmail, fakeToken, fakeProject, 2*time.Second, nil),
 		slack:     slacktest.New(tb),
 	}
-	for _, k := range Kinds {
-		f.faults(k).SetRetryAfter(time.Second)
+	for _, q := range f.queues() {
+		q.Faults.SetRetryAfter(time.Second)
 	}
+	f.slackThread = slackThreadOf(f.slack.AddParent(slackParentText))
 	return f, nil
 }
 
 func (f *fakes) close() { f.tb.close() }
 
-// faults are the fault queue of the fake of kind.
-func (f *fakes) faults(kind string) *downstreamtest.Faults {
-	switch kind {
-	case "webhook":
-		return &f.webhook.Faults
-	case "zendesk":
-		return &f.zendesk.Faults
-	case "pagerduty":
-		return &f.pagerduty.Faults
-	case "github":
-		return &f.github.Faults
-	case "jira":
-		return &f.jira.Faults
-	case "slack":
-		return &f.slack.Faults
+// queue is one fault queue of a fake: its creates', or its comments'.
+type queue struct {
+	Name   string
+	Faults *downstreamtest.Faults
+}
+
+// queues are the fakes' fault queues: each kind's creates, and the
+// comments of those whose comments have a queue of their own (Zendesk's
+// covers its updates too; the webhook's comments and updates are posts to
+// the create's URL).
+func (f *fakes) queues() []queue {
+	return []queue{
+		{"webhook", &f.webhook.Faults}, {"zendesk", &f.zendesk.Faults}, {"pagerduty", &f.pagerduty.Faults},
+		{"github", &f.github.Faults}, {"jira", &f.jira.Faults}, {"slack", &f.slack.Faults},
+		{"zendesk-comments", &f.zendesk.CommentFaults}, {"pagerduty-notes", &f.pagerduty.NoteFaults},
+		{"github-comments", &f.github.CommentFaults}, {"jira-comments", &f.jira.CommentFaults}, {"slack-replies", &f.slack.ReplyFaults},
 	}
-	panic("torture: unknown kind " + kind)
 }
 
 // env is what the dispatcher needs in its environment: the secrets the
@@ -139,6 +143,7 @@ func (f *fakes) env() []string {
 		"TRT_TOKEN=" + fakeToken,
 		"TRT_ROUTING_KEY=" + fakeRoutingKey,
 		"TRT_SLACK_URL=" + f.slack.URL(),
+		"TRT_SLACK_BOT=" + slacktest.BotToken,
 	}
 }
 
@@ -148,10 +153,12 @@ func (f *fakes) configYAML() string {
 	b.WriteString("key_namespace: torture\ntargets:\n")
 	fmt.Fprintf(&b, "  - {name: webhook, kind: webhook, endpoint: %q, timeout: 2s, options: {signing_secret_env: TRT_WEBHOOK_SECRET, token_env: TRT_TOKEN}}\n", f.webhook.URL())
 	fmt.Fprintf(&b, "  - {name: zendesk, kind: zendesk, endpoint: %q, timeout: 2s, options: {email: %q, token_env: TRT_TOKEN}}\n", f.zendesk.URL(), fakeEmail)
-	fmt.Fprintf(&b, "  - {name: pagerduty, kind: pagerduty, endpoint: %q, timeout: 2s, options: {routing_key_env: TRT_ROUTING_KEY, source: torture}}\n", f.pagerduty.URL())
+	fmt.Fprintf(&b, "  - {name: pagerduty, kind: pagerduty, endpoint: %q, timeout: 2s, options: {routing_key_env: TRT_ROUTING_KEY, source: torture, "+
+		"api_token_env: TRT_TOKEN, api_endpoint: %q, from: %q}}\n", f.pagerduty.URL(), f.pagerduty.APIURL(), fakeFrom)
 	fmt.Fprintf(&b, "  - {name: github, kind: github, endpoint: %q, timeout: 2s, options: {owner: torture, repo: tickets, token_env: TRT_TOKEN}}\n", f.github.URL())
 	fmt.Fprintf(&b, "  - {name: jira, kind: jira, endpoint: %q, timeout: 2s, options: {email: %q, token_env: TRT_TOKEN, project: %s}}\n", f.jira.URL(), fakeEmail, fakeProject)
-	b.WriteString("  - {name: slack, kind: slack, timeout: 2s, options: {webhook_url_env: TRT_SLACK_URL}}\n")
+	fmt.Fprintf(&b, "  - {name: slack, kind: slack, timeout: 2s, options: {webhook_url_env: TRT_SLACK_URL, bot_token_env: TRT_SLACK_BOT, channel: %s, api_endpoint: %q}}\n",
+		slacktest.Channel, f.slack.APIURL())
 	b.WriteString("tools:\n")
 	for _, k := range Kinds {
 		fmt.Fprintf(&b, "  - {name: %s, target: %s, description: \"Torture target %s.\"}\n", ToolFor(k), k, k)
@@ -184,11 +191,14 @@ func (f *fakes) records() []Record {
 	}
 	for _, d := range f.webhook.Deliveries() {
 		var p struct {
+			Type string `json:"type"`
 			Data struct {
 				Title string `json:"title"`
 			} `json:"data"`
 		}
-		_ = json.Unmarshal(d.Body, &p)
+		if json.Unmarshal(d.Body, &p) == nil && p.Type != "" && p.Type != webhookCreated {
+			continue // a comment or an update: comments()
+		}
 		add("webhook", p.Data.Title, d.ID, 1)
 	}
 	for _, t := range f.zendesk.Tickets() {
@@ -204,6 +214,9 @@ func (f *fakes) records() []Record {
 		add("jira", is.Summary, is.Key, 1)
 	}
 	for _, m := range f.slack.Messages() {
+		if m == slackParentText {
+			continue // the thread the load comments in: no request's
+		}
 		add("slack", m, "", 1)
 	}
 	return out

@@ -139,7 +139,8 @@ func (s *scheduler) calm(ctx context.Context) error {
 	return nil
 }
 
-// faultKinds are the faults a fake may inject into one create request.
+// faultKinds are the faults a fake may inject into one create or comment
+// request.
 var faultKinds = []downstreamtest.Fault{
 	downstreamtest.LoseResponse,          // processed, answer lost
 	downstreamtest.ResetBeforeProcessing, // connection reset, not processed
@@ -149,8 +150,8 @@ var faultKinds = []downstreamtest.Fault{
 }
 
 // feeder keeps one random fault (or none) queued in front of each fake's
-// next create request, so that every request meets a fault with the given
-// probability.
+// next create request, and its next comment request, so that every request
+// meets a fault with the given probability.
 type feeder struct {
 	f    *fakes
 	rng  *rand.Rand
@@ -165,9 +166,10 @@ func (fd *feeder) run(ctx context.Context) {
 	if fd.rate <= 0 {
 		return
 	}
+	queues := fd.f.queues()
 	servedAt := map[string]int{}
-	for _, k := range Kinds {
-		servedAt[k] = -1 // nothing queued yet
+	for _, q := range queues {
+		servedAt[q.Name] = -1 // nothing queued yet
 	}
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -177,8 +179,8 @@ func (fd *feeder) run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		for _, k := range Kinds {
-			q := fd.f.faults(k)
+		for _, qu := range queues {
+			k, q := qu.Name, qu.Faults
 			// One item at a time: the queued one is taken once Served moves.
 			if servedAt[k] >= 0 && q.Served() <= servedAt[k] {
 				continue

@@ -54,15 +54,26 @@ type Request struct {
 	Tool     string   `json:"tool"`
 	Target   string   `json:"target"`
 	Kind     string   `json:"kind"`  // the target's kind: webhook, zendesk, …
-	Keyed    bool     `json:"keyed"` // the target takes a dedupe key
+	Keyed    bool     `json:"keyed"` // the target takes a dedupe key (a comment: or its marker lookup is consistent)
 	Title    string   `json:"title"`
 	Body     string   `json:"body,omitempty"`
 	Priority string   `json:"priority,omitempty"`
 	Labels   []string `json:"labels,omitempty"`
+	// A comment or an update (beyond.go): Action says which; On is the
+	// ticket argument (the create's ticket_id or request_id, or the
+	// downstream's own reference); OnRequest the create's request id (""
+	// for a ticket ticketrelay did not file); Set an update's fields.
+	Action    string  `json:"action,omitempty"`
+	On        string  `json:"on,omitempty"`
+	OnRequest string  `json:"on_request,omitempty"`
+	Set       *Fields `json:"set,omitempty"`
 }
 
 // args are the tool arguments of r.
 func (r Request) args() map[string]any {
+	if r.Action != "" {
+		return r.actionArgs()
+	}
 	a := map[string]any{"request_id": r.ID, "title": r.Title, "body": r.Body, "priority": r.Priority}
 	if len(r.Labels) > 0 {
 		a["labels"] = r.Labels

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-
-	"ticketrelay/ticket"
 )
 
 // The properties a run must keep. Each returns its verdict with the counts
@@ -19,7 +17,7 @@ func (c *checker) answersAgree() Property {
 	var v []string
 	n, first, replays := 0, 0, 0
 	for _, id := range c.ids {
-		want := ticket.IDFor(id)
+		want := wantTicket(c.reqs[id])
 		firsts := 0
 		for _, e := range c.answers[id] {
 			n++
@@ -49,6 +47,9 @@ func (c *checker) acceptedDelivered() Property {
 	seen, ledgerOnly, delivered, uncertain := 0, 0, 0, 0
 	for _, id := range c.accepted() {
 		r := c.reqs[id]
+		if r.Action != "" {
+			continue // comments-once, updates-last
+		}
 		if c.seenAccepted(id) {
 			seen++
 		} else {
@@ -81,7 +82,7 @@ func (c *checker) acceptedDelivered() Property {
 func (c *checker) byKind(keyed bool) (ids []string, perKind map[string]int) {
 	perKind = map[string]int{}
 	for _, id := range c.accepted() {
-		if r := c.reqs[id]; r.Keyed == keyed {
+		if r := c.reqs[id]; r.Keyed == keyed && r.Action == "" {
 			ids = append(ids, id)
 			perKind[r.Kind] += len(c.recs[id])
 		}
@@ -111,7 +112,7 @@ func (c *checker) unkeyedAtMostOnce() Property {
 	n, perKind := 0, map[string]int{}
 	for _, id := range c.ids {
 		r := c.reqs[id]
-		if r.Keyed {
+		if r.Keyed || r.Action != "" {
 			continue
 		}
 		n++
@@ -131,7 +132,7 @@ func (c *checker) ambiguousUncertain() Property {
 	present, absent := 0, 0
 	for _, id := range c.ids {
 		r := c.reqs[id]
-		if r.Keyed || c.in.DB.Rows[id] == nil {
+		if r.Keyed || r.Action != "" || c.in.DB.Rows[id] == nil {
 			continue
 		}
 		st, k := c.final(id), len(c.recs[id])
@@ -184,6 +185,9 @@ func (c *checker) recordsAgree() Property {
 			v = append(v, id+": "+why)
 		}
 		switch {
+		case r.Action != "" && row.HasTicket:
+			v = append(v, fmt.Sprintf("%s: a %s shown as a ticket", id, r.Action))
+		case r.Action != "":
 		case !row.HasTicket:
 			v = append(v, id+": ledger row without a ticket")
 		case row.Title != r.Title:
@@ -192,8 +196,8 @@ func (c *checker) recordsAgree() Property {
 		if row.Tool != r.Tool || row.Target != r.Target {
 			v = append(v, fmt.Sprintf("%s: ledger says tool %s target %s, the caller used %s → %s", id, row.Tool, row.Target, r.Tool, r.Target))
 		}
-		if row.TicketID != ticket.IDFor(id) {
-			v = append(v, fmt.Sprintf("%s: ledger ticket id %s, want %s", id, row.TicketID, ticket.IDFor(id)))
+		if want := wantTicket(r); row.TicketID != want {
+			v = append(v, fmt.Sprintf("%s: ledger ticket id %s, want %s", id, row.TicketID, want))
 		}
 		if !row.HasOutbox || row.Subject != "tickets."+row.Target {
 			v = append(v, fmt.Sprintf("%s: outbox row present=%t subject %q, want tickets.%s", id, row.HasOutbox, row.Subject, row.Target))
@@ -202,7 +206,7 @@ func (c *checker) recordsAgree() Property {
 			if d.Target != row.Target {
 				v = append(v, fmt.Sprintf("%s: delivery record for target %s, ledger says %s", id, d.Target, row.Target))
 			}
-			if d.State == "delivered" && d.ExternalID != "" && !slices.ContainsFunc(c.recs[id], func(x Record) bool { return x.ExternalID == d.ExternalID }) {
+			if r.Action == "" && d.State == "delivered" && d.ExternalID != "" && !slices.ContainsFunc(c.recs[id], func(x Record) bool { return x.ExternalID == d.ExternalID }) {
 				v = append(v, fmt.Sprintf("%s: delivered as %s, but %s holds no item with that id", id, d.ExternalID, r.Kind))
 			}
 		}

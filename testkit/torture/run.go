@@ -159,7 +159,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	defer stopCalls()
 
 	ld := &load{url: cl.frontURL, h: h, prefix: fmt.Sprintf("trq-%x", cfg.Seed), faults: faults,
-		deadline: time.Now().Add(cfg.Duration + cfg.Grace), requests: cfg.Requests, pace: 150 * time.Millisecond}
+		deadline: time.Now().Add(cfg.Duration + cfg.Grace), requests: cfg.Requests, pace: 150 * time.Millisecond,
+		actions: !cfg.PowerCut, slackThread: fk.slackThread}
 	if cfg.Requests > 0 {
 		ld.pace = cfg.Duration / time.Duration(cfg.Requests)
 	}
@@ -256,7 +257,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := h.err(); err != nil {
 		return rep, err
 	}
-	in := Input{Events: h.snapshot(), Final: final, Records: fk.records(), DB: snap, Shutdown: shutdown, FakeFaults: fd.counts()}
+	in := Input{Events: h.snapshot(), Final: final, Records: fk.records(), Beyond: fk.beyond(), DB: snap, Shutdown: shutdown, FakeFaults: fd.counts()}
 	if cut != nil {
 		in.PowerCut, rep.PowerCut = &cut.in, &cut.in
 	}

@@ -16,6 +16,13 @@ type Row struct {
 	Tool      string `json:"tool"`
 	Target    string `json:"target"`
 	TicketID  string `json:"ticket_id"`
+	// Seq is the ledger row's id: the order in which the ledger accepted
+	// requests.
+	Seq int64 `json:"seq"`
+	// Kind is "" for a create, else comment or update; OnRequest is the
+	// scoped id of the create a comment or an update acts on.
+	Kind      string `json:"kind,omitempty"`
+	OnRequest string `json:"on_request,omitempty"`
 	// From the tickets table ("" and false without a row).
 	HasTicket bool   `json:"has_ticket"`
 	Title     string `json:"title"`
@@ -102,9 +109,9 @@ func ReadSnapshot(ctx context.Context, path string) (Snapshot, error) {
 	}
 	defer tx.Rollback()
 	s := Snapshot{Rows: map[string]*Row{}}
-	err = each(ctx, tx, `SELECT request_id, tool, target, ticket_id FROM requests`, func(rs *sql.Rows) error {
+	err = each(ctx, tx, `SELECT id, request_id, tool, target, ticket_id, kind, on_request FROM requests`, func(rs *sql.Rows) error {
 		r := &Row{}
-		if err := rs.Scan(&r.RequestID, &r.Tool, &r.Target, &r.TicketID); err != nil {
+		if err := rs.Scan(&r.Seq, &r.RequestID, &r.Tool, &r.Target, &r.TicketID, &r.Kind, &r.OnRequest); err != nil {
 			return err
 		}
 		s.Rows[r.RequestID] = r
