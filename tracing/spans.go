@@ -134,7 +134,7 @@ func StartPublish(requestID, subject string, generation int, traceparent, traces
 	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(AttrRequestID.String(requestID), semconv.MessagingSystemKey.String("nats"),
-			semconv.MessagingDestinationName(subject), AttrRedrive.Int(generation))}
+			semconv.MessagingDestinationName(subject), AttrRedrive.Int(generation), AttrHost.String(hostName()))}
 	ctx := context.Background()
 	if generation == 0 {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, stored)
