@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"ticketrelay/tracing"
@@ -42,5 +44,29 @@ func BenchmarkOffCreatePath(b *testing.B) {
 		tracing.EndCommit(tracing.StartCommit(1, func(int) trace.Span { return caller }), nil)
 		tracing.Outcome(c, "created")
 		tracing.End(s, nil)
+	}
+}
+
+// Off, a Start function's span is not the one its context holds (another
+// library's, or the caller's own): ending it leaves that span running, and
+// the commit notes no calling span.
+func TestOffLeavesTheContextsSpanAlone(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	ctx, outer := tp.Tracer("other").Start(context.Background(), "outer")
+	c, s := tracing.StartAttempt(ctx, nil, 1, "x", "r")
+	tracing.End(s, nil)
+	_, s = tracing.StartClaim(c, "r")
+	s.End()
+	if n := len(exp.GetSpans()); n != 0 {
+		t.Errorf("ending tracing's spans while off ended %d span(s) of the context", n)
+	}
+	if tracing.Caller(ctx) != nil {
+		t.Error("the commit was given the context's span while tracing is off")
+	}
+	outer.End()
+	if n := len(exp.GetSpans()); n != 1 {
+		t.Errorf("%d spans ended, want the outer one", n)
 	}
 }
