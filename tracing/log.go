@@ -9,12 +9,15 @@ import (
 )
 
 // LogHandler wraps h so that a line logged with a context (InfoContext…)
-// inside a span carries its trace_id and span_id.
+// inside a span carries its trace_id and span_id; off, h's line as it is.
 func LogHandler(h slog.Handler) slog.Handler { return logHandler{h} }
 
 type logHandler struct{ slog.Handler }
 
 func (l logHandler) Handle(ctx context.Context, r slog.Record) error {
+	if !Enabled() {
+		return l.Handler.Handle(ctx, r)
+	}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}

@@ -77,6 +77,9 @@ func CallerContext(ctx context.Context, meta map[string]any, header http.Header)
 // outbox row: its traceparent and tracestate; both empty when ctx has no
 // span (tracing off, or a write that no call made).
 func Stored(ctx context.Context) (traceparent, tracestate string) {
+	if !Enabled() {
+		return "", ""
+	}
 	sc := trace.SpanContextFromContext(ctx)
 	if !sc.IsValid() {
 		return "", ""

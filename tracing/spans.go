@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // The attributes of ticketrelay's spans. None carries a token, a secret or
@@ -26,9 +27,10 @@ const (
 	AttrMethod    = attribute.Key("mcp.method.name")
 )
 
-// noSpan is what the Start functions return while tracing is off: the
-// noop span of a context without one, which costs nothing to end.
-func noSpan(ctx context.Context) trace.Span { return trace.SpanFromContext(ctx) }
+// offSpan is what the Start functions return while tracing is off: a
+// noop span, which costs nothing to end. Not the span ctx may hold: no
+// lookup in the caller's context, and ending it cannot end an enclosing span.
+var offSpan trace.Span = noop.Span{}
 
 // End ends span, marking it failed when err is not nil.
 func End(span trace.Span, err error) {
@@ -43,7 +45,7 @@ func End(span trace.Span, err error) {
 // else the root of a new trace.
 func StartToolCall(ctx context.Context, tool string, meta map[string]any, header http.Header) (context.Context, trace.Span) {
 	if !Enabled() {
-		return ctx, noSpan(ctx)
+		return ctx, offSpan
 	}
 	ctx = CallerContext(ctx, meta, header)
 	return tr().Start(ctx, "tools/call "+tool, trace.WithSpanKind(trace.SpanKindServer),
@@ -80,6 +82,15 @@ func Attempt(ctx context.Context, n int) {
 	if s := trace.SpanFromContext(ctx); s.IsRecording() {
 		s.SetAttributes(AttrAttempt.Int(n))
 	}
+}
+
+// Caller is the span a write to the group commit is submitted from, for
+// StartCommit's links; nil while tracing is off, without looking ctx up.
+func Caller(ctx context.Context) trace.Span {
+	if !Enabled() {
+		return nil
+	}
+	return trace.SpanFromContext(ctx)
 }
 
 // StartCommit starts the span of one group commit of ops operations, if
@@ -134,7 +145,7 @@ func StartPublish(requestID, subject string, generation int, traceparent, traces
 	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(AttrRequestID.String(requestID), semconv.MessagingSystemKey.String("nats"),
-			semconv.MessagingDestinationName(subject), AttrRedrive.Int(generation))}
+			semconv.MessagingDestinationName(subject), AttrRedrive.Int(generation), AttrHost.String(hostName()))}
 	ctx := context.Background()
 	if generation == 0 {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, stored)
@@ -153,7 +164,7 @@ func StartPublish(requestID, subject string, generation int, traceparent, traces
 // trace linked to it, so that the original is not held open for hours.
 func StartAttempt(ctx context.Context, h map[string][]string, delivered uint64, target, requestID string) (context.Context, trace.Span) {
 	if !Enabled() {
-		return ctx, noSpan(ctx)
+		return ctx, offSpan
 	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(AttrTarget.String(target), AttrRequestID.String(requestID),
@@ -172,7 +183,7 @@ func StartAttempt(ctx context.Context, h map[string][]string, delivered uint64, 
 // cluster record, a child of the tool call's.
 func StartClaim(ctx context.Context, scopedID string) (context.Context, trace.Span) {
 	if !Enabled() {
-		return ctx, noSpan(ctx)
+		return ctx, offSpan
 	}
 	return tr().Start(ctx, "cluster claim", trace.WithAttributes(AttrRequestID.String(scopedID), AttrHost.String(hostName())))
 }
@@ -183,7 +194,7 @@ func StartClaim(ctx context.Context, scopedID string) (context.Context, trace.Sp
 // host's commit stores it, so the delivery continues this trace.
 func StartAdoption(ctx context.Context, scopedID, lost, traceparent string) (context.Context, trace.Span) {
 	if !Enabled() {
-		return ctx, noSpan(ctx)
+		return ctx, offSpan
 	}
 	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithAttributes(AttrRequestID.String(scopedID),
 		AttrHost.String(hostName()), attribute.String("ticketrelay.adopted_from", lost))}

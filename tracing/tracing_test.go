@@ -101,6 +101,9 @@ func TestOffCostsNothing(t *testing.T) {
 		if p, _ := tracing.Stored(c); p != "" {
 			t.Fatal("stored a trace context while off")
 		}
+		if tracing.Caller(c) != nil {
+			t.Fatal("a calling span for the commit while off")
+		}
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations per ticket while tracing is off", allocs)

@@ -96,7 +96,7 @@ func NewWriter(db *DB, log *slog.Logger, m *metrics.Writer, opts ...WriterOption
 // run. Once submitted, fn runs even if ctx is cancelled while waiting; the
 // caller just stops waiting for the answer.
 func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	j := job{span: trace.SpanFromContext(ctx), fn: fn, done: make(chan error, 1)}
+	j := job{span: tracing.Caller(ctx), fn: fn, done: make(chan error, 1)}
 	if err := w.submit(ctx, j); err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.
 // failed. then runs on the writer goroutine: it must be quick and must not
 // submit work to w.
 func (w *Writer) InTxThen(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error, then func(error)) error {
-	return w.submit(ctx, job{span: trace.SpanFromContext(ctx), fn: fn, then: then})
+	return w.submit(ctx, job{span: tracing.Caller(ctx), fn: fn, then: then})
 }
 
 func (w *Writer) submit(ctx context.Context, j job) error {

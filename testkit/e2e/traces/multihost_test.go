@@ -18,8 +18,8 @@ import (
 
 // startHost is one host of a multi-host installation on cluster, named
 // name in its spans (host.name), exporting to j: its own data directory,
-// dispatcher and mcp-front, with the one webhook target of startSystem.
-func startHost(t *testing.T, j *jaeger, cluster *natscluster.Cluster, config, name string) *system {
+// mcp-front configured by frontConfig and dispatcher by dispConfig.
+func startHost(t *testing.T, j *jaeger, cluster *natscluster.Cluster, frontConfig, dispConfig, name string) *system {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -28,12 +28,13 @@ func startHost(t *testing.T, j *jaeger, cluster *natscluster.Cluster, config, na
 	otel := []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + j.otlp, "OTEL_TRACES_SAMPLER=parentbased_always_on",
 		"OTEL_RESOURCE_ATTRIBUTES=host.name=" + name}
 	common := []string{"-nats", cluster.ClientURLs(), "-installation", "traces", "-multi-host",
-		"-config", config, "-metrics-listen", "127.0.0.1:0"}
+		"-metrics-listen", "127.0.0.1:0"}
 	disp := e2eproc.Start(t, dir, "dispatcher-"+name, dispatcherBin, append([]string{
-		"-data", dir, "-lease-ttl", "2s", "-poll-interval", "5ms", "-host-dead-after", "3s"}, common...),
+		"-data", dir, "-config", dispConfig, "-lease-ttl", "2s", "-poll-interval", "5ms", "-host-dead-after", "3s"}, common...),
 		append([]string{"HOOK_TOKEN=hook-token"}, otel...), "metrics")
 	front := e2eproc.Start(t, dir, "mcp-front-"+name, frontBin, append([]string{
-		"-db", filepath.Join(dir, "tickets.db"), "-listen", "127.0.0.1:0"}, common...), otel, "mcp", "metrics")
+		"-db", filepath.Join(dir, "tickets.db"), "-config", frontConfig, "-listen", "127.0.0.1:0"}, common...),
+		otel, "mcp", "metrics")
 	return &system{front: front, disp: disp}
 }
 
@@ -51,8 +52,8 @@ func TestAdoptionIsLinkedToTheAcceptingCall(t *testing.T) {
 	d := newDownstream(t, j, 0)
 	cluster := natscluster.StartTest(t, natscluster.Config{})
 	config := writeConfig(t, t.TempDir(), "", d)
-	a := startHost(t, j, cluster, config, "a")
-	startHost(t, j, cluster, config, "b")
+	a := startHost(t, j, cluster, config, config, "a")
+	startHost(t, j, cluster, config, config, "b")
 
 	// a's dispatcher dies: what a's front accepts stays in a's outbox, for
 	// b to adopt once a has been silent for -host-dead-after.
@@ -125,6 +126,81 @@ func TestAdoptionIsLinkedToTheAcceptingCall(t *testing.T) {
 		t.Errorf("b's first attempt is linked, not a child of its publish: %+v", attempt.References)
 	}
 	span(t, adopted, "downstream-fake", "POST "+webhooktest.Path)
+}
+
+// TestDeliveryOnAnotherHostIsOneTrace accepts a ticket on host a, whose
+// relay publishes it, and has host b's forwarder deliver it: a's
+// dispatcher is configured with another target only, so b's is the one
+// forwarder that consumes ops-hook's messages. No host is lost and nothing
+// is adopted: the NATS message's traceparent is all that carries the trace
+// from a to b. One trace, the caller's, holds a's tool call, a's publish,
+// b's attempt and HTTP call and the downstream's server span, each a child
+// of the one before, each naming the host that did it.
+func TestDeliveryOnAnotherHostIsOneTrace(t *testing.T) {
+	needJaeger(t)
+	j := startJaeger(t)
+	d := newDownstream(t, j, 0)
+	cluster := natscluster.StartTest(t, natscluster.Config{})
+	dir := t.TempDir()
+	config := writeConfig(t, dir, "", d)
+	spare := filepath.Join(dir, "spare.yaml")
+	if err := os.WriteFile(spare, []byte("targets:\n"+
+		"  - name: spare-hook\n    kind: webhook\n    endpoint: "+fmt.Sprintf("%q", d.url)+"\n    timeout: 5s\n"+
+		"    options: {token_env: HOOK_TOKEN}\n"+
+		"tools:\n  - name: create_in_spare_hook\n    target: spare-hook\n    description: File the ticket in spare-hook.\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startHost(t, j, cluster, config, spare, "a")
+	startHost(t, j, cluster, config, config, "b")
+
+	ticketID := a.create(t, "traces-cross-1", mcp.Meta{"traceparent": "00-" + callerTrace + "-" + callerSpan + "-01"}, "")
+	testwait.For(t, 60*time.Second, "the downstream called by b", func() bool { return len(d.calls()) >= 1 })
+	if calls := d.calls(); len(calls) != 1 || !strings.Contains(calls[0], callerTrace) {
+		t.Fatalf("the downstream's calls carried %q, want one in the caller's trace %s", calls, callerTrace)
+	}
+
+	tr := j.waitTrace(t, callerTrace, "a's call and publish, b's delivery", func(tr jtrace) bool {
+		return hasOp(tr, "tools/call create_in_ops_hook") && wholeDelivery(tr) && attemptEnded("delivered")(tr)
+	})
+	call := span(t, tr, "mcp-front", "tools/call create_in_ops_hook")
+	publish := span(t, tr, "dispatcher", "publish tickets.ops-hook")
+	attempt := span(t, tr, "dispatcher", "deliver ops-hook")
+	httpCall := span(t, tr, "dispatcher", "HTTP POST")
+	server := span(t, tr, "downstream-fake", "POST "+webhooktest.Path)
+	if got := call.tag("ticketrelay.ticket_id"); got != ticketID {
+		t.Errorf("tool call span's ticket id %q, want %q", got, ticketID)
+	}
+	for _, c := range []struct {
+		child, parent jspan
+	}{{call, jspan{SpanID: callerSpan}}, {publish, call}, {attempt, publish}, {httpCall, attempt}, {server, httpCall}} {
+		if !childOf(c.child, callerTrace, c.parent.SpanID) {
+			t.Errorf("%s is not a child of %s (span %s): %+v", c.child.OperationName, c.parent.OperationName, c.parent.SpanID, c.child.References)
+		}
+	}
+	// Which host did what: the process's host.name, and the span's own
+	// ticketrelay.host where a step may run on any host.
+	for _, c := range []struct {
+		s    jspan
+		host string
+	}{{call, "a"}, {publish, "a"}, {attempt, "b"}, {httpCall, "b"}} {
+		if got := tr.host(c.s); got != c.host {
+			t.Errorf("%s ran on host %q, want %s", c.s.OperationName, got, c.host)
+		}
+	}
+	for _, c := range []struct {
+		s    jspan
+		host string
+	}{{publish, "a"}, {attempt, "b"}} {
+		if got := c.s.tag("ticketrelay.host"); got != c.host {
+			t.Errorf("%s names host %q, want %s", c.s.OperationName, got, c.host)
+		}
+	}
+	if got := attempt.tag("ticketrelay.outcome"); got != "delivered" {
+		t.Errorf("b's attempt outcome %q, want delivered", got)
+	}
+	if hasOp(tr, "cluster adopt") {
+		t.Errorf("the ticket was adopted, not delivered across hosts:\n%s", describe(tr))
+	}
 }
 
 // wholeDelivery reports whether tr holds the dispatcher's half of one
