@@ -141,7 +141,15 @@ func (c *Console) requests(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	page, err := c.cfg.Store.ListRequests(r.Context(), f)
+	list := c.cfg.Store.ListRequests
+	if w := c.cfg.Whole; w != nil {
+		// Every host's requests, from the copy: say how current it is
+		// before reading it, so that a page is never fresher than said.
+		records, _ := w.State()
+		data["Whole"], data["Host"] = w.freshness(c.cfg.Now(), records), w.Host
+		list = w.Copy.ListCluster
+	}
+	page, err := list(r.Context(), f)
 	if err != nil {
 		w.WriteHeader(http.StatusBadRequest)
 		data["Problems"] = []string{err.Error()}
@@ -174,23 +182,26 @@ func (c *Console) request(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, "request", data)
 }
 
-// requestData is what a request's page shows.
+// requestData is what a request's page shows. With several hosts the
+// request may be another host's: its record and the copy say (Whole).
 func (c *Console) requestData(ctx context.Context, id string) (map[string]any, error) {
 	st, err := c.cfg.Store.FindScoped(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	data := map[string]any{"ID": id, "Status": st, "Detail": advice.Advise(st)}
-	if st.Status == request.StatusUnknown {
+	if st.Status == request.StatusUnknown && c.cfg.Whole == nil {
 		return data, nil
 	}
-	p, err := c.cfg.Store.PriorDelivery(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	data["Ticket"] = p.Ticket
-	if data["Attempts"], err = c.cfg.Store.Attempts(ctx, id); err != nil {
-		return nil, err
+	if st.Status != request.StatusUnknown {
+		p, err := c.cfg.Store.PriorDelivery(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		data["Ticket"] = p.Ticket
+		if data["Attempts"], err = c.cfg.Store.Attempts(ctx, id); err != nil {
+			return nil, err
+		}
 	}
 	if c.cfg.Trail != nil {
 		entries, err := c.cfg.Trail.ForRequest(ctx, id)
@@ -198,6 +209,11 @@ func (c *Console) requestData(ctx context.Context, id string) (map[string]any, e
 			return nil, errors.Join(errors.New("audit trail"), err)
 		}
 		data["Trail"], data["TrailShown"] = entries, true
+	}
+	if c.cfg.Whole != nil {
+		if err := c.wholeRequest(ctx, id, data); err != nil {
+			return nil, err
+		}
 	}
 	if c.cfg.Trace != nil {
 		data["Trace"] = c.cfg.Trace(id)

@@ -13,7 +13,7 @@ import (
 
 // consoleMigrations are the ledger's steps for the operator console: each
 // request's attempts, and the indexes its pages read by.
-var consoleMigrations = []sqlitedb.Step{
+var consoleMigrations = append([]sqlitedb.Step{
 	// 13: the attempts of each request, not only the latest delivery
 	// record: the console shows them on a timeline. Keyed by the ledger
 	// row's id and the attempt's time, so one request's are together and
@@ -35,7 +35,7 @@ var consoleMigrations = []sqlitedb.Step{
 		PRIMARY KEY (id, at)
 	) WITHOUT ROWID;
 	CREATE INDEX deliveries_state_id ON deliveries(state, id);`},
-}
+}, clusterCopyMigrations...)
 
 // KeptAttempts bounds the attempts kept per request: the newest ones.
 const KeptAttempts = 50
@@ -119,6 +119,7 @@ type RequestRow struct {
 	Attempts   int
 	LastError  string
 	UpdatedAt  time.Time // zero without a delivery record
+	Host       string    // the host holding it (the cluster copy's lists); "" in a host's own
 }
 
 // RequestPage is one page of the list; Next is the Before of the next
@@ -209,16 +210,7 @@ func (l *Ledger) ListRequests(ctx context.Context, f RequestFilter) (RequestPage
 			return RequestPage{}, fmt.Errorf("ledger: list requests: %w", err)
 		}
 		r.AcceptedAt = time.Unix(0, created).UTC()
-		switch {
-		case !state.Valid:
-			r.State = ListWaiting
-		case state.String == request.DeliveryAttempting && next:
-			r.State = string(request.StatusRetrying)
-		case state.String == request.DeliveryAttempting:
-			r.State = ListInFlight
-		default:
-			r.State = state.String
-		}
+		r.State = listState(state, next)
 		if upd != 0 {
 			r.UpdatedAt = time.Unix(0, upd).UTC()
 		}
@@ -229,6 +221,21 @@ func (l *Ledger) ListRequests(ctx context.Context, f RequestFilter) (RequestPage
 		page.Rows = append(page.Rows, r)
 	}
 	return page, rows.Err()
+}
+
+// listState is the list status of a delivery record's state (none:
+// waiting), next saying whether it has a next attempt time.
+func listState(state sql.NullString, next bool) string {
+	switch {
+	case !state.Valid:
+		return ListWaiting
+	case state.String == request.DeliveryAttempting && next:
+		return string(request.StatusRetrying)
+	case state.String == request.DeliveryAttempting:
+		return ListInFlight
+	default:
+		return state.String
+	}
 }
 
 // LastError is a target's newest trouble: the last error of its newest
