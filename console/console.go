@@ -110,8 +110,6 @@ type Console struct {
 
 	mu       sync.Mutex
 	sessions map[string]session // signed-in operators, by session id
-
-	counts counts
 }
 
 type session struct {

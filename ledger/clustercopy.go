@@ -14,10 +14,10 @@ import (
 	"ticketrelay/trail"
 )
 
-// ClusterCopyVersion is the ledger's migration that makes the console's
+// ConsoleSchemaVersion is the ledger's migration for the console: the
 // copy of a multi-host installation's cluster record (see
-// docs/decisions/0152).
-const ClusterCopyVersion = 16
+// docs/decisions/0152) and the counts kept on write (0153).
+const ConsoleSchemaVersion = 16
 
 // clusterCopyMigrations: the copy is a read table of its own, beside the
 // host's ledger, written only by clusterrec.Copy: one row per record of
@@ -27,7 +27,7 @@ const ClusterCopyVersion = 16
 // first seen, and orders the lists as requests.id does; rev is the
 // bucket's stream sequence of the row's last write, and says which rows
 // the bucket no longer holds (below its first sequence).
-var clusterCopyMigrations = []sqlitedb.Step{{Version: ClusterCopyVersion, SQL: `CREATE TABLE cluster_requests (
+var clusterCopyMigrations = []sqlitedb.Step{{Version: ConsoleSchemaVersion, SQL: `CREATE TABLE cluster_requests (
 		id              INTEGER PRIMARY KEY,
 		rkey            TEXT NOT NULL UNIQUE, -- the record's bucket key
 		request_id      TEXT NOT NULL,        -- scoped

@@ -35,7 +35,7 @@ var consoleMigrations = append([]sqlitedb.Step{
 		PRIMARY KEY (id, at)
 	) WITHOUT ROWID;
 	CREATE INDEX deliveries_state_id ON deliveries(state, id);`},
-}, clusterCopyMigrations...)
+}, append(clusterCopyMigrations, countsMigrations...)...)
 
 // KeptAttempts bounds the attempts kept per request: the newest ones.
 const KeptAttempts = 50
