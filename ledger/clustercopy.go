@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"ticketrelay/request"
@@ -262,59 +261,16 @@ func (l *Ledger) ListCluster(ctx context.Context, f RequestFilter) (RequestPage,
 	if f.Target != "" {
 		add(`target = ?`, f.Target)
 	}
-	if f.Subject != "" {
-		add(`subject = ?`, f.Subject)
-	}
-	if f.Text != "" {
-		add(`(instr(title, ?) > 0 OR instr(request_id, ?) > 0)`, f.Text, f.Text)
-	}
-	if !f.From.IsZero() {
-		add(`created_at >= ?`, f.From.UnixNano())
-	}
-	if !f.To.IsZero() {
-		add(`created_at < ?`, f.To.UnixNano())
-	}
-	if f.Before > 0 {
-		add(`id < ?`, f.Before)
-	}
-	q := `SELECT id, request_id, subject, ticket_id, target, title, created_at, state, next_attempt_at IS NOT NULL, attempts, last_error, updated_at, host, phase
-		FROM cluster_requests`
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, ` AND `)
-	}
-	q += ` ORDER BY id DESC LIMIT ?`
-	args = append(args, f.Limit+1)
-	rows, err := l.db.Reader().QueryContext(ctx, q, args...)
-	if err != nil {
-		return RequestPage{}, fmt.Errorf("ledger: list cluster requests: %w", err)
-	}
-	defer rows.Close()
-	var page RequestPage
-	for rows.Next() {
-		var r RequestRow
-		var created, upd int64
-		var state sql.NullString
-		var next bool
+	filterRows(f, "", "id", add)
+	cols := `id, request_id, subject, ticket_id, target, title, created_at, state, next_attempt_at IS NOT NULL, attempts, last_error, updated_at, host, phase`
+	return l.listPage(ctx, cols, "cluster_requests", where, args, "id", f.Limit, func(r *RequestRow) ([]any, func()) {
 		var phase string
-		if err := rows.Scan(&r.ID, &r.RequestID, &r.Subject, &r.TicketID, &r.Target, &r.Title, &created,
-			&state, &next, &r.Attempts, &r.LastError, &upd, &r.Host, &phase); err != nil {
-			return RequestPage{}, fmt.Errorf("ledger: list cluster requests: %w", err)
+		return []any{&r.Host, &phase}, func() {
+			if r.State == ListWaiting && phase != "accepted" {
+				r.State = ListClaimed
+			}
 		}
-		r.AcceptedAt = time.Unix(0, created).UTC()
-		r.State = listState(state, next)
-		if r.State == ListWaiting && phase != "accepted" {
-			r.State = ListClaimed
-		}
-		if upd != 0 {
-			r.UpdatedAt = time.Unix(0, upd).UTC()
-		}
-		if len(page.Rows) == f.Limit {
-			page.Next = page.Rows[len(page.Rows)-1].ID
-			break
-		}
-		page.Rows = append(page.Rows, r)
-	}
-	return page, rows.Err()
+	})
 }
 
 // ListClaimed is the list status of a record claimed by a host that has
