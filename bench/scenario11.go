@@ -75,13 +75,8 @@ func (r *runner) consolePages(ctx context.Context) error {
 	base := "http://" + disp.Addr("console")
 	lists := []string{"/requests", "/requests?status=failed", "/requests?status=delivered", "/requests?status=uncertain&target=local",
 		"/requests?status=retrying&before=" + mid, "/requests?status=failed&subject=", "/request?id=" + url.QueryEscape(someID)}
-	// The overview counts every target's requests (reading the whole
-	// ledger, as dispatcher status does) and keeps the count 5 s: the
-	// first fetch counts.
-	counting, err := getPage(ctx, base+"/")
-	if err != nil {
-		return err
-	}
+	// The overview reads the counts kept on write (request_counts): each
+	// fetch reads them again.
 	var listTimes, overviewTimes []time.Duration
 	for range 5 * r.cfg.Rounds {
 		for _, p := range lists {
@@ -104,9 +99,14 @@ func (r *runner) consolePages(ctx context.Context) error {
 		fmt.Sprintf("dispatcher defaults but -retention 720h; requests lists by status (all, failed, delivered, uncertain of a target, a later page of retrying) and one request's page, %d times each, one after another",
 			5*r.cfg.Rounds),
 		"p99 " + ms(p99), "—", "—", "≤ 200 ms", verdict(p99 <= 200*time.Millisecond)})
-	r.rep.detail("11 pages: ledger of %d requests prefilled in %s; list and request pages p50 %s, p99 %s, max %s (%d pages); overview: %s when it counts (every target's requests by state: reads the whole ledger, as dispatcher status does), then p50 %s, max %s over %d fetches within its 5 s",
+	op99 := percentile(overviewTimes, 99)
+	r.rep.add(row{"11", fmt.Sprintf("console: the overview over %s requests", count3(rows)),
+		fmt.Sprintf("as above; the overview (every target's counts by state, kept on write; the uncertain requests; the last errors), %d times, between the lists",
+			len(overviewTimes)),
+		"p99 " + ms(op99), "—", "—", "≤ 200 ms", verdict(op99 <= 200*time.Millisecond)})
+	r.rep.detail("11 pages: ledger of %d requests prefilled in %s; list and request pages p50 %s, p99 %s, max %s (%d pages); overview p50 %s, p99 %s, max %s (%d fetches)",
 		rows, took.Round(time.Millisecond), ms(percentile(listTimes, 50)), ms(p99), ms(listTimes[len(listTimes)-1]), len(listTimes),
-		ms(counting), ms(percentile(overviewTimes, 50)), ms(overviewTimes[len(overviewTimes)-1]), len(overviewTimes))
+		ms(percentile(overviewTimes, 50)), ms(op99), ms(overviewTimes[len(overviewTimes)-1]), len(overviewTimes))
 	return nil
 }
 

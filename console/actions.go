@@ -30,6 +30,7 @@ func (c *Console) actor(r *http.Request) operate.Actor {
 type selected struct {
 	ID, Target string
 	Status     request.Status
+	Elsewhere  string // another host holds it: where to act on it
 }
 
 // redrive redrives the requests named (id) or every failed one (all, of
@@ -70,6 +71,9 @@ func (c *Console) redrive(w http.ResponseWriter, r *http.Request) {
 					return
 				}
 				s := selected{ID: id, Target: st.Target, Status: st.Status}
+				if st.Status == request.StatusUnknown {
+					s.Elsewhere = c.heldElsewhere(ctx, id)
+				}
 				if st.Status != request.StatusFailed {
 					refused = append(refused, s)
 					continue
@@ -123,6 +127,13 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			c.fail(w, err)
 			return
+		}
+		if st.Status == request.StatusUnknown {
+			if where := c.heldElsewhere(r.Context(), id); where != "" {
+				w.WriteHeader(http.StatusConflict)
+				c.render(w, r, "done", map[string]any{"Action": "nothing", "Errors": []string{id + " is " + where + "."}})
+				return
+			}
 		}
 		c.render(w, r, "confirm", map[string]any{"Action": "resolve", "ID": id, "Outcome": outcome, "ExternalID": ext, "Status": st})
 		return

@@ -73,6 +73,9 @@ type Config struct {
 	Live func() []forwarder.TargetLive
 	// Cluster is the installation's view with several hosts; nil: one host.
 	Cluster func(ctx context.Context) *operate.ClusterView
+	// Whole is the whole installation with several hosts: the lists and a
+	// request's page show every host's requests; nil: this host's ledger.
+	Whole *Whole
 	// Hosts forgets a finished host; nil: one host.
 	Hosts operate.HostForgetter
 	// Trail records the actions and lists a request's; nil: neither.
@@ -107,8 +110,6 @@ type Console struct {
 
 	mu       sync.Mutex
 	sessions map[string]session // signed-in operators, by session id
-
-	counts counts
 }
 
 type session struct {

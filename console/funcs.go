@@ -54,6 +54,9 @@ var funcs = template.FuncMap{
 		}
 		return s
 	},
+	// here: a list row held by host is this host's to act on ("" in a
+	// host's own list).
+	"here": func(host, self string) bool { return host == "" || host == self },
 	"label": func(status string) string {
 		if status == "" {
 			return "all"

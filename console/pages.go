@@ -27,7 +27,9 @@ type targetRow struct {
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	s, counted, err := c.counts.get(ctx, c.cfg.Store.Counts, c.cfg.Now)
+	// The counts are kept on write (ledger request_counts): read for
+	// every page, exact.
+	s, err := c.cfg.Store.Counts(ctx)
 	if err != nil {
 		c.fail(w, err)
 		return
@@ -63,38 +65,11 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	data := map[string]any{"Summary": s, "Counted": counted, "Targets": rows, "Uncertain": uncertain, "LiveShown": c.cfg.Live != nil}
+	data := map[string]any{"Summary": s, "Targets": rows, "Uncertain": uncertain, "LiveShown": c.cfg.Live != nil}
 	if c.cfg.Cluster != nil {
 		data["Cluster"] = c.cfg.Cluster(ctx)
 	}
 	c.render(w, r, "overview", data)
-}
-
-// counts keeps the overview's counts for a few seconds: counting the
-// requests waiting reads the whole ledger (as dispatcher status does), so
-// browsers refreshing the overview share one count instead of each
-// making its own while the forwarders write.
-type counts struct {
-	mu sync.Mutex // held while counting: one count at a time
-	at time.Time
-	s  ledger.Summary
-}
-
-// countsFor is how long a count is shown before it is made again.
-const countsFor = 5 * time.Second
-
-func (c *counts) get(ctx context.Context, count func(context.Context) (ledger.Summary, error), now func() time.Time) (ledger.Summary, time.Time, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.at.IsZero() && now().Sub(c.at) < countsFor {
-		return c.s, c.at, nil
-	}
-	s, err := count(ctx)
-	if err != nil {
-		return s, time.Time{}, err
-	}
-	c.s, c.at = s, now()
-	return s, c.at, nil
 }
 
 // listStatuses are the statuses the list offers, in its order.
@@ -133,7 +108,7 @@ func (c *Console) requests(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Before = n
 	}
-	data := map[string]any{"Filter": f, "Statuses": listStatuses, "Query": q}
+	data := map[string]any{"Filter": f, "Statuses": listStatuses, "Query": q, "Host": ""}
 	if len(problems) > 0 {
 		w.WriteHeader(http.StatusBadRequest)
 		data["Problems"] = problems
@@ -141,7 +116,15 @@ func (c *Console) requests(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	page, err := c.cfg.Store.ListRequests(r.Context(), f)
+	list := c.cfg.Store.ListRequests
+	if w := c.cfg.Whole; w != nil {
+		// Every host's requests, from the copy: say how current it is
+		// before reading it, so that a page is never fresher than said.
+		records, _ := w.State()
+		data["Whole"], data["Host"] = w.freshness(c.cfg.Now(), records), w.Host
+		list = w.Copy.ListCluster
+	}
+	page, err := list(r.Context(), f)
 	if err != nil {
 		w.WriteHeader(http.StatusBadRequest)
 		data["Problems"] = []string{err.Error()}
@@ -174,23 +157,26 @@ func (c *Console) request(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, "request", data)
 }
 
-// requestData is what a request's page shows.
+// requestData is what a request's page shows. With several hosts the
+// request may be another host's: its record and the copy say (Whole).
 func (c *Console) requestData(ctx context.Context, id string) (map[string]any, error) {
 	st, err := c.cfg.Store.FindScoped(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	data := map[string]any{"ID": id, "Status": st, "Detail": advice.Advise(st)}
-	if st.Status == request.StatusUnknown {
+	if st.Status == request.StatusUnknown && c.cfg.Whole == nil {
 		return data, nil
 	}
-	p, err := c.cfg.Store.PriorDelivery(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	data["Ticket"] = p.Ticket
-	if data["Attempts"], err = c.cfg.Store.Attempts(ctx, id); err != nil {
-		return nil, err
+	if st.Status != request.StatusUnknown {
+		p, err := c.cfg.Store.PriorDelivery(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		data["Ticket"] = p.Ticket
+		if data["Attempts"], err = c.cfg.Store.Attempts(ctx, id); err != nil {
+			return nil, err
+		}
 	}
 	if c.cfg.Trail != nil {
 		entries, err := c.cfg.Trail.ForRequest(ctx, id)
@@ -198,6 +184,11 @@ func (c *Console) requestData(ctx context.Context, id string) (map[string]any, e
 			return nil, errors.Join(errors.New("audit trail"), err)
 		}
 		data["Trail"], data["TrailShown"] = entries, true
+	}
+	if c.cfg.Whole != nil {
+		if err := c.wholeRequest(ctx, id, data); err != nil {
+			return nil, err
+		}
 	}
 	if c.cfg.Trace != nil {
 		data["Trace"] = c.cfg.Trace(id)

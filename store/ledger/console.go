@@ -13,7 +13,7 @@ import (
 
 // consoleMigrations are the ledger's steps for the operator console: each
 // request's attempts, and the indexes its pages read by.
-var consoleMigrations = []sqlitedb.Step{
+var consoleMigrations = append([]sqlitedb.Step{
 	// 13: the attempts of each request, not only the latest delivery
 	// record: the console shows them on a timeline. Keyed by the ledger
 	// row's id and the attempt's time, so one request's are together and
@@ -35,7 +35,7 @@ var consoleMigrations = []sqlitedb.Step{
 		PRIMARY KEY (id, at)
 	) WITHOUT ROWID;
 	CREATE INDEX deliveries_state_id ON deliveries(state, id);`},
-}
+}, append(clusterCopyMigrations, countsMigrations...)...)
 
 // KeptAttempts bounds the attempts kept per request: the newest ones.
 const KeptAttempts = 50
@@ -119,6 +119,7 @@ type RequestRow struct {
 	Attempts   int
 	LastError  string
 	UpdatedAt  time.Time // zero without a delivery record
+	Host       string    // the host holding it (the cluster copy's lists); "" in a host's own
 }
 
 // RequestPage is one page of the list; Next is the Before of the next
@@ -170,29 +171,45 @@ func (l *Ledger) ListRequests(ctx context.Context, f RequestFilter) (RequestPage
 	if f.Target != "" && f.Status != ListAll && f.Status != ListWaiting {
 		add(`d.target = ?`, f.Target)
 	}
+	filterRows(f, "r.", key, add)
+	cols := `r.id, r.request_id, r.subject, r.ticket_id, r.target, r.title, r.created_at,
+		d.state, d.next_attempt_at IS NOT NULL, coalesce(d.attempts, 0), coalesce(d.last_error, ''), coalesce(d.updated_at, 0)`
+	return l.listPage(ctx, cols, from, where, args, key, f.Limit, nil)
+}
+
+// filterRows adds the filters both lists check on the rows they walk:
+// subject, text, acceptance time and the page's start. prefix names the
+// request's columns, key orders the walk.
+func filterRows(f RequestFilter, prefix, key string, add func(cond string, a ...any)) {
 	if f.Subject != "" {
-		add(`r.subject = ?`, f.Subject)
+		add(prefix+`subject = ?`, f.Subject)
 	}
 	if f.Text != "" {
-		add(`(instr(r.title, ?) > 0 OR instr(r.request_id, ?) > 0)`, f.Text, f.Text)
+		add(`(instr(`+prefix+`title, ?) > 0 OR instr(`+prefix+`request_id, ?) > 0)`, f.Text, f.Text)
 	}
 	if !f.From.IsZero() {
-		add(`r.created_at >= ?`, f.From.UnixNano())
+		add(prefix+`created_at >= ?`, f.From.UnixNano())
 	}
 	if !f.To.IsZero() {
-		add(`r.created_at < ?`, f.To.UnixNano())
+		add(prefix+`created_at < ?`, f.To.UnixNano())
 	}
 	if f.Before > 0 {
 		add(key+` < ?`, f.Before)
 	}
-	q := `SELECT r.id, r.request_id, r.subject, r.ticket_id, r.target, r.title, r.created_at,
-		d.state, d.next_attempt_at IS NOT NULL, coalesce(d.attempts, 0), coalesce(d.last_error, ''), coalesce(d.updated_at, 0)
-		FROM ` + from
+}
+
+// listPage reads a page of a list: cols are a RequestRow's columns (id,
+// request id, subject, ticket id, target, title, acceptance, delivery
+// state, whether a next attempt is set, attempts, last error, update),
+// then extra's, which scans the row's further columns and finishes it.
+func (l *Ledger) listPage(ctx context.Context, cols, from string, where []string, args []any, key string, limit int,
+	extra func(r *RequestRow) (dest []any, finish func())) (RequestPage, error) {
+	q := `SELECT ` + cols + ` FROM ` + from
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
 	q += ` ORDER BY ` + key + ` DESC LIMIT ?`
-	args = append(args, f.Limit+1)
+	args = append(args, limit+1)
 	rows, err := l.db.Reader().QueryContext(ctx, q, args...)
 	if err != nil {
 		return RequestPage{}, fmt.Errorf("ledger: list requests: %w", err)
@@ -204,31 +221,47 @@ func (l *Ledger) ListRequests(ctx context.Context, f RequestFilter) (RequestPage
 		var created, upd int64
 		var state sql.NullString
 		var next bool
-		if err := rows.Scan(&r.ID, &r.RequestID, &r.Subject, &r.TicketID, &r.Target, &r.Title, &created,
-			&state, &next, &r.Attempts, &r.LastError, &upd); err != nil {
+		dest := []any{&r.ID, &r.RequestID, &r.Subject, &r.TicketID, &r.Target, &r.Title, &created,
+			&state, &next, &r.Attempts, &r.LastError, &upd}
+		var finish func()
+		if extra != nil {
+			var more []any
+			more, finish = extra(&r)
+			dest = append(dest, more...)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return RequestPage{}, fmt.Errorf("ledger: list requests: %w", err)
 		}
 		r.AcceptedAt = time.Unix(0, created).UTC()
-		switch {
-		case !state.Valid:
-			r.State = ListWaiting
-		case state.String == request.DeliveryAttempting && next:
-			r.State = string(request.StatusRetrying)
-		case state.String == request.DeliveryAttempting:
-			r.State = ListInFlight
-		default:
-			r.State = state.String
-		}
+		r.State = listState(state, next)
 		if upd != 0 {
 			r.UpdatedAt = time.Unix(0, upd).UTC()
 		}
-		if len(page.Rows) == f.Limit {
+		if finish != nil {
+			finish()
+		}
+		if len(page.Rows) == limit {
 			page.Next = page.Rows[len(page.Rows)-1].ID
 			break
 		}
 		page.Rows = append(page.Rows, r)
 	}
 	return page, rows.Err()
+}
+
+// listState is the list status of a delivery record's state (none:
+// waiting), next saying whether it has a next attempt time.
+func listState(state sql.NullString, next bool) string {
+	switch {
+	case !state.Valid:
+		return ListWaiting
+	case state.String == request.DeliveryAttempting && next:
+		return string(request.StatusRetrying)
+	case state.String == request.DeliveryAttempting:
+		return ListInFlight
+	default:
+		return state.String
+	}
 }
 
 // LastError is a target's newest trouble: the last error of its newest

@@ -69,7 +69,7 @@ func wrapEnv(t *testing.T, path string, db *sqlitedb.DB) *env {
 
 // raw opens a second, independent database/sql handle on path, so tests see
 // only what was committed to the file.
-func raw(t *testing.T, path string) *sql.DB {
+func raw(t testing.TB, path string) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+filepath.ToSlash(path)+"?_pragma=busy_timeout(10000)")
 	if err != nil {

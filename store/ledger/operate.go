@@ -188,16 +188,9 @@ func (c *targetCounts) of(target string) *TargetCounts {
 
 // countByTarget counts the requests of each target by where they stand.
 func (l *Ledger) countByTarget(ctx context.Context) (*targetCounts, error) {
-	// An attempt that ended without a known outcome and waits for its
-	// lookup is retrying, as find_request reports it.
-	// Requests with no delivery record yet are "waiting": counting them
-	// scans the ledger (an operator's command, not a hot path). Those of a
-	// target no running dispatcher serves appear nowhere else.
-	rows, err := l.db.Reader().QueryContext(ctx, `SELECT target, shown, count(*) FROM (
-			SELECT target, CASE WHEN state = ? AND next_attempt_at IS NOT NULL THEN ? ELSE state END AS shown FROM deliveries
-			UNION ALL
-			SELECT r.target, 'waiting' FROM requests r LEFT JOIN deliveries d ON d.id = r.id WHERE d.id IS NULL
-		) GROUP BY target, shown`, request.DeliveryAttempting, string(request.StatusRetrying))
+	// Kept on write (request_counts, see counts.go): a few rows, however
+	// large the ledger.
+	rows, err := l.db.Reader().QueryContext(ctx, `SELECT target, shown, n FROM request_counts WHERE n != 0`)
 	if err != nil {
 		return nil, err
 	}

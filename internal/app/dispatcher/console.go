@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"syscall"
@@ -14,7 +15,9 @@ import (
 	"ticketrelay/front/mcpauth"
 	"ticketrelay/internal/app"
 	"ticketrelay/internal/operate"
+	"ticketrelay/request"
 	"ticketrelay/store/clusterrec"
+	"ticketrelay/ticket"
 )
 
 // serveConsole serves the operator console on -console-listen (none if
@@ -57,6 +60,13 @@ func (d *dispatcher) serveConsole(ctx context.Context) error {
 			return &v
 		}
 		cfg.Hosts = forgetter{store}
+		cp := clusterrec.NewCopy(store, d.js, d.l, d.log.With("component", "console-copy"), d.arch.Now)
+		cfg.Whole = &console.Whole{Host: store.Host(), Copy: d.l, State: cp.State, ConsoleOf: store.ConsoleOf,
+			Record: func(ctx context.Context, id string) (request.Report, ticket.Ticket, string, bool, error) {
+				st, rec, found, err := store.Report(ctx, id)
+				return st, rec.Ticket, rec.Host, found, err
+			}}
+		d.services["console-copy"] = func(ctx context.Context) error { return cp.Run(ctx, clusterrec.CopyConfig{}) }
 	}
 	c, err := console.New(cfg)
 	if err != nil {
@@ -76,6 +86,9 @@ func (d *dispatcher) serveConsole(ctx context.Context) error {
 	d.OnClose(func() { s.Shutdown(2 * time.Second) })
 	d.addrs["console"] = s.Addr
 	d.services["console"] = c.Run
+	if store := d.clusterStore; store != nil {
+		d.services["console-address"] = publishConsole(store, cmp.Or(d.o.ConsoleURL, "http://"+s.Addr), d.log)
+	}
 	return nil
 }
 
@@ -118,6 +131,31 @@ func (d *dispatcher) consoleOAuth(ctx context.Context) (*console.OAuth, error) {
 			return m.AuthorizationEndpoint, m.TokenEndpoint, nil
 		},
 	}, nil
+}
+
+// consoleAddressEvery is how often a host writes its console's address
+// again: the bucket's entries expire with its TTL.
+const consoleAddressEvery = time.Hour
+
+// publishConsole keeps this host's console address in the cluster record,
+// where another host's console reads it to send an operator here for an
+// action on a request this host holds.
+func publishConsole(store *clusterrec.Store, url string, log *slog.Logger) func(context.Context) error {
+	return func(ctx context.Context) error {
+		every := time.Duration(0)
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(every):
+			}
+			every = consoleAddressEvery
+			if err := store.PublishConsole(ctx, url); err != nil {
+				log.Warn("the console's address could not be written to the cluster record; again in a minute", "err", err)
+				every = time.Minute
+			}
+		}
+	}
 }
 
 // forgetter forgets a host with a deadline: the page answers even when

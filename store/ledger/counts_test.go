@@ -1,0 +1,187 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"ticketrelay/metrics"
+	"ticketrelay/request"
+	"ticketrelay/store"
+	"ticketrelay/store/ledger"
+	"ticketrelay/store/sqlitedb"
+)
+
+// scanCounts counts every target's requests by where they stand the slow
+// way, reading the whole ledger: what request_counts must always equal.
+func scanCounts(t *testing.T, e *env) map[string]int {
+	t.Helper()
+	rows, err := raw(t, e.path).Query(`SELECT target, shown, count(*) FROM (
+			SELECT target, CASE WHEN state = 'attempting' AND next_attempt_at IS NOT NULL THEN 'retrying' ELSE state END AS shown FROM deliveries
+			UNION ALL
+			SELECT r.target, 'waiting' FROM requests r LEFT JOIN deliveries d ON d.id = r.id WHERE d.id IS NULL
+		) GROUP BY target, shown`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var target, shown string
+		var n int
+		if err := rows.Scan(&target, &shown, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[target+"/"+shown] = n
+	}
+	return out
+}
+
+func keptCounts(t *testing.T, e *env) map[string]int {
+	t.Helper()
+	s, err := e.l.Counts(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, tc := range s.Targets {
+		for shown, n := range map[string]int{"waiting": tc.Waiting, "attempting": tc.InFlight, "retrying": tc.Retrying,
+			"failed": tc.Failed, "uncertain": tc.Uncertain, "delivered": tc.Delivered} {
+			if n != 0 {
+				out[tc.Target+"/"+shown] = n
+			}
+		}
+	}
+	return out
+}
+
+func sameCounts(t *testing.T, e *env, when string) {
+	t.Helper()
+	want, got := scanCounts(t, e), keptCounts(t, e)
+	if fmt.Sprint(want) != fmt.Sprint(got) {
+		t.Fatalf("%s: the counts kept on write %v; the ledger holds %v", when, got, want)
+	}
+}
+
+// The counts kept on write equal a count over the whole ledger after each
+// kind of write: accepting, every delivery record transition (a call in
+// flight, a lookup pending, retrying, failed, uncertain, delivered, a
+// move to another target), a redrive, a resolve and retention.
+func TestCountsKeptOnWrite(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	ctx := context.Background()
+	var ids []string
+	for i := range 12 {
+		req := newRequest(fmt.Sprintf("count-%02d", i))
+		if i%3 == 0 {
+			req.Target = "hook"
+		}
+		res, err := e.l.Create(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.RequestID)
+	}
+	sameCounts(t, e, "after accepting 12")
+	if c := keptCounts(t, e); c["local/waiting"] != 8 || c["hook/waiting"] != 4 {
+		t.Fatalf("after accepting: %v; want 8 waiting for local, 4 for hook", c)
+	}
+	record := func(id, state string, version int64, next time.Time, target string) {
+		t.Helper()
+		if err := e.l.RecordDelivery(ctx, request.Delivery{RequestID: id, Target: target, State: state, Attempts: 1, NextAttemptAt: next,
+			Version: version, LastError: "x"}); err != nil {
+			t.Fatalf("record %s %s: %v", id, state, err)
+		}
+	}
+	later := e.clock.Now().Add(time.Minute)
+	record(ids[1], request.DeliveryAttempting, 0, time.Time{}, "local")
+	record(ids[2], request.DeliveryAttempting, 0, later, "local")
+	record(ids[4], "retrying", 0, later, "local")
+	record(ids[5], "failed", 0, time.Time{}, "local")
+	record(ids[7], "uncertain", 0, time.Time{}, "local")
+	record(ids[0], "delivered", 0, time.Time{}, "hook")
+	record(ids[8], "delivered", 0, time.Time{}, "local")
+	sameCounts(t, e, "after the first delivery records")
+	record(ids[1], "delivered", 1, time.Time{}, "local")
+	record(ids[2], request.DeliveryAttempting, 1, time.Time{}, "local") // the lookup's call
+	record(ids[4], "failed", 1, time.Time{}, "local")
+	record(ids[10], "retrying", 0, later, "elsewhere") // recorded under another target
+	sameCounts(t, e, "after transitions")
+	if err := e.l.Redrive(ctx, ids[5]); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.l.Resolve(ctx, ids[7], true, "EXT-1"); err != nil {
+		t.Fatal(err)
+	}
+	sameCounts(t, e, "after a redrive and a resolve")
+	e.clock.Add(48 * time.Hour)
+	if _, err := e.l.Prune(ctx, e.clock.Now(), 100); err != nil {
+		t.Fatal(err)
+	}
+	sameCounts(t, e, "after retention")
+	if c := keptCounts(t, e); c["local/delivered"] != 0 || c["hook/delivered"] != 0 || c["local/failed"] != 0 || c["hook/waiting"] != 3 {
+		t.Fatalf("after retention: %v; want the delivered and failed ones gone", c)
+	}
+}
+
+// BenchmarkCountsOnWrite: accepting and delivering requests from 32
+// goroutines with the counts' triggers against the same ledger without
+// them, alternated round by round (run with -bench CountsOnWrite).
+func BenchmarkCountsOnWrite(b *testing.B) {
+	const n, rounds = 5000, 3
+	var took [2]time.Duration // kept, dropped
+	for round := range 2 * rounds {
+		dropped := round%2 == 1
+		path := filepath.Join(b.TempDir(), "tickets.db")
+		db, err := store.Open(context.Background(), path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		w := sqlitedb.NewWriter(db, discard(), metrics.NewFront(prometheus.NewRegistry()).Writer)
+		l := ledger.New(db, w, time.Now)
+		done := func() { w.Close(); db.Close() }
+		if dropped {
+			db := raw(b, path)
+			for _, tr := range []string{"request_in", "request_out", "request_target", "delivery_in", "delivery_change", "delivery_out"} {
+				if _, err := db.Exec(`DROP TRIGGER request_counts_` + tr); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		reqs := benchRequests(b, n)
+		for i := range reqs {
+			reqs[i].RequestID = fmt.Sprintf("r%d-%s", round, reqs[i].RequestID)
+		}
+		start := time.Now()
+		createConcurrently(b, l, 32, reqs, false)
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Go(func() {
+				for i := next.Add(1) - 1; i < n; i = next.Add(1) - 1 {
+					id := reqs[i].RequestID
+					if err := l.RecordDelivery(context.Background(), request.Delivery{RequestID: id, Target: "local", State: request.DeliveryAttempting, Attempts: 1}); err != nil {
+						b.Error(err)
+						return
+					}
+					if err := l.RecordDelivery(context.Background(), request.Delivery{RequestID: id, Target: "local", State: "delivered", Attempts: 1, Version: 1, ExternalID: "x"}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		took[map[bool]int{false: 0, true: 1}[dropped]] += time.Since(start)
+		done()
+	}
+	b.ReportMetric(float64(3*n*rounds)/took[0].Seconds(), "writes/s-kept")
+	b.ReportMetric(float64(3*n*rounds)/took[1].Seconds(), "writes/s-without")
+	b.ReportMetric(took[1].Seconds()/took[0].Seconds(), "ratio")
+}
