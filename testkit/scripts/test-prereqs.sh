@@ -73,7 +73,7 @@ done
 # staticcheck, the version testkit/tools/staticcheck/go.mod pins: built now (go
 # tool caches it), so vet's step only runs it.
 say "staticcheck: building the pinned version (the first time takes a few minutes)"
-say "staticcheck: $("$GO" tool -modfile="$PWD/tools/staticcheck/go.mod" staticcheck -version)"
+say "staticcheck: $("$GO" tool -modfile="$PWD/testkit/tools/staticcheck/go.mod" staticcheck -version)"
 
 # Optional: the power-cut tests need root and /dev/fuse; they skip without.
 if [ "$(id -u)" = 0 ] && [ -e /dev/fuse ]; then
