@@ -198,6 +198,22 @@ func (r *runner) mkdir(name string) (string, error) {
 
 func (r *runner) bin(name string) string { return filepath.Join(r.cfg.BinDir, name) }
 
+// frontSessions starts mcp-front (name) on a new directory dirName of the
+// run and opens n sessions to it.
+func (r *runner) frontSessions(ctx context.Context, name, dirName string, n int) (dir string, front *proc, s *sessions, err error) {
+	if dir, err = r.mkdir(dirName); err != nil {
+		return "", nil, nil, err
+	}
+	if front, err = r.startFront(ctx, name, dir, false); err != nil {
+		return "", nil, nil, err
+	}
+	if s, err = connect(ctx, front.mcpURL(), r.cfg.Protocol, n); err != nil {
+		front.stop()
+		return "", nil, nil, err
+	}
+	return dir, front, s, nil
+}
+
 // startFront starts mcp-front on dir/tickets.db with ports chosen by the
 // system.
 func (r *runner) startFront(ctx context.Context, name, dir string, noop bool, env ...string) (*proc, error) {

@@ -44,19 +44,11 @@ func (s *cycleSource) next(int) (Args, bool) {
 // fingerprint names an open ticket: an occurrence comment written with
 // its outbox row) with plain replays of earlier creates, alternately.
 func (r *runner) scenario13(ctx context.Context, n int) error {
-	dir, err := r.mkdir("s13")
-	if err != nil {
-		return err
-	}
-	front, err := r.startFront(ctx, "mcp-front-fingerprint", dir, false)
+	dir, front, s, err := r.frontSessions(ctx, "mcp-front-fingerprint", "s13", n)
 	if err != nil {
 		return err
 	}
 	defer front.stop()
-	s, err := connect(ctx, front.mcpURL(), r.cfg.Protocol, n)
-	if err != nil {
-		return err
-	}
 	defer s.close()
 	if err := r.warm(ctx, s, createTool); err != nil {
 		return err

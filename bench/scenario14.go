@@ -60,19 +60,11 @@ func (s *commentSource) next(int) (Args, bool) {
 // comments on tickets created in the warm-up and the create windows, and
 // reports add_comment's throughput against create_ticket's.
 func (r *runner) scenario14(ctx context.Context, n int) error {
-	dir, err := r.mkdir("s14")
-	if err != nil {
-		return err
-	}
-	front, err := r.startFront(ctx, "mcp-front-comments", dir, false)
+	_, front, s, err := r.frontSessions(ctx, "mcp-front-comments", "s14", n)
 	if err != nil {
 		return err
 	}
 	defer front.stop()
-	s, err := connect(ctx, front.mcpURL(), r.cfg.Protocol, n)
-	if err != nil {
-		return err
-	}
 	defer s.close()
 	filed := &filedSource{}
 	if _, err := s.run(ctx, load{tool: createTool, src: filed, measure: r.cfg.Warmup}); err != nil {
