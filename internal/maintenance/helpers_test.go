@@ -2,10 +2,8 @@ package maintenance_test
 
 import (
 	"context"
-	"database/sql"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -36,26 +34,6 @@ func openEnv(t *testing.T) *env {
 	c := downstreamtest.NewClock(time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC))
 	l := fixture.NewLedger(t, fixture.WriterMetrics(m), fixture.Clock(c.Now))
 	return &env{path: l.Path, l: l.Ledger, m: m, clock: c}
-}
-
-// raw opens a second handle on the file, so a test sees what was committed.
-func (e *env) raw(t *testing.T) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.ToSlash(e.path)+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
-func count(t *testing.T, db *sql.DB, query string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := db.QueryRow(query, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
-	return n
 }
 
 // create accepts a request with id for the target "local".

@@ -14,6 +14,7 @@ import (
 	"ticketrelay/internal/maintenance"
 	"ticketrelay/metrics"
 	"ticketrelay/request"
+	"ticketrelay/testkit/fixture"
 )
 
 // TestLedgerRequestsGaugeFollowsAcceptedRequests: ledger_requests counts
@@ -62,7 +63,7 @@ func TestRetentionValidation(t *testing.T) {
 func TestPruneRemovesOnlyExpiredSettledRequests(t *testing.T) {
 	ctx := context.Background()
 	e := openEnv(t)
-	db := e.raw(t)
+	db := fixture.Raw(t, e.path)
 	states := map[string]string{
 		"old-delivered": string(request.StatusDelivered),
 		"old-failed":    string(request.StatusFailed),
@@ -79,7 +80,7 @@ func TestPruneRemovesOnlyExpiredSettledRequests(t *testing.T) {
 	}
 	rowIDs := map[string]int{} // a delivery record is keyed by its ledger row's id
 	for id := range states {
-		rowIDs[id] = count(t, db, `SELECT id FROM requests WHERE request_id = ?`, id)
+		rowIDs[id] = fixture.Count(t, db, `SELECT id FROM requests WHERE request_id = ?`, id)
 	}
 	e.clock.Add(25 * time.Hour)
 	e.create(t, "young-delivered")
@@ -102,18 +103,18 @@ func TestPruneRemovesOnlyExpiredSettledRequests(t *testing.T) {
 			want = 0
 		}
 		for _, table := range []string{"requests", "tickets", "outbox"} {
-			if got := count(t, db, `SELECT count(*) FROM `+table+` WHERE request_id = ?`, id); got != want {
+			if got := fixture.Count(t, db, `SELECT count(*) FROM `+table+` WHERE request_id = ?`, id); got != want {
 				t.Errorf("%s: %d rows in %s, want %d", id, got, table, want)
 			}
 		}
 		if states[id] == "" {
 			continue
 		}
-		if got := count(t, db, `SELECT count(*) FROM deliveries WHERE id = ?`, rowIDs[id]); got != want {
+		if got := fixture.Count(t, db, `SELECT count(*) FROM deliveries WHERE id = ?`, rowIDs[id]); got != want {
 			t.Errorf("%s: %d delivery records, want %d", id, got, want)
 		}
 	}
-	if got := count(t, db, `SELECT count(*) FROM requests WHERE request_id = 'young-delivered'`); got != 1 {
+	if got := fixture.Count(t, db, `SELECT count(*) FROM requests WHERE request_id = 'young-delivered'`); got != 1 {
 		t.Fatal("a request younger than the retention was pruned")
 	}
 	gauge := testutil.ToFloat64(m.LedgerRequests)
@@ -147,7 +148,7 @@ func TestPruneInBatches(t *testing.T) {
 	if err := p.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := count(t, e.raw(t), `SELECT count(*) FROM requests`); got != 0 {
+	if got := fixture.Count(t, fixture.Raw(t, e.path), `SELECT count(*) FROM requests`); got != 0 {
 		t.Fatalf("%d requests left after pruning", got)
 	}
 	if txs := batches(t, e.m.BatchSize) - before; txs < 5 {

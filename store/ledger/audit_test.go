@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"ticketrelay/request"
+	"ticketrelay/testkit/fixture"
 )
 
 // PublishedAfter reads rows in id order with what the audit needs, and
@@ -20,7 +21,7 @@ func TestPublishedAfterAndRepublishLost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	db := raw(t, e.path)
+	db := fixture.Raw(t, e.path)
 	if _, err := db.Exec(`UPDATE outbox SET published_at = 1, stream_seq = id + 100 WHERE request_id <> 'd'`); err != nil {
 		t.Fatal(err)
 	}
@@ -74,10 +75,10 @@ func TestPublishedAfterAndRepublishLost(t *testing.T) {
 			t.Errorf("%s: RepublishLost = %v, %v; want %v", tc.name, got, err, tc.want)
 		}
 	}
-	if n := count(t, db, `SELECT count(*) FROM outbox WHERE request_id = 'a' AND published_at IS NULL AND generation = 1`); n != 1 {
+	if n := fixture.Count(t, db, `SELECT count(*) FROM outbox WHERE request_id = 'a' AND published_at IS NULL AND generation = 1`); n != 1 {
 		t.Error("a was not queued again under a new generation")
 	}
-	if n := count(t, db, `SELECT count(*) FROM outbox WHERE generation > 0`); n != 2 {
+	if n := fixture.Count(t, db, `SELECT count(*) FROM outbox WHERE generation > 0`); n != 2 {
 		t.Errorf("%d rows queued again, want a and b", n)
 	}
 }

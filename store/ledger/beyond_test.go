@@ -7,6 +7,7 @@ import (
 
 	"ticketrelay/request"
 	"ticketrelay/store/ledger"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
@@ -45,7 +46,7 @@ func TestMigrationKeepsCreatesWithoutAKind(t *testing.T) {
 	if _, found, _ := e.l.TicketOf(ctx, "", "cmt-1"); found {
 		t.Error("a comment resolved as a ticket")
 	}
-	if n := count(t, raw(t, path), `SELECT count(*) FROM tickets`); n != 1 {
+	if n := fixture.Count(t, fixture.Raw(t, path), `SELECT count(*) FROM tickets`); n != 1 {
 		t.Errorf("the tickets view shows %d rows, want the one create", n)
 	}
 	p, err = e.l.PriorDelivery(ctx, "cmt-1")
@@ -68,7 +69,7 @@ func TestMigrationKeepsCreatesWithoutAKind(t *testing.T) {
 	}
 	// The comment's message names its kind; a create's does not.
 	var payload string
-	if err := raw(t, path).QueryRow(`SELECT payload FROM outbox WHERE request_id = 'cmt-1'`).Scan(&payload); err != nil {
+	if err := fixture.Raw(t, path).QueryRow(`SELECT payload FROM outbox WHERE request_id = 'cmt-1'`).Scan(&payload); err != nil {
 		t.Fatal(err)
 	}
 	var ref ticket.Ref

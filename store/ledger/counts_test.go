@@ -16,13 +16,14 @@ import (
 	"ticketrelay/store"
 	"ticketrelay/store/ledger"
 	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 )
 
 // scanCounts counts every target's requests by where they stand the slow
 // way, reading the whole ledger: what request_counts must always equal.
 func scanCounts(t *testing.T, e *env) map[string]int {
 	t.Helper()
-	rows, err := raw(t, e.path).Query(`SELECT target, shown, count(*) FROM (
+	rows, err := fixture.Raw(t, e.path).Query(`SELECT target, shown, count(*) FROM (
 			SELECT target, CASE WHEN state = 'attempting' AND next_attempt_at IS NOT NULL THEN 'retrying' ELSE state END AS shown FROM deliveries
 			UNION ALL
 			SELECT r.target, 'waiting' FROM requests r LEFT JOIN deliveries d ON d.id = r.id WHERE d.id IS NULL
@@ -147,7 +148,7 @@ func BenchmarkCountsOnWrite(b *testing.B) {
 		l := ledger.New(db, w, time.Now)
 		done := func() { w.Close(); db.Close() }
 		if dropped {
-			db := raw(b, path)
+			db := fixture.Raw(b, path)
 			for _, tr := range []string{"request_in", "request_out", "request_target", "delivery_in", "delivery_change", "delivery_out"} {
 				if _, err := db.Exec(`DROP TRIGGER request_counts_` + tr); err != nil {
 					b.Fatal(err)

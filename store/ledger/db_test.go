@@ -13,12 +13,13 @@ import (
 	"ticketrelay/request"
 	"ticketrelay/store"
 	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
 func userVersion(t *testing.T, path string) int {
 	t.Helper()
-	return count(t, raw(t, path), `PRAGMA user_version`)
+	return fixture.Count(t, fixture.Raw(t, path), `PRAGMA user_version`)
 }
 
 func TestReopenKeepsDataAndSchemaVersion(t *testing.T) {
@@ -125,7 +126,7 @@ func TestTwoHandlesOnOneFile(t *testing.T) {
 			}
 		}
 	}
-	if got := rows(t, raw(t, path)); got != [3]int{want, want, want} {
+	if got := rows(t, fixture.Raw(t, path)); got != [3]int{want, want, want} {
 		t.Fatalf("rows = %v, want %d of each", got, want)
 	}
 	// Each handle sees what the other wrote.
@@ -147,7 +148,7 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 	path := dbPath(t)
 	openEnv(t, path)
 	v := userVersion(t, path)
-	if _, err := raw(t, path).Exec(fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {
+	if _, err := fixture.Raw(t, path).Exec(fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {
 		t.Fatal(err)
 	}
 	db, err := store.Open(context.Background(), path)
@@ -200,7 +201,7 @@ func TestMigrationKeepsTicketsOfSchema2(t *testing.T) {
 		t.Fatalf("Create after migration = %+v, want a replay of tkt_old", res)
 	}
 	var title, body, priority, labels string
-	err = raw(t, path).QueryRow(`SELECT title, body, priority, labels FROM tickets WHERE ticket_id = 'tkt_old'`).
+	err = fixture.Raw(t, path).QueryRow(`SELECT title, body, priority, labels FROM tickets WHERE ticket_id = 'tkt_old'`).
 		Scan(&title, &body, &priority, &labels)
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +263,7 @@ func TestMigrationKeepsDeliveriesOfSchema4(t *testing.T) {
 	if st, err := e.l.Find(ctx, "", "req-failed"); err != nil || st.Status != request.StatusRetrying {
 		t.Fatalf("Find after redrive = %+v, %v; want retrying", st, err)
 	}
-	if n := count(t, raw(t, path), `SELECT count(*) FROM deliveries WHERE id IN (10, 11)`); n != 2 {
+	if n := fixture.Count(t, fixture.Raw(t, path), `SELECT count(*) FROM deliveries WHERE id IN (10, 11)`); n != 2 {
 		t.Fatalf("%d delivery records under the ledger rows' ids, want 2", n)
 	}
 }
@@ -271,7 +272,7 @@ func TestMigrationKeepsDeliveriesOfSchema4(t *testing.T) {
 // it, and returns a plain handle on it.
 func atSchema(t *testing.T, path string, n int) *sql.DB {
 	t.Helper()
-	db := raw(t, path)
+	db := fixture.Raw(t, path)
 	for i, m := range migrationsUpTo(n) {
 		if _, err := db.Exec(m); err != nil {
 			t.Fatalf("migration %d: %v", i+1, err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"ticketrelay/request"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
@@ -47,7 +48,7 @@ func TestGroupFilesOnceAndCountsOccurrences(t *testing.T) {
 	if _, err := e.l.Group(ctx, other, grouping); !errors.As(err, &conflict) {
 		t.Fatalf("r-2 with other arguments: %v; want a conflict", err)
 	}
-	db := raw(t, e.path)
+	db := fixture.Raw(t, e.path)
 	if got := rows(t, db); got != [3]int{3, 1, 3} {
 		t.Fatalf("requests, tickets, outbox = %v; want 3 rows, 1 ticket, 3 messages", got)
 	}
@@ -101,7 +102,7 @@ func TestGroupConcurrentFirstReportsFileOneTicket(t *testing.T) {
 	if len(tickets) != 1 || len(seen) != n-1 || seen[1] || seen[n+1] {
 		t.Fatalf("tickets %v, occurrence numbers %v; want one ticket and occurrences 2..%d", tickets, seen, n)
 	}
-	if got := rows(t, raw(t, e.path)); got != [3]int{n, 1, n} {
+	if got := rows(t, fixture.Raw(t, e.path)); got != [3]int{n, 1, n} {
 		t.Fatalf("requests, tickets, outbox = %v; want %d rows, 1 ticket", got, n)
 	}
 }
@@ -151,7 +152,7 @@ func TestGroupWithoutCommentsRecordsOnly(t *testing.T) {
 	if err != nil || !res.Grouped || res.Occurrences != 2 {
 		t.Fatalf("second report: %+v, %v; want grouped", res, err)
 	}
-	if got := rows(t, raw(t, e.path)); got != [3]int{2, 1, 1} {
+	if got := rows(t, fixture.Raw(t, e.path)); got != [3]int{2, 1, 1} {
 		t.Fatalf("requests, tickets, outbox = %v; want the occurrence without an outbox row", got)
 	}
 	if st, err := e.l.Find(ctx, "", "n-2"); err != nil || st.Status != request.StatusDelivered || !st.Grouped {

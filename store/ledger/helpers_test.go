@@ -12,6 +12,7 @@ import (
 	"ticketrelay/front/advice"
 	"ticketrelay/store"
 	"ticketrelay/store/sqlitedb"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/testkit/testclock"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,34 +68,13 @@ func wrapEnv(t *testing.T, path string, db *sqlitedb.DB) *env {
 	return e
 }
 
-// raw opens a second, independent database/sql handle on path, so tests see
-// only what was committed to the file.
-func raw(t testing.TB, path string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.ToSlash(path)+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
-func count(t *testing.T, db *sql.DB, query string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := db.QueryRow(query, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
-	return n
-}
-
 // rows reports the number of rows in requests, tickets and outbox.
 func rows(t *testing.T, db *sql.DB) [3]int {
 	t.Helper()
 	return [3]int{
-		count(t, db, `SELECT count(*) FROM requests`),
-		count(t, db, `SELECT count(*) FROM tickets`),
-		count(t, db, `SELECT count(*) FROM outbox`),
+		fixture.Count(t, db, `SELECT count(*) FROM requests`),
+		fixture.Count(t, db, `SELECT count(*) FROM tickets`),
+		fixture.Count(t, db, `SELECT count(*) FROM outbox`),
 	}
 }
 

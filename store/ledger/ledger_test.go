@@ -12,6 +12,7 @@ import (
 
 	"ticketrelay/front/advice"
 	"ticketrelay/request"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
@@ -33,7 +34,7 @@ func TestCreateWritesLedgerTicketAndOutboxInOneGo(t *testing.T) {
 		t.Fatalf("Create = %+v, want %+v", res, want)
 	}
 
-	db := raw(t, e.path)
+	db := fixture.Raw(t, e.path)
 	if got := rows(t, db); got != [3]int{1, 1, 1} {
 		t.Fatalf("rows in requests/tickets/outbox = %v, want [1 1 1]", got)
 	}
@@ -90,7 +91,7 @@ func TestCreateReplaysSameArguments(t *testing.T) {
 	}
 	// data_version, read on one connection, changes when another
 	// connection commits a change to the file.
-	conn, err := raw(t, e.path).Conn(ctx)
+	conn, err := fixture.Raw(t, e.path).Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +126,7 @@ func TestCreateReplaysSameArguments(t *testing.T) {
 	if live == nil || live.Status != request.StatusQueued || live.TicketID != first.TicketID || advice.Advise(*live) == "" {
 		t.Fatalf("replay's live status = %+v, want queued with a detail", live)
 	}
-	if got := rows(t, raw(t, e.path)); got != [3]int{1, 1, 1} {
+	if got := rows(t, fixture.Raw(t, e.path)); got != [3]int{1, 1, 1} {
 		t.Fatalf("rows after replay = %v, want [1 1 1]", got)
 	}
 	if after := dataVersion(); after != before {
@@ -140,7 +141,7 @@ func TestCreateConflictNamesTheTicketAndWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := raw(t, e.path)
+	db := fixture.Raw(t, e.path)
 	for name, edit := range map[string]func(r *ticket.Request){
 		"title":    func(r *ticket.Request) { r.Title = "Disk full on db-2" },
 		"priority": func(r *ticket.Request) { r.Priority = "low" },
@@ -219,7 +220,7 @@ func TestConcurrentIdenticalCreatesCommitOnce(t *testing.T) {
 	if created != 1 {
 		t.Fatalf("%d of %d identical calls created the ticket, want exactly 1", created, n)
 	}
-	if got := rows(t, raw(t, e.path)); got != [3]int{1, 1, 1} {
+	if got := rows(t, fixture.Raw(t, e.path)); got != [3]int{1, 1, 1} {
 		t.Fatalf("rows = %v, want [1 1 1]", got)
 	}
 }
@@ -245,7 +246,7 @@ func TestConcurrentDistinctCreatesShareCommits(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	if got := rows(t, raw(t, e.path)); got != [3]int{n, n, n} {
+	if got := rows(t, fixture.Raw(t, e.path)); got != [3]int{n, n, n} {
 		t.Fatalf("rows = %v, want [%d %d %d]", got, n, n, n)
 	}
 	batches, ops := histogram(t, e.m.BatchSize)

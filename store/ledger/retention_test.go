@@ -10,6 +10,7 @@ import (
 
 	"ticketrelay/request"
 	"ticketrelay/store/ledger"
+	"ticketrelay/testkit/fixture"
 )
 
 func settle(t *testing.T, e *env, id, state string) {
@@ -22,7 +23,7 @@ func settle(t *testing.T, e *env, id, state string) {
 func TestRedriveAndResolve(t *testing.T) {
 	ctx := context.Background()
 	e := openEnv(t, dbPath(t))
-	db := raw(t, e.path)
+	db := fixture.Raw(t, e.path)
 	for _, id := range []string{"failed-1", "delivered-1", "uncertain-1"} {
 		if _, err := e.l.Create(ctx, newRequest(id)); err != nil {
 			t.Fatal(err)
@@ -42,7 +43,7 @@ func TestRedriveAndResolve(t *testing.T) {
 	if err != nil || st.Status != request.StatusRetrying || st.Attempts != 0 {
 		t.Fatalf("after redrive: %+v, %v; want retrying with 0 attempts", st, err)
 	}
-	if got := count(t, db, `SELECT count(*) FROM outbox WHERE request_id = 'failed-1' AND published_at IS NULL AND generation = 1`); got != 1 {
+	if got := fixture.Count(t, db, `SELECT count(*) FROM outbox WHERE request_id = 'failed-1' AND published_at IS NULL AND generation = 1`); got != 1 {
 		t.Fatal("redrive did not queue the message again under generation 1")
 	}
 	for _, id := range []string{"delivered-1", "uncertain-1", "failed-1"} {
@@ -78,7 +79,7 @@ func TestRedriveAndResolve(t *testing.T) {
 // transaction, growing with the ledger).
 func TestPruneWalksRequestsByAge(t *testing.T) {
 	e := openEnv(t, dbPath(t))
-	rows, err := raw(t, e.path).Query(`EXPLAIN QUERY PLAN `+ledger.PruneQueryForTest, 0, 1, "delivered", "failed", 10)
+	rows, err := fixture.Raw(t, e.path).Query(`EXPLAIN QUERY PLAN `+ledger.PruneQueryForTest, 0, 1, "delivered", "failed", 10)
 	if err != nil {
 		t.Fatal(err)
 	}

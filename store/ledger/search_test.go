@@ -10,6 +10,7 @@ import (
 
 	"ticketrelay/request"
 	"ticketrelay/store/ledger"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
@@ -218,7 +219,7 @@ func TestSearchForgetsPrunedTickets(t *testing.T) {
 	if got := ids(search(t, e, request.Search{Text: "backup", Scope: everyone})); fmt.Sprint(got) != "[new]" {
 		t.Fatalf("after prune = %v", got)
 	}
-	if _, err := raw(t, e.path).Exec(`INSERT INTO tickets_fts (tickets_fts, rank) VALUES ('integrity-check', 1)`); err != nil {
+	if _, err := fixture.Raw(t, e.path).Exec(`INSERT INTO tickets_fts (tickets_fts, rank) VALUES ('integrity-check', 1)`); err != nil {
 		t.Fatalf("index integrity: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"ticketrelay/front/mcptools"
 	"ticketrelay/request"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
@@ -42,7 +43,7 @@ func TestFindUnknown(t *testing.T) {
 func TestFindFollowsTheRequest(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	ctx := context.Background()
-	db := raw(t, e.path)
+	db := fixture.Raw(t, e.path)
 	accepted := e.clock.Now()
 	res, err := e.l.Create(ctx, newRequest("req-life"))
 	if err != nil {
@@ -299,7 +300,7 @@ func TestPriorDelivery(t *testing.T) {
 		}
 		// The message names the ticket; it does not carry it.
 		var payload string
-		if err := raw(t, e.path).QueryRow(`SELECT payload FROM outbox WHERE request_id = ?`, req.RequestID).Scan(&payload); err != nil {
+		if err := fixture.Raw(t, e.path).QueryRow(`SELECT payload FROM outbox WHERE request_id = ?`, req.RequestID).Scan(&payload); err != nil {
 			t.Fatal(err)
 		}
 		if wantPayload := `{"request_id":"` + req.RequestID + `","ticket_id":"` + want.ID + `"}`; payload != wantPayload {
@@ -324,7 +325,7 @@ func TestPriorDelivery(t *testing.T) {
 		t.Fatalf("RecordDelivery for a request never accepted: %v, want ErrNotFound", err)
 	}
 	check("never-seen", false, false)
-	if n := count(t, raw(t, e.path), `SELECT count(*) FROM deliveries`); n != 1 {
+	if n := fixture.Count(t, fixture.Raw(t, e.path), `SELECT count(*) FROM deliveries`); n != 1 {
 		t.Fatalf("%d delivery records, want 1", n)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"ticketrelay/request"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
@@ -67,8 +68,8 @@ func TestRequestIDBelongsToItsSubject(t *testing.T) {
 
 	// The outbox carries the scoped ids: distinct Nats-Msg-Ids, and the
 	// operators' name for each request.
-	db := raw(t, e.path)
-	if n := count(t, db, `SELECT count(*) FROM outbox WHERE request_id IN ('alice:shared-id', 'bob:shared-id')`); n != 2 {
+	db := fixture.Raw(t, e.path)
+	if n := fixture.Count(t, db, `SELECT count(*) FROM outbox WHERE request_id IN ('alice:shared-id', 'bob:shared-id')`); n != 2 {
 		t.Errorf("outbox rows under the scoped ids: %d, want 2", n)
 	}
 	if st, err := e.l.FindScoped(ctx, "bob:shared-id"); err != nil || st.TicketID != rb.TicketID {
@@ -99,7 +100,7 @@ func TestAnonymousIDSpellingAScopedIDIsRefused(t *testing.T) {
 	if st, err := e.l.Find(ctx, "", "alice:x"); err != nil || st.Status != request.StatusUnknown {
 		t.Errorf("anonymous Find(alice:x) = %+v, %v; want unknown", st, err)
 	}
-	if n := count(t, raw(t, e.path), `SELECT count(*) FROM requests`); n != 1 {
+	if n := fixture.Count(t, fixture.Raw(t, e.path), `SELECT count(*) FROM requests`); n != 1 {
 		t.Errorf("%d ledger rows, want 1", n)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"ticketrelay/request"
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
 )
 
@@ -15,7 +16,7 @@ import (
 func TestParkUntilTheCreateSettles(t *testing.T) {
 	ctx := context.Background()
 	e := openEnv(t, dbPath(t))
-	db := raw(t, e.path)
+	db := fixture.Raw(t, e.path)
 	create := newRequest("create-1")
 	if _, err := e.l.Create(ctx, create); err != nil {
 		t.Fatal(err)
@@ -35,7 +36,7 @@ func TestParkUntilTheCreateSettles(t *testing.T) {
 			t.Fatalf("Park(cmt-1) = %v, %v; want parked", parked, err)
 		}
 	}
-	if n := count(t, db, `SELECT count(*) FROM waiting`); n != 1 {
+	if n := fixture.Count(t, db, `SELECT count(*) FROM waiting`); n != 1 {
 		t.Fatalf("%d rows parked, want 1", n)
 	}
 	if parked, err := e.l.Park(ctx, "create-1"); err != nil || parked {
@@ -45,16 +46,16 @@ func TestParkUntilTheCreateSettles(t *testing.T) {
 	if err := e.l.RecordDelivery(ctx, request.Delivery{RequestID: "create-1", Target: create.Target, State: string(request.StatusRetrying), Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, db, `SELECT count(*) FROM waiting`); n != 1 {
+	if n := fixture.Count(t, db, `SELECT count(*) FROM waiting`); n != 1 {
 		t.Fatalf("a retrying create unparked its comment")
 	}
 	if err := e.l.RecordDelivery(ctx, request.Delivery{RequestID: "create-1", Target: create.Target, State: string(request.StatusFailed), Attempts: 2, Version: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, db, `SELECT count(*) FROM waiting`); n != 0 {
+	if n := fixture.Count(t, db, `SELECT count(*) FROM waiting`); n != 0 {
 		t.Errorf("%d rows still parked after the create failed", n)
 	}
-	if g := count(t, db, `SELECT o.generation FROM outbox o JOIN requests r ON r.id = o.id WHERE r.request_id = 'cmt-1' AND o.published_at IS NULL`); g != 1 {
+	if g := fixture.Count(t, db, `SELECT o.generation FROM outbox o JOIN requests r ON r.id = o.id WHERE r.request_id = 'cmt-1' AND o.published_at IS NULL`); g != 1 {
 		t.Errorf("the comment's outbox row: generation %d unpublished, want 1", g)
 	}
 	if parked, err := e.l.Park(ctx, "cmt-1"); err != nil || parked {

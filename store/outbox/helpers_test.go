@@ -231,16 +231,6 @@ func newRequest(id, target string) ticket.Request {
 	return r
 }
 
-func raw(t *testing.T, path string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.ToSlash(path)+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
 func backlog(t *testing.T, db *sql.DB) int64 {
 	t.Helper()
 	n, _, err := outbox.Backlog(testCtx(t), db)

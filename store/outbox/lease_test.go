@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"ticketrelay/testkit/fixture"
 	"ticketrelay/testkit/testclock"
 
 	"ticketrelay/store/outbox"
@@ -102,7 +103,7 @@ func TestOnlyOneRelayPublishes(t *testing.T) {
 	cfg := outbox.RelayConfig{LeaseTTL: ttl}
 	a := newNode(t, "relay-a", path, js, cfg, time.Now)
 	bn := newNode(t, "relay-b", path, js, cfg, time.Now)
-	db := raw(t, path)
+	db := fixture.Raw(t, path)
 
 	a.run(t)
 	waitFor(t, 10*time.Second, "relay-a to hold the lease", func() bool { return value(t, a.m.LeaseHeld) == 1 })
@@ -157,7 +158,7 @@ func TestRelayTakesOverExpiredLease(t *testing.T) {
 	c := testclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	const ttl = time.Second
 	n := newNode(t, "relay-b", path, js, outbox.RelayConfig{LeaseTTL: ttl}, c.Now)
-	db := raw(t, path)
+	db := fixture.Raw(t, path)
 
 	ghost := &outbox.Lease{Name: "relay", Holder: "relay-crashed", TTL: ttl, Tx: n.w, Now: c.Now}
 	if ok, err := ghost.Acquire(testCtx(t)); err != nil || !ok {

@@ -14,6 +14,7 @@ import (
 	"ticketrelay/delivery/natsjs"
 	"ticketrelay/internal/backoff"
 	"ticketrelay/store/outbox"
+	"ticketrelay/testkit/fixture"
 )
 
 // The relay reads on past the batches in flight, and drains them only to
@@ -49,7 +50,7 @@ func TestRelayPublishesPastABatchWaitingForItsMark(t *testing.T) {
 	cfg := outbox.RelayConfig{LeaseTTL: time.Hour, RescanEvery: time.Hour, BusyFor: time.Hour}
 	n := newNodeTx(t, "relay-past", path, natsjs.NewPublisher(js), cfg, time.Now,
 		func(w outbox.TxRunner) outbox.TxRunner { gate.TxRunner = w; return gate })
-	db := raw(t, path)
+	db := fixture.Raw(t, path)
 	n.create(t, "first")
 	n.run(t)
 	var once sync.Once
@@ -117,7 +118,7 @@ func TestRelayRescansWhileRowsKeepFlowing(t *testing.T) {
 	// A batch is released by the next one: only a stream that stalls for
 	// half a second empties the pipeline (and rescans regardless).
 	n := newNodeWith(t, "relay-rescan", path, &chainPublisher{Publisher: natsjs.NewPublisher(js), hold: 500 * time.Millisecond}, cfg, time.Now)
-	db := raw(t, path)
+	db := fixture.Raw(t, path)
 	n.create(t, "first")
 	n.run(t)
 	waitFor(t, 10*time.Second, "the first row to be marked", func() bool { return marked(t, db, "first") })

@@ -52,7 +52,7 @@ func TestRelayPublishesCommittedRows(t *testing.T) {
 	js := b.connect(t)
 	path := filepath.Join(t.TempDir(), "tickets.db")
 	n := newNode(t, "relay-a", path, js, outbox.RelayConfig{}, time.Now)
-	db := raw(t, path)
+	db := fixture.Raw(t, path)
 
 	before := time.Now()
 	var want []string
@@ -152,7 +152,7 @@ func TestRelayRepublishAfterCrashIsDeduplicated(t *testing.T) {
 	js := b.connect(t)
 	path := filepath.Join(t.TempDir(), "tickets.db")
 	n := newNode(t, "relay-a", path, js, outbox.RelayConfig{BatchSize: 8}, time.Now)
-	db := raw(t, path)
+	db := fixture.Raw(t, path)
 	all := ids("req", 20)
 	n.create(t, all...)
 
@@ -198,7 +198,7 @@ func TestRelaySurvivesBrokerOutage(t *testing.T) {
 	js := b.connect(t, jetstream.WithPublishAsyncTimeout(500*time.Millisecond))
 	path := filepath.Join(t.TempDir(), "tickets.db")
 	n := newNode(t, "relay-a", path, js, outbox.RelayConfig{}, time.Now)
-	db := raw(t, path)
+	db := fixture.Raw(t, path)
 	n.run(t)
 
 	before := ids("before", 10)
@@ -267,7 +267,7 @@ func TestRelayStaysBusyAfterPublishing(t *testing.T) {
 	// began after the first row was marked.
 	n := newNode(t, "relay-busy", path, b.connect(t),
 		outbox.RelayConfig{PollInterval: time.Minute, BusyFor: time.Minute, GaugeInterval: time.Nanosecond}, time.Now)
-	db := raw(t, path)
+	db := fixture.Raw(t, path)
 	published := func(id string) func() bool { return func() bool { return marked(t, db, id) } }
 	n.create(t, "first")
 	n.run(t)
@@ -303,7 +303,7 @@ func TestRelayPipelinesABacklogWithoutRepeats(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tickets.db")
 	pub := &overlapCounter{Publisher: natsjs.NewPublisher(js)}
 	n := newNodeWith(t, "relay-pipe", path, pub, outbox.RelayConfig{BatchSize: 8, Pipeline: 3}, time.Now)
-	db := raw(t, path)
+	db := fixture.Raw(t, path)
 	backlogIDs := ids("backlog", 8*25+5)
 	n.create(t, backlogIDs...)
 
@@ -343,7 +343,7 @@ func TestRelayIsWokenByAnotherWritersCommit(t *testing.T) {
 	n := newNode(t, "relay-woken", path, b.connect(t),
 		outbox.RelayConfig{PollInterval: time.Hour, BusyFor: time.Nanosecond, WakeupPath: wake}, time.Now)
 	front := frontLedger(t, path, outbox.NewWaker(wake))
-	db := raw(t, path)
+	db := fixture.Raw(t, path)
 
 	if _, err := front.Create(testCtx(t), newRequest("first", "local")); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"ticketrelay/delivery/natsjs"
 	"ticketrelay/request"
 	"ticketrelay/store/outbox"
+	"ticketrelay/testkit/fixture"
 )
 
 // hookPublisher publishes for real and runs before (once, as the batch is
@@ -48,7 +49,7 @@ func TestRelayStopFinishesTheBatchInFlight(t *testing.T) {
 	if err := n.relay.Run(ctx); err != nil {
 		t.Fatalf("Run = %v, want nil on cancellation", err)
 	}
-	if got := backlog(t, raw(t, path)); got != 0 {
+	if got := backlog(t, fixture.Raw(t, path)); got != 0 {
 		t.Errorf("%d of 50 rows left unmarked by a clean stop", got)
 	}
 	if got := countMsgs(streamMessages(t, js)); got != len(all) {
@@ -78,7 +79,7 @@ func TestRelayMarksOnlyTheGenerationItSent(t *testing.T) {
 		}
 	}
 	n.run(t)
-	db := raw(t, path)
+	db := fixture.Raw(t, path)
 	waitFor(t, 10*time.Second, "both generations in the stream and nothing pending", func() bool {
 		return backlog(t, db) == 0 && countMsgs(streamMessages(t, js)) == 2
 	})

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"ticketrelay/testkit/fixture"
 )
 
 // A full disk (SQLITE_FULL, simulated with max_page_count) fails the call
@@ -37,7 +39,7 @@ func TestFullDiskWritesNothingHalfway(t *testing.T) {
 		t.Fatal("the capped database never filled up")
 	}
 	for _, table := range []string{"requests", "tickets", "outbox"} {
-		if n := count(t, db, `SELECT count(*) FROM `+table+` WHERE request_id = ?`, failed); n != 0 {
+		if n := fixture.Count(t, db, `SELECT count(*) FROM `+table+` WHERE request_id = ?`, failed); n != 0 {
 			t.Errorf("%s holds %d rows of the failed request", table, n)
 		}
 	}

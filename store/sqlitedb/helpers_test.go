@@ -47,7 +47,7 @@ func rows(t *testing.T, db *sql.DB) [3]int {
 	t.Helper()
 	var n [3]int
 	for i, table := range []string{"requests", "tickets", "outbox"} {
-		n[i] = count(t, db, `SELECT count(*) FROM `+table)
+		n[i] = fixture.Count(t, db, `SELECT count(*) FROM `+table)
 	}
 	return n
 }
@@ -58,15 +58,6 @@ func newRequest(id string) ticket.Request {
 		panic(err)
 	}
 	return r
-}
-
-func count(t *testing.T, db *sql.DB, query string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := db.QueryRow(query, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
-	return n
 }
 
 func histogram(t *testing.T, h prometheus.Histogram) (n uint64, sum float64) {
