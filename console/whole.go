@@ -35,7 +35,7 @@ type Whole struct {
 // WholeCopy is the copy of the cluster record in this host's ledger.
 type WholeCopy interface {
 	ListCluster(ctx context.Context, f ledger.RequestFilter) (ledger.RequestPage, error)
-	ClusterRequest(ctx context.Context, id string) (ledger.ClusterRecord, bool, error)
+	ClusterRequest(ctx context.Context, id string) (request.CopiedRecord, bool, error)
 	ClusterAttempts(ctx context.Context, id string) ([]request.Attempt, error)
 	ClusterTrail(ctx context.Context, id string) ([]trail.Entry, error)
 }

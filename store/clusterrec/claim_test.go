@@ -78,7 +78,9 @@ func TestOneAnswerOnEveryHost(t *testing.T) {
 func TestClaimWithoutCommitIsTakenOver(t *testing.T) {
 	ctx := ctxT(t)
 	js := embeddedJS(t)
-	cfg := clusterrec.Config{TakeoverAfter: 2 * time.Second}
+	// The short retry must outlast a read of the bucket on a loaded box
+	// (a read that times out is ErrUnavailable, not ErrInProgress).
+	cfg := clusterrec.Config{TakeoverAfter: 6 * time.Second}
 	a, b := newHost(t, js, "host-a", cfg), newHost(t, js, "host-b", cfg)
 	req := newRequest("req-crash", "left by a crash")
 	tk := ticket.Ticket{Request: req, ID: ticket.IDFor(req.Scoped()), CreatedAt: time.Now().Add(-time.Minute).UTC()}
@@ -87,7 +89,7 @@ func TestClaimWithoutCommitIsTakenOver(t *testing.T) {
 	if err != nil || !c.Mine {
 		t.Fatalf("a's claim = %+v, %v", c, err)
 	}
-	short, cancel := context.WithTimeout(ctx, time.Second)
+	short, cancel := context.WithTimeout(ctx, cfg.TakeoverAfter/2)
 	_, err = b.store.Claim(short, tk, req.Hash(), nil)
 	cancel()
 	if !errors.Is(err, clusterrec.ErrInProgress) {

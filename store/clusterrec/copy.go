@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"ticketrelay/installation"
-	"ticketrelay/store/ledger"
+	"ticketrelay/request"
 	"ticketrelay/store/trail"
 )
 
@@ -23,8 +23,8 @@ import (
 // rest), read by the operator console.
 type CopySink interface {
 	ClusterCursor(ctx context.Context, name string) (uint64, error)
-	FoldRecords(ctx context.Context, recs []ledger.ClusterRecord, upTo uint64) error
-	FoldTrail(ctx context.Context, entries []ledger.ClusterTrailEntry, upTo uint64) error
+	FoldRecords(ctx context.Context, recs []request.CopiedRecord, upTo uint64) error
+	FoldTrail(ctx context.Context, entries []trail.CopiedEntry, upTo uint64) error
 	PruneClusterCopy(ctx context.Context, recordsFrom, trailFrom uint64, batch int) (int64, error)
 }
 
@@ -89,7 +89,7 @@ func NewCopy(s *Store, js jetstream.JetStream, sink CopySink, log *slog.Logger, 
 		now = time.Now
 	}
 	return &Copy{store: s, js: js, inst: s.cfg.Installation, sink: sink, log: log, now: now,
-		streams: map[string]*CopyState{ledger.CopyRecords: {}, ledger.CopyTrail: {}}}
+		streams: map[string]*CopyState{request.CopyRecords: {}, request.CopyTrail: {}}}
 }
 
 // State is the copy's state now: of the records (the lists and the
@@ -97,7 +97,7 @@ func NewCopy(s *Store, js jetstream.JetStream, sink CopySink, log *slog.Logger, 
 func (c *Copy) State() (records, trail CopyState) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return *c.streams[ledger.CopyRecords], *c.streams[ledger.CopyTrail]
+	return *c.streams[request.CopyRecords], *c.streams[request.CopyTrail]
 }
 
 // Current reports whether a stream's copy st may be shown as current at
@@ -133,8 +133,8 @@ func (c *Copy) Run(ctx context.Context, cfg CopyConfig) error {
 		name, stream, filter string
 		fold                 func(context.Context, []jetstream.Msg, uint64) error
 	}{
-		{ledger.CopyRecords, c.store.stream, "$KV." + bucket + "." + recordPrefix + ">", c.foldRecords},
-		{ledger.CopyTrail, trail.StreamName(c.inst), "", c.foldTrail},
+		{request.CopyRecords, c.store.stream, "$KV." + bucket + "." + recordPrefix + ">", c.foldRecords},
+		{request.CopyTrail, trail.StreamName(c.inst), "", c.foldTrail},
 	}
 	for _, f := range follow {
 		wg.Go(func() {
@@ -225,12 +225,12 @@ func (c *Copy) follow(ctx context.Context, cfg CopyConfig, name, stream, filter 
 
 // foldRecords folds the bucket's record writes msgs.
 func (c *Copy) foldRecords(ctx context.Context, msgs []jetstream.Msg, upTo uint64) error {
-	recs := make([]ledger.ClusterRecord, 0, len(msgs))
+	recs := make([]request.CopiedRecord, 0, len(msgs))
 	prefix := "$KV." + c.inst.Bucket() + "."
 	for _, m := range msgs {
 		meta, _ := m.Metadata()
 		key := strings.TrimPrefix(m.Subject(), prefix)
-		r := ledger.ClusterRecord{Key: key, Rev: meta.Sequence.Stream}
+		r := request.CopiedRecord{Key: key, Rev: meta.Sequence.Stream}
 		if op := m.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" {
 			r.Deleted = true
 			recs = append(recs, r)
@@ -256,14 +256,14 @@ func (c *Copy) foldRecords(ctx context.Context, msgs []jetstream.Msg, upTo uint6
 // foldTrail folds the trail stream's entries msgs that name a request
 // and were shipped by another host (this host's are in its own trail).
 func (c *Copy) foldTrail(ctx context.Context, msgs []jetstream.Msg, upTo uint64) error {
-	var entries []ledger.ClusterTrailEntry
+	var entries []trail.CopiedEntry
 	for _, m := range msgs {
 		var e trail.Entry
 		if err := json.Unmarshal(m.Data(), &e); err != nil || e.RequestID == "" || e.Host == c.store.Host() {
 			continue
 		}
 		meta, _ := m.Metadata()
-		entries = append(entries, ledger.ClusterTrailEntry{Seq: meta.Sequence.Stream, Entry: e})
+		entries = append(entries, trail.CopiedEntry{Seq: meta.Sequence.Stream, Entry: e})
 	}
 	return c.sink.FoldTrail(ctx, entries, upTo)
 }

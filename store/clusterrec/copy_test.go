@@ -83,7 +83,7 @@ func TestCopyFoldsAnotherHostsRequests(t *testing.T) {
 
 	stop()
 	<-done
-	cursor, err := b.l.ClusterCursor(ctx, ledger.CopyRecords)
+	cursor, err := b.l.ClusterCursor(ctx, request.CopyRecords)
 	if err != nil || cursor == 0 {
 		t.Fatalf("the copy's cursor after a stop: %d, %v", cursor, err)
 	}

@@ -69,38 +69,8 @@ var clusterCopyMigrations = []sqlitedb.Step{{Version: ConsoleSchemaVersion, SQL:
 	CREATE INDEX cluster_trail_seq ON cluster_trail(seq);
 	CREATE TABLE cluster_copy_cursors (name TEXT PRIMARY KEY, pos INTEGER NOT NULL) WITHOUT ROWID;`}}
 
-// ClusterRecord is one record of the cluster record as the copy folds it.
-type ClusterRecord struct {
-	Key        string // the bucket key
-	RequestID  string // scoped
-	Subject    string
-	TicketID   string
-	Target     string
-	Title      string
-	Host       string // the host holding it
-	Phase      string
-	AcceptedAt time.Time
-	Delivery   *request.Delivery // nil: none yet; Version is the record's
-	By         string            // the host whose forwarder wrote Delivery
-	Rev        uint64            // the bucket's stream sequence of this write
-	Deleted    bool              // the key was deleted or purged
-}
-
-// ClusterTrailEntry is another host's audit entry about a request, at seq
-// of the trail stream.
-type ClusterTrailEntry struct {
-	Seq   uint64
-	Entry trail.Entry
-}
-
-// The copy's cursors: the last stream sequence folded of each stream.
-const (
-	CopyRecords = "records"
-	CopyTrail   = "trail"
-)
-
-// ClusterCursor is the last sequence of stream name (CopyRecords,
-// CopyTrail) the copy holds; 0: none.
+// ClusterCursor is the last sequence of stream name (request.CopyRecords,
+// request.CopyTrail) the copy holds; 0: none.
 func (l *Ledger) ClusterCursor(ctx context.Context, name string) (uint64, error) {
 	var pos int64
 	err := l.db.Reader().QueryRowContext(ctx, `SELECT pos FROM cluster_copy_cursors WHERE name = ?`, name).Scan(&pos)
@@ -121,7 +91,7 @@ func setCursorTx(ctx context.Context, tx *sql.Tx, name string, pos uint64) error
 
 // FoldRecords writes recs into the copy, with the cursor at upTo, in one
 // transaction. A record older than the row (a lower Rev) changes nothing.
-func (l *Ledger) FoldRecords(ctx context.Context, recs []ClusterRecord, upTo uint64) error {
+func (l *Ledger) FoldRecords(ctx context.Context, recs []request.CopiedRecord, upTo uint64) error {
 	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		p := l.w.Prepared(tx)
 		for _, r := range recs {
@@ -170,7 +140,7 @@ func (l *Ledger) FoldRecords(ctx context.Context, recs []ClusterRecord, upTo uin
 				}
 			}
 		}
-		return setCursorTx(ctx, tx, CopyRecords, upTo)
+		return setCursorTx(ctx, tx, request.CopyRecords, upTo)
 	})
 	if err != nil {
 		return fmt.Errorf("ledger: fold cluster records: %w", err)
@@ -179,7 +149,7 @@ func (l *Ledger) FoldRecords(ctx context.Context, recs []ClusterRecord, upTo uin
 }
 
 // FoldTrail writes entries into the copy, with the cursor at upTo.
-func (l *Ledger) FoldTrail(ctx context.Context, entries []ClusterTrailEntry, upTo uint64) error {
+func (l *Ledger) FoldTrail(ctx context.Context, entries []trail.CopiedEntry, upTo uint64) error {
 	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		p := l.w.Prepared(tx)
 		for _, e := range entries {
@@ -192,7 +162,7 @@ func (l *Ledger) FoldTrail(ctx context.Context, entries []ClusterTrailEntry, upT
 				return err
 			}
 		}
-		return setCursorTx(ctx, tx, CopyTrail, upTo)
+		return setCursorTx(ctx, tx, request.CopyTrail, upTo)
 	})
 	if err != nil {
 		return fmt.Errorf("ledger: fold cluster trail: %w", err)
@@ -279,8 +249,8 @@ const ListClaimed = "claimed"
 
 // ClusterRequest reads the copy's row of the request whose scoped id is
 // id; found false if the copy has none.
-func (l *Ledger) ClusterRequest(ctx context.Context, id string) (ClusterRecord, bool, error) {
-	r := ClusterRecord{RequestID: id}
+func (l *Ledger) ClusterRequest(ctx context.Context, id string) (request.CopiedRecord, bool, error) {
+	r := request.CopiedRecord{RequestID: id}
 	var created, upd, rev int64
 	var state sql.NullString
 	var next sql.NullInt64

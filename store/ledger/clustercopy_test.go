@@ -11,8 +11,8 @@ import (
 	"ticketrelay/store/ledger"
 )
 
-func clusterRec(i int, host, state string, version int64, rev uint64) ledger.ClusterRecord {
-	r := ledger.ClusterRecord{Key: fmt.Sprintf("r.k%07d", i), RequestID: fmt.Sprintf("ops:req-%07d", i), Subject: "ops",
+func clusterRec(i int, host, state string, version int64, rev uint64) request.CopiedRecord {
+	r := request.CopiedRecord{Key: fmt.Sprintf("r.k%07d", i), RequestID: fmt.Sprintf("ops:req-%07d", i), Subject: "ops",
 		TicketID: fmt.Sprintf("T%07d", i), Target: []string{"hook", "chat"}[i%2], Title: fmt.Sprintf("ticket %d", i),
 		Host: host, Phase: "accepted", AcceptedAt: time.Unix(1_700_000_000+int64(i), 0).UTC(), Rev: rev}
 	if state != "" {
@@ -29,7 +29,7 @@ func clusterRec(i int, host, state string, version int64, rev uint64) ledger.Clu
 func TestClusterCopyFolds(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	ctx := context.Background()
-	var recs []ledger.ClusterRecord
+	var recs []request.CopiedRecord
 	for i := range 120 {
 		recs = append(recs, clusterRec(i, "host-a", "", 0, uint64(i+1)))
 	}
@@ -38,7 +38,7 @@ func TestClusterCopyFolds(t *testing.T) {
 	}
 	// Request 7 retried on host b, then failed on host a; a stale write
 	// (rev 5) of it arrives after.
-	if err := e.l.FoldRecords(ctx, []ledger.ClusterRecord{clusterRec(7, "host-b", "retrying", 1, 121), clusterRec(7, "host-a", "failed", 2, 122),
+	if err := e.l.FoldRecords(ctx, []request.CopiedRecord{clusterRec(7, "host-b", "retrying", 1, 121), clusterRec(7, "host-a", "failed", 2, 122),
 		clusterRec(7, "host-a", "", 0, 5), clusterRec(8, "host-a", "delivered", 1, 123)}, 123); err != nil {
 		t.Fatal(err)
 	}
@@ -62,11 +62,11 @@ func TestClusterCopyFolds(t *testing.T) {
 	if len(ids) != 59 || rest.Next != 0 || ids["ops:req-0000008"] {
 		t.Fatalf("waiting on hook over two pages: %d distinct (want 59: 60 minus the delivered one), next %d", len(ids), rest.Next)
 	}
-	if cur, _ := e.l.ClusterCursor(ctx, ledger.CopyRecords); cur != 123 {
+	if cur, _ := e.l.ClusterCursor(ctx, request.CopyRecords); cur != 123 {
 		t.Fatalf("cursor %d, want 123", cur)
 	}
 
-	if err := e.l.FoldRecords(ctx, []ledger.ClusterRecord{{Key: "r.k0000007", Rev: 124, Deleted: true}}, 124); err != nil {
+	if err := e.l.FoldRecords(ctx, []request.CopiedRecord{{Key: "r.k0000007", Rev: 124, Deleted: true}}, 124); err != nil {
 		t.Fatal(err)
 	}
 	if _, found, _ := e.l.ClusterRequest(ctx, "ops:req-0000007"); found {
@@ -99,7 +99,7 @@ func BenchmarkListCluster(b *testing.B) {
 	ctx := context.Background()
 	const n = 1_000_000
 	states := []string{"", "delivered", "delivered", "delivered", "retrying", "failed", "uncertain", "delivered"}
-	batch := make([]ledger.ClusterRecord, 0, 5000)
+	batch := make([]request.CopiedRecord, 0, 5000)
 	for i := range n {
 		batch = append(batch, clusterRec(i, fmt.Sprintf("host-%d", i%3), states[i%len(states)], 1, uint64(i+1)))
 		if len(batch) == cap(batch) {

@@ -221,3 +221,10 @@ func Publish(ctx context.Context, js jetstream.JetStream, inst installation.Name
 	}
 	return nil
 }
+
+// CopiedEntry is another host's audit entry about a request, at Seq of the
+// trail stream, as a host's copy of the installation folds it.
+type CopiedEntry struct {
+	Seq   uint64
+	Entry Entry
+}
