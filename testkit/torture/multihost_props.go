@@ -281,7 +281,7 @@ func (m *multiChecker) recordsAgree() Property {
 			if !r.HasOutbox {
 				v = append(v, fmt.Sprintf("%s: %s's ledger has no outbox row", id, h))
 			}
-			if why := m.republishedTooOften(id, r.Generation); why != "" {
+			if why := m.republishedTooOften(id, r.unexplained()); why != "" {
 				v = append(v, fmt.Sprintf("%s: %s's ledger: %s", id, h, why))
 			}
 			if cr := m.mi.Cluster[id]; cr == nil {

@@ -55,6 +55,17 @@ type Snapshot struct {
 	Orphans []string `json:"orphans,omitempty"`
 }
 
+// unexplained is how many of the row's republishes a stream fault must
+// explain: a comment or an update on a ticket ticketrelay filed is
+// published once more if it was parked until its create settled
+// (decision 0186).
+func (r *Row) unexplained() int {
+	if r.Kind != "" && r.OnRequest != "" && r.Generation > 0 {
+		return r.Generation - 1
+	}
+	return r.Generation
+}
+
 // settled reports whether the request needs nothing more from the
 // dispatcher: published, and its delivery delivered, failed or uncertain.
 func (r *Row) settled() bool {
