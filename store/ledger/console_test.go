@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,5 +112,68 @@ func TestConsoleListAndAttempts(t *testing.T) {
 	le, err := e.l.LastErrors(ctx, []string{"local", "jira", "none"})
 	if err != nil || le["jira"].Error == "" || le["local"].Error == "" || len(le) != 2 {
 		t.Fatalf("last errors = %+v, %v", le, err)
+	}
+}
+
+// Every page the console lists reads an index range (or the requests'
+// primary key, newest first) and sorts nothing: on a million requests a
+// page that scans or sorts takes seconds, not milliseconds. The request's
+// page reads its comments and updates through requests_on. SQLite plans
+// without statistics here as on a large ledger (the ledger runs no
+// ANALYZE), so the plans of an empty file are the ones a full one gets.
+func TestConsoleQueriesReadIndexes(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	db := raw(t, e.path)
+	plan := func(q string, args ...any) string {
+		t.Helper()
+		rows, err := db.Query(`EXPLAIN QUERY PLAN `+q, args...)
+		if err != nil {
+			t.Fatalf("explain %s: %v", q, err)
+		}
+		defer rows.Close()
+		var lines []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, detail)
+		}
+		return strings.Join(lines, "; ")
+	}
+	statuses := []string{ledger.ListAll, ledger.ListWaiting, ledger.ListInFlight, string(request.StatusRetrying),
+		string(request.StatusFailed), string(request.StatusUncertain), string(request.StatusDelivered)}
+	for _, cluster := range []bool{false, true} {
+		for _, status := range statuses {
+			for _, target := range []string{"", "jira"} {
+				for _, before := range []int64{0, 500_000} {
+					f := ledger.RequestFilter{Status: status, Target: target, Before: before, Subject: "s", Limit: 50}
+					q, args, err := ledger.ListQueryForTest(f, cluster)
+					if err != nil {
+						t.Fatal(err)
+					}
+					p := plan(q, args...)
+					name := fmt.Sprintf("cluster=%v status=%q target=%q before=%d", cluster, status, target, before)
+					if strings.Contains(p, "TEMP B-TREE") {
+						t.Errorf("%s sorts its rows: %s", name, p)
+					}
+					// Only the walk of every request may scan: by its
+					// primary key, newest first, stopping at a page.
+					walk := status == ledger.ListAll || (status == ledger.ListWaiting && !cluster)
+					for _, table := range []string{"r", "d", "cluster_requests"} {
+						if strings.Contains(p+";", "SCAN "+table+";") && !(walk && table != "d") {
+							t.Errorf("%s scans %s: %s", name, table, p)
+						}
+					}
+					if !walk && !strings.Contains(p, "USING INDEX") {
+						t.Errorf("%s reads no index: %s", name, p)
+					}
+				}
+			}
+		}
+	}
+	if p := plan(ledger.ActionsQueryForTest, "req-1", 10); !strings.Contains(p, "requests_on") || strings.Contains(p, "SCAN r") {
+		t.Errorf("a request's comments and updates are not read through requests_on: %s", p)
 	}
 }
