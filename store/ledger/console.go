@@ -36,7 +36,7 @@ var consoleMigrations = append([]sqlitedb.Step{
 		PRIMARY KEY (id, at)
 	) WITHOUT ROWID;
 	CREATE INDEX deliveries_state_id ON deliveries(state, id);`},
-}, append(clusterCopyMigrations, countsMigrations...)...)
+}, slices.Concat(clusterCopyMigrations, countsMigrations, clusterCountsMigrations)...)
 
 // KeptAttempts bounds the attempts kept per request: the newest ones.
 const KeptAttempts = 50
@@ -315,12 +315,24 @@ type LastError struct {
 // LastErrors reads each target's LastError; a target without trouble is
 // not in the map.
 func (l *Ledger) LastErrors(ctx context.Context, targets []string) (map[string]LastError, error) {
+	return l.lastErrors(ctx, "deliveries", targets)
+}
+
+// ClusterLastErrors is LastErrors of the whole installation: from the
+// cluster record's copy, every host's requests.
+func (l *Ledger) ClusterLastErrors(ctx context.Context, targets []string) (map[string]LastError, error) {
+	return l.lastErrors(ctx, "cluster_requests", targets)
+}
+
+// lastErrors reads LastErrors from table, deliveries or cluster_requests
+// (the same columns), through its index by state and target.
+func (l *Ledger) lastErrors(ctx context.Context, table string, targets []string) (map[string]LastError, error) {
 	out := map[string]LastError{}
 	for _, t := range targets {
 		for _, state := range []request.Status{request.StatusRetrying, request.StatusFailed, request.StatusUncertain} {
 			var e LastError
 			var at int64
-			err := l.db.Reader().QueryRowContext(ctx, `SELECT last_error, updated_at FROM deliveries WHERE state = ? AND target = ? ORDER BY id DESC LIMIT 1`,
+			err := l.db.Reader().QueryRowContext(ctx, `SELECT last_error, updated_at FROM `+table+` WHERE state = ? AND target = ? ORDER BY id DESC LIMIT 1`,
 				string(state), t).Scan(&e.Error, &at)
 			if err == sql.ErrNoRows {
 				continue
