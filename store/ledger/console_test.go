@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -124,24 +125,7 @@ func TestConsoleListAndAttempts(t *testing.T) {
 func TestConsoleQueriesReadIndexes(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	db := raw(t, e.path)
-	plan := func(q string, args ...any) string {
-		t.Helper()
-		rows, err := db.Query(`EXPLAIN QUERY PLAN `+q, args...)
-		if err != nil {
-			t.Fatalf("explain %s: %v", q, err)
-		}
-		defer rows.Close()
-		var lines []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			lines = append(lines, detail)
-		}
-		return strings.Join(lines, "; ")
-	}
+	plan := func(q string, args ...any) string { t.Helper(); return explain(t, db, q, args...) }
 	statuses := []string{ledger.ListAll, ledger.ListWaiting, ledger.ListInFlight, string(request.StatusRetrying),
 		string(request.StatusFailed), string(request.StatusUncertain), string(request.StatusDelivered)}
 	for _, cluster := range []bool{false, true} {
@@ -176,4 +160,24 @@ func TestConsoleQueriesReadIndexes(t *testing.T) {
 	if p := plan(ledger.ActionsQueryForTest, "req-1", 10); !strings.Contains(p, "requests_on") || strings.Contains(p, "SCAN r") {
 		t.Errorf("a request's comments and updates are not read through requests_on: %s", p)
 	}
+}
+
+// explain is the query plan of q with args: its steps, joined by "; ".
+func explain(t *testing.T, db *sql.DB, q string, args ...any) string {
+	t.Helper()
+	rows, err := db.Query(`EXPLAIN QUERY PLAN `+q, args...)
+	if err != nil {
+		t.Fatalf("explain %s: %v", q, err)
+	}
+	defer rows.Close()
+	var lines []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, detail)
+	}
+	return strings.Join(lines, "; ")
 }

@@ -22,11 +22,17 @@ import (
 // way, reading the whole ledger: what request_counts must always equal.
 func scanCounts(t *testing.T, e *env) map[string]int {
 	t.Helper()
-	rows, err := raw(t, e.path).Query(`SELECT target, shown, count(*) FROM (
+	return countRows(t, e, `SELECT target, shown, count(*) FROM (
 			SELECT target, CASE WHEN state = 'attempting' AND next_attempt_at IS NOT NULL THEN 'retrying' ELSE state END AS shown FROM deliveries
 			UNION ALL
 			SELECT r.target, 'waiting' FROM requests r LEFT JOIN deliveries d ON d.id = r.id WHERE d.id IS NULL
 		) GROUP BY target, shown`)
+}
+
+// countRows reads q's rows of (target, shown, n) as "target/shown": n.
+func countRows(t *testing.T, e *env, q string) map[string]int {
+	t.Helper()
+	rows, err := raw(t, e.path).Query(q)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,22 +144,11 @@ func BenchmarkCountsOnWrite(b *testing.B) {
 	var took [2]time.Duration // kept, dropped
 	for round := range 2 * rounds {
 		dropped := round%2 == 1
-		path := filepath.Join(b.TempDir(), "tickets.db")
-		db, err := store.Open(context.Background(), path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		w := sqlitedb.NewWriter(db, discard(), metrics.NewFront(prometheus.NewRegistry()).Writer)
-		l := ledger.New(db, w, time.Now)
-		done := func() { w.Close(); db.Close() }
+		var triggers []string
 		if dropped {
-			db := raw(b, path)
-			for _, tr := range []string{"request_in", "request_out", "request_target", "delivery_in", "delivery_change", "delivery_out"} {
-				if _, err := db.Exec(`DROP TRIGGER request_counts_` + tr); err != nil {
-					b.Fatal(err)
-				}
-			}
+			triggers = []string{"request_in", "request_out", "request_target", "delivery_in", "delivery_change", "delivery_out"}
 		}
+		l, done := roundLedger(b, "request_counts_", triggers)
 		reqs := benchRequests(b, n)
 		for i := range reqs {
 			reqs[i].RequestID = fmt.Sprintf("r%d-%s", round, reqs[i].RequestID)
@@ -194,40 +189,12 @@ func TestClusterCountsKeptOnWrite(t *testing.T) {
 	ctx := context.Background()
 	e := openEnv(t, dbPath(t))
 	scan := func() map[string]int {
-		rows, err := raw(t, e.path).Query(`SELECT target, CASE WHEN state IS NULL AND phase = 'accepted' THEN 'waiting'
+		return countRows(t, e, `SELECT target, CASE WHEN state IS NULL AND phase = 'accepted' THEN 'waiting'
 				WHEN state IS NULL THEN 'claimed' WHEN state = 'attempting' AND next_attempt_at IS NOT NULL THEN 'retrying' ELSE state END, count(*)
 			FROM cluster_requests GROUP BY 1, 2`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		out := map[string]int{}
-		for rows.Next() {
-			var target, shown string
-			var n int
-			if err := rows.Scan(&target, &shown, &n); err != nil {
-				t.Fatal(err)
-			}
-			out[target+"/"+shown] = n
-		}
-		return out
 	}
 	kept := func() map[string]int {
-		rows, err := raw(t, e.path).Query(`SELECT target, shown, n FROM cluster_counts WHERE n != 0`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		out := map[string]int{}
-		for rows.Next() {
-			var target, shown string
-			var n int
-			if err := rows.Scan(&target, &shown, &n); err != nil {
-				t.Fatal(err)
-			}
-			out[target+"/"+shown] = n
-		}
-		return out
+		return countRows(t, e, `SELECT target, shown, n FROM cluster_counts WHERE n != 0`)
 	}
 	fold := func(when string, upTo uint64, recs ...ledger.ClusterRecord) {
 		t.Helper()
@@ -293,20 +260,11 @@ func BenchmarkClusterCountsOnFold(b *testing.B) {
 	var took [2]time.Duration // kept, dropped
 	for round := range 2 * rounds {
 		dropped := round%2 == 1
-		path := filepath.Join(b.TempDir(), "tickets.db")
-		db, err := store.Open(context.Background(), path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		w := sqlitedb.NewWriter(db, discard(), metrics.NewFront(prometheus.NewRegistry()).Writer)
-		l := ledger.New(db, w, time.Now)
+		var triggers []string
 		if dropped {
-			for _, tr := range []string{"in", "change", "out"} {
-				if _, err := raw(b, path).Exec(`DROP TRIGGER cluster_counts_` + tr); err != nil {
-					b.Fatal(err)
-				}
-			}
+			triggers = []string{"in", "change", "out"}
 		}
+		l, done := roundLedger(b, "cluster_counts_", triggers)
 		start := time.Now()
 		var rev uint64
 		for version, state := range []string{"", request.DeliveryAttempting, "delivered"} {
@@ -322,10 +280,27 @@ func BenchmarkClusterCountsOnFold(b *testing.B) {
 			}
 		}
 		took[map[bool]int{false: 0, true: 1}[dropped]] += time.Since(start)
-		w.Close()
-		db.Close()
+		done()
 	}
 	b.ReportMetric(float64(3*n*rounds)/took[0].Seconds(), "records/s-kept")
 	b.ReportMetric(float64(3*n*rounds)/took[1].Seconds(), "records/s-without")
 	b.ReportMetric(took[1].Seconds()/took[0].Seconds(), "ratio")
+}
+
+// roundLedger is a new ledger for one round of a benchmark, without the
+// triggers prefix+each of drop; done closes it.
+func roundLedger(b *testing.B, prefix string, drop []string) (l *ledger.Ledger, done func()) {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "tickets.db")
+	db, err := store.Open(context.Background(), path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := sqlitedb.NewWriter(db, discard(), metrics.NewFront(prometheus.NewRegistry()).Writer)
+	for _, tr := range drop {
+		if _, err := raw(b, path).Exec(`DROP TRIGGER ` + prefix + tr); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return ledger.New(db, w, time.Now), func() { w.Close(); db.Close() }
 }
