@@ -181,3 +181,71 @@ func explain(t *testing.T, db *sql.DB, q string, args ...any) string {
 	}
 	return strings.Join(lines, "; ")
 }
+
+// The retrying list holds the retrying records and the attempts waiting
+// for their lookup (attempting with a next attempt time), not the calls in
+// flight, newest first across both, page after page; in the ledger's list
+// and in the cluster copy's.
+func TestRetryingListMergesItsStates(t *testing.T) {
+	ctx := context.Background()
+	e := openEnv(t, dbPath(t))
+	states := []string{string(request.StatusRetrying), request.DeliveryAttempting, "in flight", string(request.StatusRetrying), "delivered"}
+	var want []string
+	var recs []ledger.ClusterRecord
+	for i := range 25 {
+		req := newRequest(fmt.Sprintf("req-%02d", i))
+		if _, err := e.l.Create(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		state := states[i%len(states)]
+		d := request.Delivery{RequestID: req.RequestID, Target: req.Target, State: state, Attempts: 1}
+		if state == request.DeliveryAttempting {
+			d.NextAttemptAt = time.Unix(2_000_000_000, 0)
+		}
+		if state == "in flight" {
+			d.State = request.DeliveryAttempting
+		}
+		if err := e.l.RecordDelivery(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		rec := clusterRec(i, "host-a", d.State, 1, uint64(i+1))
+		rec.RequestID = req.RequestID
+		if rec.Delivery != nil {
+			rec.Delivery.NextAttemptAt = d.NextAttemptAt
+		}
+		recs = append(recs, rec)
+		if state == string(request.StatusRetrying) || state == request.DeliveryAttempting {
+			want = append([]string{req.RequestID}, want...)
+		}
+	}
+	if err := e.l.FoldRecords(ctx, recs, 25); err != nil {
+		t.Fatal(err)
+	}
+	for name, list := range map[string]func(context.Context, ledger.RequestFilter) (ledger.RequestPage, error){
+		"ledger": e.l.ListRequests, "cluster copy": e.l.ListCluster} {
+		var got []string
+		f := ledger.RequestFilter{Status: string(request.StatusRetrying), Limit: 4}
+		for pages := 0; ; pages++ {
+			if pages > 10 {
+				t.Fatalf("%s: paging does not end", name)
+			}
+			p, err := list(ctx, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range p.Rows {
+				if r.State != string(request.StatusRetrying) {
+					t.Errorf("%s: %s is %s in the retrying list", name, r.RequestID, r.State)
+				}
+				got = append(got, r.RequestID)
+			}
+			if p.Next == 0 {
+				break
+			}
+			f.Before = p.Next
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: retrying list %v, want %v", name, got, want)
+		}
+	}
+}
