@@ -27,14 +27,23 @@ type targetRow struct {
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	// The counts are kept on write (ledger request_counts): read for
-	// every page, exact.
-	s, err := c.cfg.Store.Counts(ctx)
+	// The counts are kept on write (ledger request_counts, and
+	// cluster_counts for the copy of the cluster record): read for every
+	// page, exact. With several hosts the targets' counts, the uncertain
+	// requests and the last errors are every host's, from the copy.
+	counts, list, lastErrors := c.cfg.Store.Counts, c.cfg.Store.ListRequests, c.cfg.Store.LastErrors
+	data := map[string]any{"LiveShown": c.cfg.Live != nil}
+	if w := c.cfg.Whole; w != nil {
+		records, _ := w.State()
+		data["Whole"] = w.freshness(c.cfg.Now(), records)
+		counts, list, lastErrors = w.Copy.ClusterCounts, w.Copy.ListCluster, w.Copy.ClusterLastErrors
+	}
+	s, err := counts(ctx)
 	if err != nil {
 		c.fail(w, err)
 		return
 	}
-	uncertain, err := c.cfg.Store.ListRequests(ctx, ledger.RequestFilter{Status: string(request.StatusUncertain), Limit: 20})
+	uncertain, err := list(ctx, ledger.RequestFilter{Status: string(request.StatusUncertain), Limit: 20})
 	if err != nil {
 		c.fail(w, err)
 		return
@@ -43,7 +52,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	for i, t := range s.Targets {
 		names[i] = t.Target
 	}
-	lastErrs, err := c.cfg.Store.LastErrors(ctx, names)
+	lastErrs, err := lastErrors(ctx, names)
 	if err != nil {
 		c.fail(w, err)
 		return
@@ -65,7 +74,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	data := map[string]any{"Summary": s, "Targets": rows, "Uncertain": uncertain, "LiveShown": c.cfg.Live != nil}
+	data["Summary"], data["Targets"], data["Uncertain"] = s, rows, uncertain
 	if c.cfg.Cluster != nil {
 		data["Cluster"] = c.cfg.Cluster(ctx)
 	}

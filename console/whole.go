@@ -35,6 +35,8 @@ type Whole struct {
 // WholeCopy is the copy of the cluster record in this host's ledger.
 type WholeCopy interface {
 	ListCluster(ctx context.Context, f ledger.RequestFilter) (ledger.RequestPage, error)
+	ClusterCounts(ctx context.Context) (ledger.Summary, error)
+	ClusterLastErrors(ctx context.Context, targets []string) (map[string]ledger.LastError, error)
 	ClusterRequest(ctx context.Context, id string) (request.CopiedRecord, bool, error)
 	ClusterAttempts(ctx context.Context, id string) ([]request.Attempt, error)
 	ClusterTrail(ctx context.Context, id string) ([]trail.Entry, error)

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -107,6 +108,10 @@ func TestConsoleSaysWhenTheCopyIsStale(t *testing.T) {
 	}) {
 		t.Fatalf("host b's list does not show host a's request as current:\n%s", list)
 	}
+	// The overview counts every host's requests: b's ledger holds none.
+	if _, overview := get("/"); waitingOf(overview, "hook") != "1" || !strings.Contains(overview, "Every host's requests") {
+		t.Fatalf("host b's overview does not count host a's waiting request:\n%s", overview)
+	}
 	code, page := get("/request?id=" + url.QueryEscape(id))
 	if code != http.StatusOK || !strings.Contains(page, "held by host host-a: act on its console, https://a.example.net:9470") || strings.Contains(page, `id="stale"`) {
 		t.Fatalf("host b's page of a's request while the record answers: %d\n%s", code, page)
@@ -123,10 +128,23 @@ func TestConsoleSaysWhenTheCopyIsStale(t *testing.T) {
 	if strings.Contains(list, "current as of") || !strings.Contains(list, `data-id="`+id+`"`) {
 		t.Fatalf("with the server gone the list calls itself current, or lost the copy:\n%s", list)
 	}
+	if _, overview := get("/"); !strings.Contains(overview, "These counts may be out of date") || waitingOf(overview, "hook") != "1" {
+		t.Fatalf("with the server gone the overview does not say its counts may be out of date:\n%s", overview)
+	}
 	code, page = get("/request?id=" + url.QueryEscape(id))
 	if code != http.StatusOK || !strings.Contains(page, "The cluster record did not answer") || !strings.Contains(page, `id="holder">host-a`) {
 		t.Fatalf("with the server gone the request's page: %d\n%s", code, page)
 	}
+}
+
+// waitingOf is the waiting count the overview shows for target; "" if
+// it shows none.
+func waitingOf(overview, target string) string {
+	m := regexp.MustCompile(`(?s)data-target="` + regexp.QuoteMeta(target) + `">.*?status=waiting&target=` + regexp.QuoteMeta(target) + `">(\d+)</a>`).FindStringSubmatch(overview)
+	if m == nil {
+		return ""
+	}
+	return m[1]
 }
 
 func newTestServer(t *testing.T, c *console.Console) string {

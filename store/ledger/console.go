@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,7 +36,7 @@ var consoleMigrations = append([]sqlitedb.Step{
 		PRIMARY KEY (id, at)
 	) WITHOUT ROWID;
 	CREATE INDEX deliveries_state_id ON deliveries(state, id);`},
-}, append(clusterCopyMigrations, countsMigrations...)...)
+}, slices.Concat(clusterCopyMigrations, countsMigrations, clusterCountsMigrations)...)
 
 // KeptAttempts bounds the attempts kept per request: the newest ones.
 const KeptAttempts = 50
@@ -134,82 +135,122 @@ type RequestPage struct {
 // checked on the rows walked, so a rare match on a large ledger is found
 // by walking it.
 func (l *Ledger) ListRequests(ctx context.Context, f RequestFilter) (RequestPage, error) {
-	if f.Limit <= 0 || f.Limit > 500 {
-		return RequestPage{}, fmt.Errorf("ledger: list requests: a page is 1 to 500 rows, not %d", f.Limit)
+	q, err := listRequestsQuery(f)
+	if err != nil {
+		return RequestPage{}, err
 	}
-	var where []string
-	var args []any
-	add := func(cond string, a ...any) { where = append(where, cond); args = append(args, a...) }
+	return l.listPage(ctx, q, f.Limit, nil)
+}
+
+// listRequestsQuery is the query of ListRequests' page f.
+func listRequestsQuery(f RequestFilter) (listQuery, error) {
+	if f.Limit <= 0 || f.Limit > 500 {
+		return listQuery{}, fmt.Errorf("ledger: list requests: a page is 1 to 500 rows, not %d", f.Limit)
+	}
 	// A delivery status drives the walk from the deliveries' state index;
 	// otherwise the walk is the requests', by id.
-	from, key := `requests r CROSS JOIN deliveries d ON d.id = r.id`, "d.id"
+	q := listQuery{from: `deliveries d CROSS JOIN requests r ON r.id = d.id`, key: "d.id"}
 	switch f.Status {
 	case ListAll, ListWaiting:
-		from, key = `requests r LEFT JOIN deliveries d ON d.id = r.id`, "r.id"
+		q.from, q.key = `requests r LEFT JOIN deliveries d ON d.id = r.id`, "r.id"
 		if f.Status == ListWaiting {
-			add(`d.id IS NULL`)
+			q.add(`d.id IS NULL`)
 		}
 		if f.Target != "" {
-			add(`r.target = ?`, f.Target)
+			q.add(`r.target = ?`, f.Target)
 		}
 	case ListInFlight:
-		from = `deliveries d CROSS JOIN requests r ON r.id = d.id`
-		add(`d.state = ? AND d.next_attempt_at IS NULL`, request.DeliveryAttempting)
+		q.add(`d.state = ? AND d.next_attempt_at IS NULL`, request.DeliveryAttempting)
 	case string(request.StatusRetrying):
 		// An attempt that ended without a known outcome and waits for its
-		// lookup is retrying, as find_request and status report it.
-		from = `deliveries d CROSS JOIN requests r ON r.id = d.id`
-		// IN, not OR: each state is then a range of the state index.
-		add(`d.state IN (?, ?) AND (d.state = ? OR d.next_attempt_at IS NOT NULL)`,
-			string(request.StatusRetrying), request.DeliveryAttempting, string(request.StatusRetrying))
+		// lookup is retrying, as find_request and status report it. Each
+		// state is a range of the state index in id order, merged: one
+		// condition over both states would sort every retrying record.
+		q.branch(`d.state = ?`, string(request.StatusRetrying))
+		q.branch(`d.state = ? AND d.next_attempt_at IS NOT NULL`, request.DeliveryAttempting)
 	case string(request.StatusFailed), string(request.StatusUncertain), string(request.StatusDelivered):
-		from = `deliveries d CROSS JOIN requests r ON r.id = d.id`
-		add(`d.state = ?`, f.Status)
+		q.add(`d.state = ?`, f.Status)
 	default:
-		return RequestPage{}, fmt.Errorf("ledger: list requests: no status %q (all, waiting, in_flight, retrying, failed, uncertain, delivered)", f.Status)
+		return listQuery{}, fmt.Errorf("ledger: list requests: no status %q (all, waiting, in_flight, retrying, failed, uncertain, delivered)", f.Status)
 	}
 	if f.Target != "" && f.Status != ListAll && f.Status != ListWaiting {
-		add(`d.target = ?`, f.Target)
+		q.add(`d.target = ?`, f.Target)
 	}
-	filterRows(f, "r.", key, add)
-	cols := `r.id, r.request_id, r.subject, r.ticket_id, r.target, r.title, r.created_at,
+	filterRows(f, "r.", &q)
+	q.cols = q.key + `, r.request_id, r.subject, r.ticket_id, r.target, r.title, r.created_at,
 		d.state, d.next_attempt_at IS NOT NULL, coalesce(d.attempts, 0), coalesce(d.last_error, ''), coalesce(d.updated_at, 0)`
-	return l.listPage(ctx, cols, from, where, args, key, f.Limit, nil)
+	return q, nil
+}
+
+// listQuery is the query of a page of a list, newest first by key, its
+// first column: every row of from where all of where holds and, if there
+// are branches, one of them. Each branch is read on its own (a range of
+// an index in key order) and the branches merged, so that no page sorts
+// more than its rows.
+type listQuery struct {
+	cols, from, key string
+	where           []string
+	args            []any
+	branches        []string
+	branchArgs      [][]any
+}
+
+func (q *listQuery) add(cond string, a ...any) {
+	q.where, q.args = append(q.where, cond), append(q.args, a...)
+}
+
+func (q *listQuery) branch(cond string, a ...any) {
+	q.branches, q.branchArgs = append(q.branches, cond), append(q.branchArgs, a)
+}
+
+// sql is the statement and its arguments for a page of limit rows (one
+// more is read, to know whether a next page exists).
+func (q listQuery) sql(limit int) (string, []any) {
+	selects, args := []string{}, []any{}
+	read := func(conds []string, a []any) {
+		s := `SELECT ` + q.cols + ` FROM ` + q.from
+		if len(conds) > 0 {
+			s += ` WHERE ` + strings.Join(conds, ` AND `)
+		}
+		selects, args = append(selects, s), append(args, a...)
+	}
+	if len(q.branches) == 0 {
+		read(q.where, q.args)
+	}
+	for i, b := range q.branches {
+		read(append([]string{b}, q.where...), append(slices.Clone(q.branchArgs[i]), q.args...))
+	}
+	return strings.Join(selects, ` UNION ALL `) + ` ORDER BY 1 DESC LIMIT ?`, append(args, limit+1)
 }
 
 // filterRows adds the filters both lists check on the rows they walk:
 // subject, text, acceptance time and the page's start. prefix names the
-// request's columns, key orders the walk.
-func filterRows(f RequestFilter, prefix, key string, add func(cond string, a ...any)) {
+// request's columns.
+func filterRows(f RequestFilter, prefix string, q *listQuery) {
 	if f.Subject != "" {
-		add(prefix+`subject = ?`, f.Subject)
+		q.add(prefix+`subject = ?`, f.Subject)
 	}
 	if f.Text != "" {
-		add(`(instr(`+prefix+`title, ?) > 0 OR instr(`+prefix+`request_id, ?) > 0)`, f.Text, f.Text)
+		q.add(`(instr(`+prefix+`title, ?) > 0 OR instr(`+prefix+`request_id, ?) > 0)`, f.Text, f.Text)
 	}
 	if !f.From.IsZero() {
-		add(prefix+`created_at >= ?`, f.From.UnixNano())
+		q.add(prefix+`created_at >= ?`, f.From.UnixNano())
 	}
 	if !f.To.IsZero() {
-		add(prefix+`created_at < ?`, f.To.UnixNano())
+		q.add(prefix+`created_at < ?`, f.To.UnixNano())
 	}
 	if f.Before > 0 {
-		add(key+` < ?`, f.Before)
+		q.add(q.key+` < ?`, f.Before)
 	}
 }
 
-// listPage reads a page of a list: cols are a RequestRow's columns (id,
+// listPage reads a page of a list: q's columns are a RequestRow's (id,
 // request id, subject, ticket id, target, title, acceptance, delivery
 // state, whether a next attempt is set, attempts, last error, update),
 // then extra's, which scans the row's further columns and finishes it.
-func (l *Ledger) listPage(ctx context.Context, cols, from string, where []string, args []any, key string, limit int,
+func (l *Ledger) listPage(ctx context.Context, lq listQuery, limit int,
 	extra func(r *RequestRow) (dest []any, finish func())) (RequestPage, error) {
-	q := `SELECT ` + cols + ` FROM ` + from
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, ` AND `)
-	}
-	q += ` ORDER BY ` + key + ` DESC LIMIT ?`
-	args = append(args, limit+1)
+	q, args := lq.sql(limit)
 	rows, err := l.db.Reader().QueryContext(ctx, q, args...)
 	if err != nil {
 		return RequestPage{}, fmt.Errorf("ledger: list requests: %w", err)
@@ -274,12 +315,24 @@ type LastError struct {
 // LastErrors reads each target's LastError; a target without trouble is
 // not in the map.
 func (l *Ledger) LastErrors(ctx context.Context, targets []string) (map[string]LastError, error) {
+	return l.lastErrors(ctx, "deliveries", targets)
+}
+
+// ClusterLastErrors is LastErrors of the whole installation: from the
+// cluster record's copy, every host's requests.
+func (l *Ledger) ClusterLastErrors(ctx context.Context, targets []string) (map[string]LastError, error) {
+	return l.lastErrors(ctx, "cluster_requests", targets)
+}
+
+// lastErrors reads LastErrors from table, deliveries or cluster_requests
+// (the same columns), through its index by state and target.
+func (l *Ledger) lastErrors(ctx context.Context, table string, targets []string) (map[string]LastError, error) {
 	out := map[string]LastError{}
 	for _, t := range targets {
 		for _, state := range []request.Status{request.StatusRetrying, request.StatusFailed, request.StatusUncertain} {
 			var e LastError
 			var at int64
-			err := l.db.Reader().QueryRowContext(ctx, `SELECT last_error, updated_at FROM deliveries WHERE state = ? AND target = ? ORDER BY id DESC LIMIT 1`,
+			err := l.db.Reader().QueryRowContext(ctx, `SELECT last_error, updated_at FROM `+table+` WHERE state = ? AND target = ? ORDER BY id DESC LIMIT 1`,
 				string(state), t).Scan(&e.Error, &at)
 			if err == sql.ErrNoRows {
 				continue

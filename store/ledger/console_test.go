@@ -2,12 +2,15 @@ package ledger_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"ticketrelay/request"
 	"ticketrelay/store/ledger"
+	"ticketrelay/testkit/fixture"
 )
 
 // The list pages through one status newest first, filters by target,
@@ -111,5 +114,139 @@ func TestConsoleListAndAttempts(t *testing.T) {
 	le, err := e.l.LastErrors(ctx, []string{"local", "jira", "none"})
 	if err != nil || le["jira"].Error == "" || le["local"].Error == "" || len(le) != 2 {
 		t.Fatalf("last errors = %+v, %v", le, err)
+	}
+}
+
+// Every page the console lists reads an index range (or the requests'
+// primary key, newest first) and sorts nothing: on a million requests a
+// page that scans or sorts takes seconds, not milliseconds. The request's
+// page reads its comments and updates through requests_on. SQLite plans
+// without statistics here as on a large ledger (the ledger runs no
+// ANALYZE), so the plans of an empty file are the ones a full one gets.
+func TestConsoleQueriesReadIndexes(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	db := fixture.Raw(t, e.path)
+	plan := func(q string, args ...any) string { t.Helper(); return explain(t, db, q, args...) }
+	statuses := []string{ledger.ListAll, ledger.ListWaiting, ledger.ListInFlight, string(request.StatusRetrying),
+		string(request.StatusFailed), string(request.StatusUncertain), string(request.StatusDelivered)}
+	for _, cluster := range []bool{false, true} {
+		for _, status := range statuses {
+			for _, target := range []string{"", "jira"} {
+				for _, before := range []int64{0, 500_000} {
+					f := ledger.RequestFilter{Status: status, Target: target, Before: before, Subject: "s", Limit: 50}
+					q, args, err := ledger.ListQueryForTest(f, cluster)
+					if err != nil {
+						t.Fatal(err)
+					}
+					p := plan(q, args...)
+					name := fmt.Sprintf("cluster=%v status=%q target=%q before=%d", cluster, status, target, before)
+					if strings.Contains(p, "TEMP B-TREE") {
+						t.Errorf("%s sorts its rows: %s", name, p)
+					}
+					// Only the walk of every request may scan: by its
+					// primary key, newest first, stopping at a page.
+					walk := status == ledger.ListAll || (status == ledger.ListWaiting && !cluster)
+					for _, table := range []string{"r", "d", "cluster_requests"} {
+						if strings.Contains(p+";", "SCAN "+table+";") && !(walk && table != "d") {
+							t.Errorf("%s scans %s: %s", name, table, p)
+						}
+					}
+					if !walk && !strings.Contains(p, "USING INDEX") {
+						t.Errorf("%s reads no index: %s", name, p)
+					}
+				}
+			}
+		}
+	}
+	if p := plan(ledger.ActionsQueryForTest, "req-1", 10); !strings.Contains(p, "requests_on") || strings.Contains(p, "SCAN r") {
+		t.Errorf("a request's comments and updates are not read through requests_on: %s", p)
+	}
+}
+
+// explain is the query plan of q with args: its steps, joined by "; ".
+func explain(t *testing.T, db *sql.DB, q string, args ...any) string {
+	t.Helper()
+	rows, err := db.Query(`EXPLAIN QUERY PLAN `+q, args...)
+	if err != nil {
+		t.Fatalf("explain %s: %v", q, err)
+	}
+	defer rows.Close()
+	var lines []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, detail)
+	}
+	return strings.Join(lines, "; ")
+}
+
+// The retrying list holds the retrying records and the attempts waiting
+// for their lookup (attempting with a next attempt time), not the calls in
+// flight, newest first across both, page after page; in the ledger's list
+// and in the cluster copy's.
+func TestRetryingListMergesItsStates(t *testing.T) {
+	ctx := context.Background()
+	e := openEnv(t, dbPath(t))
+	states := []string{string(request.StatusRetrying), request.DeliveryAttempting, "in flight", string(request.StatusRetrying), "delivered"}
+	var want []string
+	var recs []request.CopiedRecord
+	for i := range 25 {
+		req := newRequest(fmt.Sprintf("req-%02d", i))
+		if _, err := e.l.Create(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		state := states[i%len(states)]
+		d := request.Delivery{RequestID: req.RequestID, Target: req.Target, State: state, Attempts: 1}
+		if state == request.DeliveryAttempting {
+			d.NextAttemptAt = time.Unix(2_000_000_000, 0)
+		}
+		if state == "in flight" {
+			d.State = request.DeliveryAttempting
+		}
+		if err := e.l.RecordDelivery(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		rec := clusterRec(i, "host-a", d.State, 1, uint64(i+1))
+		rec.RequestID = req.RequestID
+		if rec.Delivery != nil {
+			rec.Delivery.NextAttemptAt = d.NextAttemptAt
+		}
+		recs = append(recs, rec)
+		if state == string(request.StatusRetrying) || state == request.DeliveryAttempting {
+			want = append([]string{req.RequestID}, want...)
+		}
+	}
+	if err := e.l.FoldRecords(ctx, recs, 25); err != nil {
+		t.Fatal(err)
+	}
+	for name, list := range map[string]func(context.Context, ledger.RequestFilter) (ledger.RequestPage, error){
+		"ledger": e.l.ListRequests, "cluster copy": e.l.ListCluster} {
+		var got []string
+		f := ledger.RequestFilter{Status: string(request.StatusRetrying), Limit: 4}
+		for pages := 0; ; pages++ {
+			if pages > 10 {
+				t.Fatalf("%s: paging does not end", name)
+			}
+			p, err := list(ctx, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range p.Rows {
+				if r.State != string(request.StatusRetrying) {
+					t.Errorf("%s: %s is %s in the retrying list", name, r.RequestID, r.State)
+				}
+				got = append(got, r.RequestID)
+			}
+			if p.Next == 0 {
+				break
+			}
+			f.Before = p.Next
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: retrying list %v, want %v", name, got, want)
+		}
 	}
 }

@@ -1,6 +1,12 @@
 package ledger
 
-import "ticketrelay/store/sqlitedb"
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"ticketrelay/store/sqlitedb"
+)
 
 // countsMigrations keep each target's requests counted by where they
 // stand, in request_counts, updated by triggers in the transaction of
@@ -65,11 +71,94 @@ func shownOf(row string) string {
 	return `(CASE WHEN ` + row + `.state = 'attempting' AND ` + row + `.next_attempt_at IS NOT NULL THEN 'retrying' ELSE ` + row + `.state END)`
 }
 
-func countUp(target, shown string) string {
-	return `INSERT INTO request_counts (target, shown, n) VALUES (` + target + `, ` + shown + `, 1)
+func countUp(target, shown string) string { return countIn("request_counts", target, shown) }
+
+func countDown(target, shown string) string { return countOut("request_counts", target, shown) }
+
+// countIn and countOut add a request to a counts table, and take it away.
+func countIn(table, target, shown string) string {
+	return `INSERT INTO ` + table + ` (target, shown, n) VALUES (` + target + `, ` + shown + `, 1)
 			ON CONFLICT (target, shown) DO UPDATE SET n = n + 1;`
 }
 
-func countDown(target, shown string) string {
-	return `UPDATE request_counts SET n = n - 1 WHERE target = ` + target + ` AND shown = ` + shown + `;`
+func countOut(table, target, shown string) string {
+	return `UPDATE ` + table + ` SET n = n - 1 WHERE target = ` + target + ` AND shown = ` + shown + `;`
+}
+
+// ClusterCountsVersion is the ledger's migration for the counts of the
+// cluster record's copy: the one place its number is written.
+const ClusterCountsVersion = 21
+
+// clusterCountsMigrations keep the copy's requests (every host's, see
+// clusterrec.Copy) counted by target and where they stand, in
+// cluster_counts, as request_counts counts the ledger's: by triggers on
+// cluster_requests, in the transaction that folds the records, so the
+// counts are exactly the copy's at every commit (see docs/decisions/0155).
+// A record without a delivery record counts as waiting once its host
+// accepted it, as claimed before. The index by state and target serves
+// each target's last error and a status's list of one target.
+var clusterCountsMigrations = []sqlitedb.Step{{Version: ClusterCountsVersion, SQL: `CREATE TABLE cluster_counts (
+		target TEXT NOT NULL,
+		shown  TEXT NOT NULL,
+		n      INTEGER NOT NULL,
+		PRIMARY KEY (target, shown)
+	) WITHOUT ROWID;
+	INSERT INTO cluster_counts (target, shown, n) SELECT target, ` + clusterShownOf("cluster_requests") + `, count(*)
+		FROM cluster_requests GROUP BY 1, 2;
+	CREATE INDEX cluster_requests_state_target ON cluster_requests(state, target, id);
+
+	CREATE TRIGGER cluster_counts_in AFTER INSERT ON cluster_requests
+	BEGIN
+		` + countIn("cluster_counts", "NEW.target", clusterShownOf("NEW")) + `
+	END;
+	CREATE TRIGGER cluster_counts_change AFTER UPDATE OF target, state, next_attempt_at, phase ON cluster_requests
+		WHEN OLD.target != NEW.target OR ` + clusterShownOf("OLD") + ` != ` + clusterShownOf("NEW") + `
+	BEGIN
+		` + countOut("cluster_counts", "OLD.target", clusterShownOf("OLD")) + `
+		` + countIn("cluster_counts", "NEW.target", clusterShownOf("NEW")) + `
+	END;
+	CREATE TRIGGER cluster_counts_out AFTER DELETE ON cluster_requests
+	BEGIN
+		` + countOut("cluster_counts", "OLD.target", clusterShownOf("OLD")) + `
+	END;`}}
+
+// clusterShownOf is the count a row of cluster_requests (or NEW, OLD)
+// counts under: its delivery record's, as shownOf; without one, waiting
+// once accepted, else claimed (ListClaimed).
+func clusterShownOf(row string) string {
+	return `(CASE WHEN ` + row + `.state IS NULL THEN (CASE WHEN ` + row + `.phase = 'accepted' THEN 'waiting' ELSE '` + ListClaimed + `' END) ELSE ` +
+		shownOf(row) + ` END)`
+}
+
+// ClusterCounts is Counts for the whole installation: each target's
+// requests by where they stand are the copy's of the cluster record
+// (every host's), kept on write; the backlog and the running dispatchers
+// stay this host's. A claimed record is not counted: no host accepted it
+// (yet).
+func (l *Ledger) ClusterCounts(ctx context.Context) (Summary, error) {
+	s, err := l.Counts(ctx)
+	if err != nil {
+		return s, err
+	}
+	counts, err := l.countByTarget(ctx, "cluster_counts")
+	if err != nil {
+		return s, fmt.Errorf("ledger: summarize the cluster copy: %w", err)
+	}
+	// A target only other hosts' requests name is not in this host's
+	// presence: it cannot tell whether a dispatcher serves it, and says
+	// nothing rather than "not served".
+	served := map[string]bool{}
+	for _, t := range s.Targets {
+		counts.of(t.Target)
+		served[t.Target] = t.Served
+	}
+	slices.Sort(counts.order)
+	s.Targets = nil
+	for _, t := range counts.order {
+		tc := counts.byTarget[t]
+		known, ok := served[t]
+		tc.Served = known || !ok
+		s.Targets = append(s.Targets, *tc)
+	}
+	return s, nil
 }

@@ -23,11 +23,17 @@ import (
 // way, reading the whole ledger: what request_counts must always equal.
 func scanCounts(t *testing.T, e *env) map[string]int {
 	t.Helper()
-	rows, err := fixture.Raw(t, e.path).Query(`SELECT target, shown, count(*) FROM (
+	return countRows(t, e, `SELECT target, shown, count(*) FROM (
 			SELECT target, CASE WHEN state = 'attempting' AND next_attempt_at IS NOT NULL THEN 'retrying' ELSE state END AS shown FROM deliveries
 			UNION ALL
 			SELECT r.target, 'waiting' FROM requests r LEFT JOIN deliveries d ON d.id = r.id WHERE d.id IS NULL
 		) GROUP BY target, shown`)
+}
+
+// countRows reads q's rows of (target, shown, n) as "target/shown": n.
+func countRows(t *testing.T, e *env, q string) map[string]int {
+	t.Helper()
+	rows, err := fixture.Raw(t, e.path).Query(q)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,22 +145,11 @@ func BenchmarkCountsOnWrite(b *testing.B) {
 	var took [2]time.Duration // kept, dropped
 	for round := range 2 * rounds {
 		dropped := round%2 == 1
-		path := filepath.Join(b.TempDir(), "tickets.db")
-		db, err := store.Open(context.Background(), path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		w := sqlitedb.NewWriter(db, discard(), metrics.NewFront(prometheus.NewRegistry()).Writer)
-		l := ledger.New(db, w, time.Now)
-		done := func() { w.Close(); db.Close() }
+		var triggers []string
 		if dropped {
-			db := fixture.Raw(b, path)
-			for _, tr := range []string{"request_in", "request_out", "request_target", "delivery_in", "delivery_change", "delivery_out"} {
-				if _, err := db.Exec(`DROP TRIGGER request_counts_` + tr); err != nil {
-					b.Fatal(err)
-				}
-			}
+			triggers = []string{"request_in", "request_out", "request_target", "delivery_in", "delivery_change", "delivery_out"}
 		}
+		l, done := roundLedger(b, "request_counts_", triggers)
 		reqs := benchRequests(b, n)
 		for i := range reqs {
 			reqs[i].RequestID = fmt.Sprintf("r%d-%s", round, reqs[i].RequestID)
@@ -185,4 +180,128 @@ func BenchmarkCountsOnWrite(b *testing.B) {
 	b.ReportMetric(float64(3*n*rounds)/took[0].Seconds(), "writes/s-kept")
 	b.ReportMetric(float64(3*n*rounds)/took[1].Seconds(), "writes/s-without")
 	b.ReportMetric(took[1].Seconds()/took[0].Seconds(), "ratio")
+}
+
+// The copy's counts kept on write equal a count over the whole copy after
+// each kind of fold: records claimed, accepted, every delivery record
+// state, a stale write arriving late, a deleted record and a prune; and
+// ClusterCounts reports them by target (a claimed record is no target's).
+func TestClusterCountsKeptOnWrite(t *testing.T) {
+	ctx := context.Background()
+	e := openEnv(t, dbPath(t))
+	scan := func() map[string]int {
+		return countRows(t, e, `SELECT target, CASE WHEN state IS NULL AND phase = 'accepted' THEN 'waiting'
+				WHEN state IS NULL THEN 'claimed' WHEN state = 'attempting' AND next_attempt_at IS NOT NULL THEN 'retrying' ELSE state END, count(*)
+			FROM cluster_requests GROUP BY 1, 2`)
+	}
+	kept := func() map[string]int {
+		return countRows(t, e, `SELECT target, shown, n FROM cluster_counts WHERE n != 0`)
+	}
+	fold := func(when string, upTo uint64, recs ...request.CopiedRecord) {
+		t.Helper()
+		if err := e.l.FoldRecords(ctx, recs, upTo); err != nil {
+			t.Fatal(err)
+		}
+		if want, got := scan(), kept(); fmt.Sprint(want) != fmt.Sprint(got) {
+			t.Fatalf("%s: the copy's counts kept on write %v; the copy holds %v", when, got, want)
+		}
+	}
+	claimed := clusterRec(0, "host-a", "", 0, 1)
+	claimed.Phase = "claimed"
+	var recs []request.CopiedRecord
+	for i := 1; i <= 20; i++ {
+		recs = append(recs, clusterRec(i, "host-a", "", 0, uint64(i+1)))
+	}
+	fold("claimed and accepted", 21, append(recs, claimed)...)
+	pending := clusterRec(5, "host-b", request.DeliveryAttempting, 1, 24)
+	pending.Delivery.NextAttemptAt = time.Unix(1_800_000_000, 0)
+	fold("delivery records", 30, clusterRec(1, "host-b", request.DeliveryAttempting, 1, 22), clusterRec(2, "host-a", "retrying", 1, 23), pending,
+		clusterRec(3, "host-a", "failed", 3, 25), clusterRec(4, "host-b", "uncertain", 1, 26), clusterRec(6, "host-a", "delivered", 1, 27),
+		clusterRec(8, "host-b", "delivered", 1, 28))
+	fold("a stale write and a settled one", 32, clusterRec(6, "host-a", "", 0, 3), clusterRec(1, "host-b", "delivered", 2, 31))
+	claimed.Phase, claimed.Rev = "accepted", 33
+	fold("a claim accepted", 33, claimed)
+	fold("a deleted record", 34, request.CopiedRecord{Key: clusterRec(3, "", "", 0, 0).Key, Deleted: true})
+	if _, err := e.l.PruneClusterCopy(ctx, 10, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	if want, got := scan(), kept(); fmt.Sprint(want) != fmt.Sprint(got) {
+		t.Fatalf("after a prune: the copy's counts kept on write %v; the copy holds %v", got, want)
+	}
+
+	// Left: hook (even) 0 accepted-then, 2 retrying, 4 uncertain, 6 and 8
+	// delivered, 10..20 waiting; chat (odd) 1 delivered, 5 retrying,
+	// 9..19 waiting; records 7 (rev 8) and below rev 10 without a later
+	// write were pruned: 0 (rev 33) stays.
+	s, err := e.l.ClusterCounts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]ledger.TargetCounts{}
+	for _, tc := range s.Targets {
+		tc.Served = false
+		got[tc.Target] = tc
+	}
+	want := map[string]ledger.TargetCounts{
+		"hook": {Target: "hook", Waiting: 7, Retrying: 1, Uncertain: 1, Delivered: 2},
+		"chat": {Target: "chat", Waiting: 6, Retrying: 1, Delivered: 1},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("ClusterCounts: %+v, want %+v", got, want)
+	}
+}
+
+// BenchmarkClusterCountsOnFold: folding records into the copy as the
+// copy does (batches of 5,000: a record accepted, then its delivery
+// record, then delivered) with the copy's count triggers against the same
+// copy without them, alternated round by round (run with -bench
+// ClusterCountsOnFold -benchtime 1x).
+func BenchmarkClusterCountsOnFold(b *testing.B) {
+	const n, batch, rounds = 50_000, 5000, 3
+	var took [2]time.Duration // kept, dropped
+	for round := range 2 * rounds {
+		dropped := round%2 == 1
+		var triggers []string
+		if dropped {
+			triggers = []string{"in", "change", "out"}
+		}
+		l, done := roundLedger(b, "cluster_counts_", triggers)
+		start := time.Now()
+		var rev uint64
+		for version, state := range []string{"", request.DeliveryAttempting, "delivered"} {
+			for lo := 0; lo < n; lo += batch {
+				recs := make([]request.CopiedRecord, 0, batch)
+				for i := lo; i < lo+batch; i++ {
+					rev++
+					recs = append(recs, clusterRec(i, "host-a", state, int64(version), rev))
+				}
+				if err := l.FoldRecords(context.Background(), recs, rev); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		took[map[bool]int{false: 0, true: 1}[dropped]] += time.Since(start)
+		done()
+	}
+	b.ReportMetric(float64(3*n*rounds)/took[0].Seconds(), "records/s-kept")
+	b.ReportMetric(float64(3*n*rounds)/took[1].Seconds(), "records/s-without")
+	b.ReportMetric(took[1].Seconds()/took[0].Seconds(), "ratio")
+}
+
+// roundLedger is a new ledger for one round of a benchmark, without the
+// triggers prefix+each of drop; done closes it.
+func roundLedger(b *testing.B, prefix string, drop []string) (l *ledger.Ledger, done func()) {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "tickets.db")
+	db, err := store.Open(context.Background(), path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := sqlitedb.NewWriter(db, discard(), metrics.NewFront(prometheus.NewRegistry()).Writer)
+	for _, tr := range drop {
+		if _, err := fixture.Raw(b, path).Exec(`DROP TRIGGER ` + prefix + tr); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return ledger.New(db, w, time.Now), func() { w.Close(); db.Close() }
 }

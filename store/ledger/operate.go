@@ -149,7 +149,7 @@ func (l *Ledger) Counts(ctx context.Context) (Summary, error) {
 	if !oldest.IsZero() {
 		s.OldestAge = l.now().Sub(oldest)
 	}
-	counts, err := l.countByTarget(ctx)
+	counts, err := l.countByTarget(ctx, "request_counts")
 	if err != nil {
 		return s, fmt.Errorf("ledger: summarize: %w", err)
 	}
@@ -186,11 +186,13 @@ func (c *targetCounts) of(target string) *TargetCounts {
 	return tc
 }
 
-// countByTarget counts the requests of each target by where they stand.
-func (l *Ledger) countByTarget(ctx context.Context) (*targetCounts, error) {
+// countByTarget counts the requests of each target by where they stand,
+// from table: request_counts (this ledger's) or cluster_counts (the
+// cluster record's copy).
+func (l *Ledger) countByTarget(ctx context.Context, table string) (*targetCounts, error) {
 	// Kept on write (request_counts, see counts.go): a few rows, however
 	// large the ledger.
-	rows, err := l.db.Reader().QueryContext(ctx, `SELECT target, shown, n FROM request_counts WHERE n != 0`)
+	rows, err := l.db.Reader().QueryContext(ctx, `SELECT target, shown, n FROM `+table+` WHERE n != 0`)
 	if err != nil {
 		return nil, err
 	}

@@ -79,21 +79,7 @@ func TestRedriveAndResolve(t *testing.T) {
 // transaction, growing with the ledger).
 func TestPruneWalksRequestsByAge(t *testing.T) {
 	e := openEnv(t, dbPath(t))
-	rows, err := fixture.Raw(t, e.path).Query(`EXPLAIN QUERY PLAN `+ledger.PruneQueryForTest, 0, 1, "delivered", "failed", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var id, parent, unused int
-		var detail string
-		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, detail)
-	}
-	joined := strings.Join(plan, "; ")
+	joined := explain(t, fixture.Raw(t, e.path), ledger.PruneQueryForTest, 0, 1, "delivered", "failed", 10)
 	if !strings.Contains(joined, "INDEX requests_created") || strings.Contains(joined, "TEMP B-TREE") ||
 		strings.Contains(joined, "deliveries_state") {
 		t.Fatalf("prune plan %q: want requests walked by requests_created, no sort, no deliveries_state scan", joined)

@@ -87,6 +87,19 @@ func TestConsoleShowsTheWholeInstallation(t *testing.T) {
 		t.Fatalf("host b's list does not say it is the installation's, or lacks the title:\n%s", list)
 	}
 
+	// b's overview counts the installation's requests: a's delivered one,
+	// though b's own ledger holds none.
+	var overview string
+	if !testwait.Until(30*time.Second, func() bool {
+		_, overview = cb.get(t, "/")
+		return countOf(overview, "delivered", "hook") == "1"
+	}) {
+		t.Fatalf("host b's overview does not count host a's delivered request on hook:\n%s", overview)
+	}
+	if !strings.Contains(overview, "Every host's requests") {
+		t.Errorf("host b's overview does not say its counts are every host's:\n%s", overview)
+	}
+
 	var page string
 	if !testwait.Until(30*time.Second, func() bool {
 		code, body := cb.get(t, "/request?id="+url.QueryEscape(id))
@@ -120,4 +133,14 @@ func TestConsoleShowsTheWholeInstallation(t *testing.T) {
 	if code != http.StatusOK || strings.Contains(own, "held by host ") || !strings.Contains(own, `id="status">delivered`) {
 		t.Errorf("host a's page of its own request: %d\n%s", code, own)
 	}
+}
+
+// countOf is the count of status the overview shows for target; "" if
+// it shows none.
+func countOf(overview, status, target string) string {
+	m := regexp.MustCompile(`(?s)data-target="` + regexp.QuoteMeta(target) + `">.*?status=` + status + `&target=` + regexp.QuoteMeta(target) + `">(\d+)</a>`).FindStringSubmatch(overview)
+	if m == nil {
+		return ""
+	}
+	return m[1]
 }
