@@ -124,7 +124,13 @@ func (c *claimer) try(ctx context.Context, read bool) (step, Claim, error) {
 	if read {
 		var err error
 		if rec, rev, found, err = c.s.get(ctx, c.key); err != nil {
-			c.lastErr, c.waiting = err, false
+			// A read cut short by the caller's own deadline says nothing
+			// new about the record: a call that was waiting for another
+			// host's claim still answers that it is in progress.
+			c.lastErr = err
+			if ctx.Err() == nil {
+				c.waiting = false
+			}
 			return stepPause, Claim{}, nil
 		}
 	}

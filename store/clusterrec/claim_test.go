@@ -78,9 +78,7 @@ func TestOneAnswerOnEveryHost(t *testing.T) {
 func TestClaimWithoutCommitIsTakenOver(t *testing.T) {
 	ctx := ctxT(t)
 	js := embeddedJS(t)
-	// The short retry must outlast a read of the bucket on a loaded box
-	// (a read that times out is ErrUnavailable, not ErrInProgress).
-	cfg := clusterrec.Config{TakeoverAfter: 6 * time.Second}
+	cfg := clusterrec.Config{TakeoverAfter: 2 * time.Second}
 	a, b := newHost(t, js, "host-a", cfg), newHost(t, js, "host-b", cfg)
 	req := newRequest("req-crash", "left by a crash")
 	tk := ticket.Ticket{Request: req, ID: ticket.IDFor(req.Scoped()), CreatedAt: time.Now().Add(-time.Minute).UTC()}
