@@ -58,6 +58,9 @@ func (in MultiInput) merged() Snapshot {
 				continue // claimed, committed nowhere: never acknowledged
 			}
 			r = &Row{RequestID: id, Tool: cr.Tool, Target: cr.Target, TicketID: cr.TicketID, HasTicket: true, Title: cr.Title}
+			if cr.GroupedOn != "" {
+				r.Kind, r.OnRequest, r.HasTicket = ActionComment, cr.GroupedOn, false
+			}
 			s.Rows[id] = r
 		}
 		r.Delivery = cr.Delivery
@@ -116,6 +119,7 @@ func CheckMulti(in MultiInput) (Result, MultiFigures) {
 	props := []Property{
 		c.answersAgree(), m.acceptedDelivered(), c.keyedExactlyOnce(), c.unkeyedAtMostOnce(),
 		c.ambiguousUncertain(), m.settled(), m.recordsAgree(), m.hostsAgree(), m.lostHost(), m.conflictsDetected(), m.processes(),
+		m.oneTicketPerFingerprint(),
 	}
 	if in.NodeFaultsOnly {
 		props = append(props, m.noLiveHostAdopted(), m.noRefusalBeyondFailover())
@@ -201,7 +205,7 @@ func (m *multiChecker) where(id string) string {
 	if r := m.mi.LostLedger.Rows[id]; r != nil {
 		parts = append(parts, fmt.Sprintf("in lost %s's ledger (published %t)", m.mi.Lost, r.Published))
 	}
-	parts = append(parts, fmt.Sprintf("%d items downstream", len(m.recs[id])))
+	parts = append(parts, fmt.Sprintf("%d items downstream", m.items(id)))
 	return strings.Join(parts, "; ")
 }
 
@@ -259,6 +263,11 @@ func (m *multiChecker) recordsAgree() Property {
 		case !sent:
 			v = append(v, fmt.Sprintf("%s: %s holds a request no caller sent", id, where))
 			return
+		case m.occurrence[id]:
+			// An occurrence: a comment on the ticket it joined.
+			if r.HasTicket {
+				v = append(v, fmt.Sprintf("%s: %s shows an occurrence as a ticket", id, where))
+			}
 		case !r.HasTicket:
 			v = append(v, fmt.Sprintf("%s: %s has no ticket", id, where))
 		case r.Title != req.Title:
@@ -267,8 +276,8 @@ func (m *multiChecker) recordsAgree() Property {
 		if r.Tool != req.Tool || r.Target != req.Target {
 			v = append(v, fmt.Sprintf("%s: %s says tool %s target %s, the caller used %s → %s", id, where, r.Tool, r.Target, req.Tool, req.Target))
 		}
-		if r.TicketID != ticket.IDFor(id) {
-			v = append(v, fmt.Sprintf("%s: %s has ticket id %s, want %s", id, where, r.TicketID, ticket.IDFor(id)))
+		if want := wantTicket(req); r.TicketID != want && !(m.occurrence[id] && r.TicketID == "") {
+			v = append(v, fmt.Sprintf("%s: %s has ticket id %s, want %s", id, where, r.TicketID, want))
 		}
 	}
 	rows := 0
@@ -294,7 +303,7 @@ func (m *multiChecker) recordsAgree() Property {
 	}
 	for _, id := range slices.Sorted(maps.Keys(m.mi.Cluster)) {
 		cr := m.mi.Cluster[id]
-		check("the cluster record", id, &Row{Tool: cr.Tool, Target: cr.Target, TicketID: cr.TicketID, HasTicket: true, Title: cr.Title})
+		check("the cluster record", id, &Row{Tool: cr.Tool, Target: cr.Target, TicketID: cr.TicketID, HasTicket: cr.GroupedOn == "", Title: cr.Title})
 		if d := cr.Delivery; d != nil && d.State == "delivered" && d.ExternalID != "" &&
 			!slices.ContainsFunc(m.recs[id], func(x Record) bool { return x.ExternalID == d.ExternalID }) {
 			v = append(v, fmt.Sprintf("%s: delivered as %s, but %s holds no item with that id", id, d.ExternalID, m.reqs[id].Kind))
@@ -317,7 +326,7 @@ func (m *multiChecker) hostsAgree() Property {
 	var v []string
 	for _, id := range m.ids {
 		r := m.reqs[id]
-		items := len(m.recs[id])
+		items := m.items(id)
 		var first string
 		for i, h := range m.mi.Hosts {
 			st := m.mi.Finals[h][id]
@@ -338,6 +347,15 @@ func (m *multiChecker) hostsAgree() Property {
 	}
 	return property("hosts-agree", v, "find_request on %d surviving hosts about %d requests against the downstream fakes; %d disagreements",
 		len(m.mi.Hosts), len(m.ids), len(v))
+}
+
+// items counts what the fakes hold of id: the tickets of a create, the
+// comments of an occurrence.
+func (m *multiChecker) items(id string) int {
+	if m.occurrence[id] {
+		return len(m.comments[id])
+	}
+	return len(m.recs[id])
 }
 
 // lostHost: every request the lost host had in its ledger when it was
@@ -505,7 +523,7 @@ func (m *multiChecker) figures() MultiFigures {
 		}
 	}
 	for _, id := range m.ids {
-		if len(m.recs[id]) > 1 {
+		if m.items(id) > 1 {
 			f.Duplicates++
 		}
 		if m.final(id) == "uncertain" {
