@@ -209,7 +209,7 @@ func runMultiHost(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	in := MultiInput{
-		Input: Input{Events: h.snapshot(), Final: finals[hostNames[0]], Records: fk.records(), Shutdown: shutdown, FakeFaults: fd.counts()},
+		Input: Input{Events: h.snapshot(), Final: finals[hostNames[0]], Records: fk.records(), Beyond: fk.beyond(), Shutdown: shutdown, FakeFaults: fd.counts()},
 		Hosts: hostNames,
 		Lost:  sch.lost.name, NodeFaultsOnly: cfg.NodeFaultsOnly, HostDeadAfter: cfg.HostDeadAfter,
 		Finals: finals, Ledgers: ledgers, LostLedger: sch.lostSnap, Cluster: records,
