@@ -73,14 +73,45 @@ func TestCheckPassesAFingerprintGroup(t *testing.T) {
 	}
 }
 
+// answered makes every answer to id's calls name the ticket of on, grouped
+// or not.
+func answered(in *torture.Input, id, on string, grouped bool) {
+	for i, e := range in.Events {
+		if e.RequestID == id && e.Kind == torture.KindCall {
+			in.Events[i].TicketID, in.Events[i].Grouped = ticket.IDFor(on), grouped
+		}
+	}
+}
+
+// breakCase breaks a good history one way: the properties that must then
+// fail, and what one of their violations says.
+type breakCase struct {
+	name   string
+	break_ func(in *torture.Input)
+	want   []string
+	says   string
+}
+
+// checkBreaks runs each case on a fresh good history.
+func checkBreaks(t *testing.T, good func() torture.Input, cases []breakCase) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := good()
+			tc.break_(&in)
+			names, vs := failing(torture.Check(in))
+			if !slices.Equal(names, tc.want) {
+				t.Errorf("failing properties %v, want %v; violations:\n%s", names, tc.want, vs)
+			}
+			if !strings.Contains(vs, tc.says) {
+				t.Errorf("no violation says %q; violations:\n%s", tc.says, vs)
+			}
+		})
+	}
+}
+
 // TestCheckFingerprintCanFail breaks the grouping one way at a time.
 func TestCheckFingerprintCanFail(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		break_ func(in *torture.Input)
-		want   []string
-		says   string
-	}{
+	checkBreaks(t, fingerprintInput, []breakCase{
 		{
 			name: "a second ticket while the group is open",
 			break_: func(in *torture.Input) {
@@ -88,11 +119,7 @@ func TestCheckFingerprintCanFail(t *testing.T) {
 				r.Kind, r.OnRequest, r.TicketID, r.HasTicket, r.Title, r.Delivery.ExternalID = "", "", ticket.IDFor(fp2), true, title(fp2), "72"
 				in.Records = append(in.Records, torture.Record{Target: "zendesk", Kind: "zendesk", RequestID: fp2, ExternalID: "72", Applied: 1, Title: title(fp2)})
 				in.Beyond.Comments = nil
-				for i, e := range in.Events {
-					if e.RequestID == fp2 && e.Kind == torture.KindCall {
-						in.Events[i].TicketID, in.Events[i].Grouped = ticket.IDFor(fp2), false
-					}
-				}
+				answered(in, fp2, fp2, false)
 			},
 			want: []string{"one-ticket-per-fp"}, says: fp2 + " (zendesk/" + fpName + "): filed a second ticket while the group's ticket of " + fp1 + " was open",
 		},
@@ -103,24 +130,14 @@ func TestCheckFingerprintCanFail(t *testing.T) {
 				r.Kind, r.OnRequest, r.TicketID, r.HasTicket, r.Title = torture.ActionComment, fp1, ticket.IDFor(fp1), false, ""
 				in.Records = slices.DeleteFunc(in.Records, func(x torture.Record) bool { return x.RequestID == fp3 })
 				in.Beyond.Comments = append(in.Beyond.Comments, torture.CommentRecord{Target: "zendesk", RequestID: fp3, OnRequest: fp1})
-				for i, e := range in.Events {
-					if e.RequestID == fp3 && e.Kind == torture.KindCall {
-						in.Events[i].TicketID, in.Events[i].Grouped = ticket.IDFor(fp1), true
-					}
-				}
+				answered(in, fp3, fp1, true)
 			},
 			want: []string{"one-ticket-per-fp"}, says: fp3 + " (zendesk/" + fpName + "): an occurrence of the ticket of " + fp1 + ", but the open ticket was none",
 		},
 		{
-			name: "an occurrence answered as a ticket of its own",
-			break_: func(in *torture.Input) {
-				for i, e := range in.Events {
-					if e.RequestID == fp2 && e.Kind == torture.KindCall {
-						in.Events[i].Grouped = false
-					}
-				}
-			},
-			want: []string{"one-ticket-per-fp"}, says: fp2 + ": answered ticket " + ticket.IDFor(fp1) + " grouped=false",
+			name:   "an occurrence answered as a ticket of its own",
+			break_: func(in *torture.Input) { answered(in, fp2, fp1, false) },
+			want:   []string{"one-ticket-per-fp"}, says: fp2 + ": answered ticket " + ticket.IDFor(fp1) + " grouped=false",
 		},
 		{
 			name: "an occurrence comment held twice",
@@ -136,19 +153,7 @@ func TestCheckFingerprintCanFail(t *testing.T) {
 			},
 			want: []string{"one-ticket-per-fp"}, says: fp2 + " (zendesk/" + fpName + "): an occurrence, but zendesk holds 1 tickets of it",
 		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			in := fingerprintInput()
-			tc.break_(&in)
-			names, vs := failing(torture.Check(in))
-			if !slices.Equal(names, tc.want) {
-				t.Errorf("failing properties %v, want %v; violations:\n%s", names, tc.want, vs)
-			}
-			if !strings.Contains(vs, tc.says) {
-				t.Errorf("no violation says %q; violations:\n%s", tc.says, vs)
-			}
-		})
-	}
+	})
 }
 
 // TestCheckMultiFingerprint: across hosts no group closes (the load sends
