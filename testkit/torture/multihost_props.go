@@ -159,6 +159,14 @@ func (m *multiChecker) want(id string) string {
 
 func doneStatus(keyed bool, st string) bool { return st == "delivered" || !keyed && st == "uncertain" }
 
+// done reports whether st is where accepted request id may end: an
+// occurrence also fails with the ticket it joined when that ticket's
+// create ended without one.
+func (m *multiChecker) done(id, st string) bool {
+	r := m.reqs[id]
+	return doneStatus(r.Keyed, st) || m.occurrence[id] && st == "failed" && m.noTicket(r.OnRequest)
+}
+
 // lost lists the acknowledged requests (a create answered, first call or
 // replay; or find_request knowing it) and the accepted ones (in a ledger
 // or accepted in the cluster record) that some surviving host does not
@@ -173,7 +181,7 @@ func (m *multiChecker) lostIDs() (lost []string, why map[string]string) {
 			bad = append(bad, "no cluster record")
 		}
 		for _, h := range m.mi.Hosts {
-			if st := m.mi.Finals[h][id]; !doneStatus(r.Keyed, st) {
+			if st := m.mi.Finals[h][id]; !m.done(id, st) {
 				bad = append(bad, fmt.Sprintf("%s says %q", h, st))
 			}
 		}
@@ -304,7 +312,8 @@ func (m *multiChecker) recordsAgree() Property {
 	for _, id := range slices.Sorted(maps.Keys(m.mi.Cluster)) {
 		cr := m.mi.Cluster[id]
 		check("the cluster record", id, &Row{Tool: cr.Tool, Target: cr.Target, TicketID: cr.TicketID, HasTicket: cr.GroupedOn == "", Title: cr.Title})
-		if d := cr.Delivery; d != nil && d.State == "delivered" && d.ExternalID != "" &&
+		// An occurrence's delivery names its comment, not a ticket.
+		if d := cr.Delivery; d != nil && d.State == "delivered" && d.ExternalID != "" && !m.occurrence[id] &&
 			!slices.ContainsFunc(m.recs[id], func(x Record) bool { return x.ExternalID == d.ExternalID }) {
 			v = append(v, fmt.Sprintf("%s: delivered as %s, but %s holds no item with that id", id, d.ExternalID, m.reqs[id].Kind))
 		}
@@ -373,9 +382,8 @@ func (m *multiChecker) lostHost() Property {
 		if cr != nil && cr.Host != m.mi.Lost {
 			adopted++
 		}
-		keyed := m.reqs[id].Keyed
 		for _, h := range m.mi.Hosts {
-			if st := m.mi.Finals[h][id]; !doneStatus(keyed, st) {
+			if st := m.mi.Finals[h][id]; !m.done(id, st) {
 				v = append(v, fmt.Sprintf("%s: accepted by lost %s (published %t); %s says %q, want %s; %s", id, m.mi.Lost, r.Published, h, st, m.want(id), m.where(id)))
 			}
 		}
