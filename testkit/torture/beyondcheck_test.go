@@ -1,7 +1,6 @@
 package torture_test
 
 import (
-	"slices"
 	"strings"
 	"testing"
 
@@ -88,12 +87,7 @@ func TestCheckPassesCommentsAndUpdates(t *testing.T) {
 // TestCheckBeyondCanFail breaks comments-once and updates-last one way at
 // a time: each must fail, saying why.
 func TestCheckBeyondCanFail(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		break_ func(in *torture.Input)
-		want   []string
-		says   string
-	}{
+	checkBreaks(t, beyondInput, []breakCase{
 		{
 			name: "a comment twice where the key or the lookup forbids it",
 			break_: func(in *torture.Input) {
@@ -173,18 +167,5 @@ func TestCheckBeyondCanFail(t *testing.T) {
 			},
 			want: []string{"updates-last"}, says: up2 + " (update_ticket): a client saw it accepted, but the ledger has no row",
 		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			in := beyondInput()
-			tc.break_(&in)
-			res := torture.Check(in)
-			names, vs := failing(res)
-			if !slices.Equal(names, tc.want) {
-				t.Errorf("failing properties %v, want %v; violations:\n%s", names, tc.want, vs)
-			}
-			if !strings.Contains(vs, tc.says) {
-				t.Errorf("no violation says %q; violations:\n%s", tc.says, vs)
-			}
-		})
-	}
+	})
 }

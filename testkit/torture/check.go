@@ -129,6 +129,9 @@ type checker struct {
 	comments      map[string][]CommentRecord
 	strayComments []CommentRecord
 	states        map[string]TicketState
+	// occurrence: fingerprinted creates the ledger stored as occurrence
+	// comments (fingerprint.go); c.reqs holds them as those comments.
+	occurrence map[string]bool
 }
 
 // newChecker indexes in's events and records. other, if not nil, sees
@@ -163,6 +166,7 @@ func newChecker(in Input, other func(Event) bool) *checker {
 		}
 		c.recs[r.RequestID] = append(c.recs[r.RequestID], r)
 	}
+	c.occurrences()
 	c.comments, c.states = map[string][]CommentRecord{}, map[string]TicketState{}
 	for _, x := range in.Beyond.Comments {
 		if c.reqs[x.RequestID].Action != ActionComment {
@@ -183,7 +187,7 @@ func Check(in Input) Result {
 	props := []Property{
 		c.answersAgree(), c.acceptedDelivered(), c.keyedExactlyOnce(), c.unkeyedAtMostOnce(),
 		c.ambiguousUncertain(), c.settled(), c.recordsAgree(), c.processes(),
-		c.commentsOnce(), c.updatesLast(),
+		c.commentsOnce(), c.updatesLast(), c.oneTicketPerFingerprint(),
 	}
 	if in.PowerCut != nil {
 		props = append(props, c.powerCut()...)

@@ -86,8 +86,8 @@ func TestCheckPassesAGoodHistory(t *testing.T) {
 	if names, vs := failing(res); len(names) > 0 {
 		t.Fatalf("a good history fails %v:\n%s", names, vs)
 	}
-	if len(res.Properties) != 10 {
-		t.Errorf("%d properties, want 10", len(res.Properties))
+	if len(res.Properties) != 11 {
+		t.Errorf("%d properties, want 11", len(res.Properties))
 	}
 	c := res.Counts
 	if c.Requests != 4 || c.Accepted != 4 || c.Replays != 1 || c.Retries != 1 || c.Cuts != 1 || c.Delivered != 3 || c.Uncertain != 1 ||

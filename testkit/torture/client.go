@@ -30,6 +30,8 @@ type load struct {
 	// (beyond.go), and comment on slackThread.
 	actions     bool
 	slackThread string
+	// fingerprints: some creates carry a fingerprint (fingerprint.go).
+	fingerprints bool
 }
 
 // caller is one MCP client making requests one after another, each until
@@ -40,6 +42,7 @@ type caller struct {
 	rng   *rand.Rand
 	l     *load
 	filed []filed // the caller's creates seen accepted, oldest first
+	pool  []fingerprint
 }
 
 func (c *caller) faulty() bool { return c.l.faults.Err() == nil }
@@ -68,10 +71,11 @@ func (c *caller) run(ctx context.Context) {
 			r, ok = c.newAction(n)
 		}
 		if !ok {
-			r = c.newRequest(n, Kinds[c.rng.IntN(len(Kinds))])
+			r = c.fingerprinted(c.newRequest(n, Kinds[c.rng.IntN(len(Kinds))]))
 		}
 		c.l.h.add(Event{Kind: KindRequest, Caller: c.id, Request: &r, RequestID: r.ID})
-		if c.request(ctx, r) && r.Action == "" {
+		// A report that joined another's ticket filed none of its own.
+		if ok, grouped := c.request(ctx, r); ok && !grouped && r.Action == "" {
 			c.filed = append(c.filed, filed{id: r.ID, kind: r.Kind})
 		}
 		if !c.sleep(ctx, c.between(0, 2*c.l.pace)) {
@@ -104,8 +108,9 @@ func (c *caller) newRequest(n int, kind string) Request {
 // deadline. A tool without a dedupe key is retried only after find_request
 // says the request is unknown (the agent protocol its description gives).
 // It reports whether the caller saw r accepted (find_request knowing it
-// counts).
-func (c *caller) request(ctx context.Context, r Request) bool {
+// counts), and whether it may have been grouped onto another's ticket (a
+// fingerprinted create answered grouped, or known only to find_request).
+func (c *caller) request(ctx context.Context, r Request) (accepted, grouped bool) {
 	for attempt := 1; time.Now().Before(c.l.deadline); attempt++ {
 		mode := c.pickMode(r, attempt)
 		var out Event
@@ -120,12 +125,12 @@ func (c *caller) request(ctx context.Context, r Request) bool {
 				c.sleep(ctx, c.between(0, 300*time.Millisecond))
 				c.create(ctx, r, attempt+1, ModeReplay)
 			}
-			return true
+			return true, out.Grouped
 		case OutConflict, OutInvalid:
-			return false // recorded; the checker reports it
+			return false, false // recorded; the checker reports it
 		case OutUnavailable:
 			if !c.sleep(ctx, c.between(50*time.Millisecond, 300*time.Millisecond)) {
-				return false
+				return false, false
 			}
 			continue
 		}
@@ -133,17 +138,17 @@ func (c *caller) request(ctx context.Context, r Request) bool {
 		if !r.retriesBlindly() {
 			st := c.find(ctx, r)
 			if st == "" {
-				return false // deadline
+				return false, false // deadline
 			}
 			if st != OutUnknown {
-				return true // the request is known: never send it again
+				return true, r.Fingerprint != "" // the request is known: never send it again
 			}
 		}
 		if !c.sleep(ctx, c.between(10*time.Millisecond, 250*time.Millisecond)) {
-			return false
+			return false, false
 		}
 	}
-	return false
+	return false, false
 }
 
 // pickMode chooses how a call misbehaves while the faults run. Hedged
@@ -241,6 +246,7 @@ func classify(e *Event, res *mcp.CallToolResult) {
 			RequestID string `json:"request_id"`
 			TicketID  string `json:"ticket_id"`
 			Replayed  bool   `json:"replayed"`
+			Grouped   bool   `json:"grouped"`
 		}
 		b, _ := json.Marshal(res.StructuredContent)
 		// A comment on a ticket ticketrelay did not file has no ticket id;
@@ -249,7 +255,7 @@ func classify(e *Event, res *mcp.CallToolResult) {
 			e.Outcome, e.Err = OutAmbiguous, "unreadable result: "+text
 			return
 		}
-		e.Outcome, e.TicketID, e.Replayed = OutAccepted, v.TicketID, v.Replayed
+		e.Outcome, e.TicketID, e.Replayed, e.Grouped = OutAccepted, v.TicketID, v.Replayed, v.Grouped
 		return
 	}
 	e.Err = text

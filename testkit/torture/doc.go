@@ -22,6 +22,16 @@
 // are those of its last updates in the ledger's acceptance order
 // (decision 0183).
 //
+// In every run but the power-cut one, three creates in ten carry a
+// fingerprint from a pool of two per caller, each bound to one target, so
+// that several requests share one; across hosts they go through the proxy
+// to every host. The checker holds one ticket per open group in the
+// ledger's order (closed by an accepted closing update), exactly one
+// ticket at the fake, every answer naming it and saying grouped exactly
+// when the report joined it, each occurrence comment held once; across
+// hosts a second ticket only in decision 0195's adoption window, counted
+// (decision 0196).
+//
 // When the faults stop, Run waits (bounded) until every accepted request is
 // settled, then Check reads the history, the fakes' records and the SQLite
 // file (read-only) and reports one line per property, and the counts that let

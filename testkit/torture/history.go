@@ -59,6 +59,9 @@ type Request struct {
 	Body     string   `json:"body,omitempty"`
 	Priority string   `json:"priority,omitempty"`
 	Labels   []string `json:"labels,omitempty"`
+	// Fingerprint groups a create with the others of its fingerprint
+	// (fingerprint.go); "" for none.
+	Fingerprint string `json:"fingerprint,omitempty"`
 	// A comment or an update (beyond.go): Action says which; On is the
 	// ticket argument (the create's ticket_id or request_id, or the
 	// downstream's own reference); OnRequest the create's request id (""
@@ -78,6 +81,9 @@ func (r Request) args() map[string]any {
 	if len(r.Labels) > 0 {
 		a["labels"] = r.Labels
 	}
+	if r.Fingerprint != "" {
+		a["fingerprint"] = r.Fingerprint
+	}
 	return a
 }
 
@@ -92,6 +98,7 @@ type Event struct {
 	Mode      string    `json:"mode,omitempty"`
 	Outcome   string    `json:"outcome,omitempty"`
 	Replayed  bool      `json:"replayed,omitempty"`
+	Grouped   bool      `json:"grouped,omitempty"` // a fingerprinted create answered as an occurrence
 	TicketID  string    `json:"ticket_id,omitempty"`
 	Status    string    `json:"status,omitempty"` // find_request's answer
 	Component string    `json:"component,omitempty"`

@@ -102,7 +102,8 @@ func runMultiHost(ctx context.Context, cfg Config) (Report, error) {
 	})
 
 	ld := &load{url: proxy.URL, h: h, prefix: fmt.Sprintf("trq-%x", cfg.Seed), faults: faults,
-		deadline: time.Now().Add(cfg.Duration + cfg.Grace), requests: cfg.Requests, pace: 150 * time.Millisecond}
+		deadline: time.Now().Add(cfg.Duration + cfg.Grace), requests: cfg.Requests, pace: 150 * time.Millisecond,
+		fingerprints: true}
 	if cfg.Requests > 0 {
 		ld.pace = cfg.Duration / time.Duration(cfg.Requests)
 	}
@@ -208,7 +209,7 @@ func runMultiHost(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	in := MultiInput{
-		Input: Input{Events: h.snapshot(), Final: finals[hostNames[0]], Records: fk.records(), Shutdown: shutdown, FakeFaults: fd.counts()},
+		Input: Input{Events: h.snapshot(), Final: finals[hostNames[0]], Records: fk.records(), Beyond: fk.beyond(), Shutdown: shutdown, FakeFaults: fd.counts()},
 		Hosts: hostNames,
 		Lost:  sch.lost.name, NodeFaultsOnly: cfg.NodeFaultsOnly, HostDeadAfter: cfg.HostDeadAfter,
 		Finals: finals, Ledgers: ledgers, LostLedger: sch.lostSnap, Cluster: records,
@@ -315,7 +316,8 @@ func (cf *conflicter) run(ctx context.Context) {
 			switch {
 			case e.Kind == KindRequest:
 				reqs[e.RequestID] = *e.Request
-			case e.Kind == KindCall && e.Outcome == OutAccepted && e.Mode != ModeConflict && !done[e.RequestID]:
+			// An occurrence's conflict names the ticket it joined.
+			case e.Kind == KindCall && e.Outcome == OutAccepted && e.Mode != ModeConflict && !e.Grouped && !done[e.RequestID]:
 				cands = append(cands, e.RequestID)
 			}
 		}

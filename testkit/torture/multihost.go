@@ -340,14 +340,17 @@ func openRecords(ctx context.Context, urls string, inst installation.Name, log *
 
 // ClusterRecord is what the cluster record holds about one request.
 type ClusterRecord struct {
-	Phase    string       `json:"phase"`
-	Host     string       `json:"host"` // the harness's name of the host (h1...), or the ledger id of an unknown one
-	TicketID string       `json:"ticket_id"`
-	Tool     string       `json:"tool"`
-	Target   string       `json:"target"`
-	Title    string       `json:"title"`
-	Delivery *DeliveryRow `json:"delivery,omitempty"`
-	By       string       `json:"delivered_by,omitempty"` // the host whose forwarder wrote the delivery
+	Phase    string `json:"phase"`
+	Host     string `json:"host"` // the harness's name of the host (h1...), or the ledger id of an unknown one
+	TicketID string `json:"ticket_id"`
+	Tool     string `json:"tool"`
+	Target   string `json:"target"`
+	Title    string `json:"title"`
+	// GroupedOn is, for a fingerprinted create stored as an occurrence,
+	// the request id of the ticket it joined.
+	GroupedOn string       `json:"grouped_on,omitempty"`
+	Delivery  *DeliveryRow `json:"delivery,omitempty"`
+	By        string       `json:"delivered_by,omitempty"` // the host whose forwarder wrote the delivery
 }
 
 func (r *ClusterRecord) settled() bool { return r.Delivery != nil && settledState(r.Delivery.State) }
@@ -378,6 +381,9 @@ func (rr *recordReader) read(ctx context.Context, ids []string, names map[string
 		}
 		cr := &ClusterRecord{Phase: string(rec.Phase), Host: nameOf(names, rec.Host), TicketID: rec.Ticket.ID,
 			Tool: rec.Ticket.Tool, Target: rec.Ticket.Target, Title: rec.Ticket.Title}
+		if rec.Group != nil {
+			cr.GroupedOn = rec.Group.On
+		}
 		if d := rec.Delivery; d != nil {
 			cr.Delivery = &DeliveryRow{Target: d.Target, State: d.State, Attempts: d.Attempts, ExternalID: d.ExternalID, LastError: d.LastError}
 			cr.By = nameOf(names, d.By)

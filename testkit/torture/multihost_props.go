@@ -58,6 +58,9 @@ func (in MultiInput) merged() Snapshot {
 				continue // claimed, committed nowhere: never acknowledged
 			}
 			r = &Row{RequestID: id, Tool: cr.Tool, Target: cr.Target, TicketID: cr.TicketID, HasTicket: true, Title: cr.Title}
+			if cr.GroupedOn != "" {
+				r.Kind, r.OnRequest, r.HasTicket = ActionComment, cr.GroupedOn, false
+			}
 			s.Rows[id] = r
 		}
 		r.Delivery = cr.Delivery
@@ -116,6 +119,7 @@ func CheckMulti(in MultiInput) (Result, MultiFigures) {
 	props := []Property{
 		c.answersAgree(), m.acceptedDelivered(), c.keyedExactlyOnce(), c.unkeyedAtMostOnce(),
 		c.ambiguousUncertain(), m.settled(), m.recordsAgree(), m.hostsAgree(), m.lostHost(), m.conflictsDetected(), m.processes(),
+		m.oneTicketPerFingerprint(),
 	}
 	if in.NodeFaultsOnly {
 		props = append(props, m.noLiveHostAdopted(), m.noRefusalBeyondFailover())
@@ -155,6 +159,14 @@ func (m *multiChecker) want(id string) string {
 
 func doneStatus(keyed bool, st string) bool { return st == "delivered" || !keyed && st == "uncertain" }
 
+// done reports whether st is where accepted request id may end: an
+// occurrence also fails with the ticket it joined when that ticket's
+// create ended without one.
+func (m *multiChecker) done(id, st string) bool {
+	r := m.reqs[id]
+	return doneStatus(r.Keyed, st) || m.occurrence[id] && st == "failed" && m.noTicket(r.OnRequest)
+}
+
 // lost lists the acknowledged requests (a create answered, first call or
 // replay; or find_request knowing it) and the accepted ones (in a ledger
 // or accepted in the cluster record) that some surviving host does not
@@ -169,7 +181,7 @@ func (m *multiChecker) lostIDs() (lost []string, why map[string]string) {
 			bad = append(bad, "no cluster record")
 		}
 		for _, h := range m.mi.Hosts {
-			if st := m.mi.Finals[h][id]; !doneStatus(r.Keyed, st) {
+			if st := m.mi.Finals[h][id]; !m.done(id, st) {
 				bad = append(bad, fmt.Sprintf("%s says %q", h, st))
 			}
 		}
@@ -201,7 +213,7 @@ func (m *multiChecker) where(id string) string {
 	if r := m.mi.LostLedger.Rows[id]; r != nil {
 		parts = append(parts, fmt.Sprintf("in lost %s's ledger (published %t)", m.mi.Lost, r.Published))
 	}
-	parts = append(parts, fmt.Sprintf("%d items downstream", len(m.recs[id])))
+	parts = append(parts, fmt.Sprintf("%d items downstream", m.items(id)))
 	return strings.Join(parts, "; ")
 }
 
@@ -259,6 +271,11 @@ func (m *multiChecker) recordsAgree() Property {
 		case !sent:
 			v = append(v, fmt.Sprintf("%s: %s holds a request no caller sent", id, where))
 			return
+		case m.occurrence[id]:
+			// An occurrence: a comment on the ticket it joined.
+			if r.HasTicket {
+				v = append(v, fmt.Sprintf("%s: %s shows an occurrence as a ticket", id, where))
+			}
 		case !r.HasTicket:
 			v = append(v, fmt.Sprintf("%s: %s has no ticket", id, where))
 		case r.Title != req.Title:
@@ -267,8 +284,8 @@ func (m *multiChecker) recordsAgree() Property {
 		if r.Tool != req.Tool || r.Target != req.Target {
 			v = append(v, fmt.Sprintf("%s: %s says tool %s target %s, the caller used %s → %s", id, where, r.Tool, r.Target, req.Tool, req.Target))
 		}
-		if r.TicketID != ticket.IDFor(id) {
-			v = append(v, fmt.Sprintf("%s: %s has ticket id %s, want %s", id, where, r.TicketID, ticket.IDFor(id)))
+		if want := wantTicket(req); r.TicketID != want && !(m.occurrence[id] && r.TicketID == "") {
+			v = append(v, fmt.Sprintf("%s: %s has ticket id %s, want %s", id, where, r.TicketID, want))
 		}
 	}
 	rows := 0
@@ -294,8 +311,9 @@ func (m *multiChecker) recordsAgree() Property {
 	}
 	for _, id := range slices.Sorted(maps.Keys(m.mi.Cluster)) {
 		cr := m.mi.Cluster[id]
-		check("the cluster record", id, &Row{Tool: cr.Tool, Target: cr.Target, TicketID: cr.TicketID, HasTicket: true, Title: cr.Title})
-		if d := cr.Delivery; d != nil && d.State == "delivered" && d.ExternalID != "" &&
+		check("the cluster record", id, &Row{Tool: cr.Tool, Target: cr.Target, TicketID: cr.TicketID, HasTicket: cr.GroupedOn == "", Title: cr.Title})
+		// An occurrence's delivery names its comment, not a ticket.
+		if d := cr.Delivery; d != nil && d.State == "delivered" && d.ExternalID != "" && !m.occurrence[id] &&
 			!slices.ContainsFunc(m.recs[id], func(x Record) bool { return x.ExternalID == d.ExternalID }) {
 			v = append(v, fmt.Sprintf("%s: delivered as %s, but %s holds no item with that id", id, d.ExternalID, m.reqs[id].Kind))
 		}
@@ -317,7 +335,7 @@ func (m *multiChecker) hostsAgree() Property {
 	var v []string
 	for _, id := range m.ids {
 		r := m.reqs[id]
-		items := len(m.recs[id])
+		items := m.items(id)
 		var first string
 		for i, h := range m.mi.Hosts {
 			st := m.mi.Finals[h][id]
@@ -340,6 +358,15 @@ func (m *multiChecker) hostsAgree() Property {
 		len(m.mi.Hosts), len(m.ids), len(v))
 }
 
+// items counts what the fakes hold of id: the tickets of a create, the
+// comments of an occurrence.
+func (m *multiChecker) items(id string) int {
+	if m.occurrence[id] {
+		return len(m.comments[id])
+	}
+	return len(m.recs[id])
+}
+
 // lostHost: every request the lost host had in its ledger when it was
 // removed is delivered (or uncertain, without a key) by the others.
 func (m *multiChecker) lostHost() Property {
@@ -355,9 +382,8 @@ func (m *multiChecker) lostHost() Property {
 		if cr != nil && cr.Host != m.mi.Lost {
 			adopted++
 		}
-		keyed := m.reqs[id].Keyed
 		for _, h := range m.mi.Hosts {
-			if st := m.mi.Finals[h][id]; !doneStatus(keyed, st) {
+			if st := m.mi.Finals[h][id]; !m.done(id, st) {
 				v = append(v, fmt.Sprintf("%s: accepted by lost %s (published %t); %s says %q, want %s; %s", id, m.mi.Lost, r.Published, h, st, m.want(id), m.where(id)))
 			}
 		}
@@ -505,7 +531,7 @@ func (m *multiChecker) figures() MultiFigures {
 		}
 	}
 	for _, id := range m.ids {
-		if len(m.recs[id]) > 1 {
+		if m.items(id) > 1 {
 			f.Duplicates++
 		}
 		if m.final(id) == "uncertain" {

@@ -104,8 +104,8 @@ func TestCheckPowerCut(t *testing.T) {
 				tc.break_(&in)
 			}
 			res := torture.Check(in)
-			if n := len(res.Properties); n != 12 {
-				t.Errorf("%d properties, want 12 (10 and power-cut, stream-durable)", n)
+			if n := len(res.Properties); n != 13 {
+				t.Errorf("%d properties, want 13 (11 and power-cut, stream-durable)", n)
 			}
 			names, vs := failing(res)
 			if !slices.Equal(names, tc.want) {

@@ -160,7 +160,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	ld := &load{url: cl.frontURL, h: h, prefix: fmt.Sprintf("trq-%x", cfg.Seed), faults: faults,
 		deadline: time.Now().Add(cfg.Duration + cfg.Grace), requests: cfg.Requests, pace: 150 * time.Millisecond,
-		actions: !cfg.PowerCut, slackThread: fk.slackThread}
+		actions: !cfg.PowerCut, slackThread: fk.slackThread, fingerprints: !cfg.PowerCut}
 	if cfg.Requests > 0 {
 		ld.pace = cfg.Duration / time.Duration(cfg.Requests)
 	}
