@@ -690,7 +690,7 @@ func TestRunClusterWalkthrough(t *testing.T) {
 func startRunCluster(t *testing.T, root string, env []string) (summary string, stop func() string) {
 	t.Helper()
 	var out testio.Buffer
-	cmd := exec.Command("bash", filepath.Join(root, "scripts", "run-cluster.sh"))
+	cmd := exec.Command("bash", filepath.Join(root, "testkit", "scripts", "run-cluster.sh"))
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -60,7 +60,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 
-	stop, err := startRedmine(filepath.Join(root, "scripts", "redmine-up.sh"), filepath.Join(tmp, "redmine"))
+	stop, err := startRedmine(filepath.Join(root, "testkit", "scripts", "redmine-up.sh"), filepath.Join(tmp, "redmine"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testkit/e2e/redmine:", err)
 		return 1
