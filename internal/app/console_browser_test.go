@@ -167,7 +167,13 @@ tools:
 	b.do(t, "filter", chromedp.Navigate(base+"/requests"), chromedp.WaitVisible(chromedp.CSS(`#filters`)),
 		chromedp.SetValue(chromedp.CSS(`select[name="status"]`), "failed"),
 		chromedp.SendKeys(chromedp.CSS(`input[name="target"]`), "hooks"),
-		chromedp.Click(chromedp.CSS(`#filters button`)), chromedp.WaitVisible(chromedp.CSS(`#requests`)))
+		chromedp.Click(chromedp.CSS(`#filters button`)))
+	// The list is on the page the click leaves too: wait for the filtered
+	// page's address before reading it.
+	testwait.For(t, 30*time.Second, "the filtered page", func() bool {
+		return strings.Contains(value(t, b, "location", chromedp.Location()), "status=failed")
+	})
+	b.do(t, "filtered list", chromedp.WaitVisible(chromedp.CSS(`#requests`)))
 	if list := b.text(t, `#requests tbody`); !strings.Contains(list, failed) || strings.Contains(list, "ok-1") || strings.Contains(list, uncertain) {
 		t.Errorf("failed of hooks lists %q", list)
 	}
