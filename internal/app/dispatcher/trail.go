@@ -5,6 +5,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"ticketrelay/internal/maintenance"
 	"ticketrelay/internal/operate"
 	"ticketrelay/store/ledger"
@@ -41,7 +43,12 @@ func (d *dispatcher) buildTrail(ctx context.Context) error {
 	host := ""
 	if d.o.MultiHost {
 		host = d.ledgerID
-		if _, err := trail.EnsureStream(ctx, d.js, d.stream.Installation, d.o.Replicas, keep); err != nil {
+		// The replicated stream waits for the cluster as the ticket stream
+		// and the request bucket do: a dispatcher started beside a cluster
+		// still electing its leaders must not give up on the first timeout.
+		if _, err := untilReady(ctx, log, "audit trail stream not ready; retrying", func(ctx context.Context) (jetstream.Stream, error) {
+			return trail.EnsureStream(ctx, d.js, d.stream.Installation, d.o.Replicas, keep)
+		}); err != nil {
 			return err
 		}
 		shipper := &trail.Shipper{Store: store, JS: d.js, Installation: d.stream.Installation, Host: host, Log: log}
