@@ -39,7 +39,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	fs.DurationVar(&cfg.SlowLatency, "slow-latency", 0, "how long scenario 8's slow receiver takes to answer (default 50ms)")
 	fs.BoolVar(&cfg.BacklogAlone, "backlog-alone", false, "scenario 8's ticketrelay rounds only (no River, ceiling or slow receiver): for A/B runs of two dispatcher builds")
 	fs.IntVar(&cfg.RiverWorkers, "river-workers", 0, "MaxWorkers of scenario 8's River baseline (default 100)")
-	fs.StringVar(&only, "only", "", "comma-separated `scenarios` to run (default all: 1-10)")
+	fs.StringVar(&only, "only", "", fmt.Sprintf("comma-separated `scenarios` to run (default all: %v)", allScenarios))
 	fs.StringVar(&cfg.PprofDir, "pprof", "", "save CPU profiles of the servers at the largest session count to this `directory`")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile to this `file`")
 	fs.StringVar(&frontEnv, "front-env", "", "space-separated `VAR=value` added to mcp-front's environment (a tuning trial, e.g. GOGC=200)")
