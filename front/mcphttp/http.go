@@ -78,7 +78,7 @@ type Handler struct {
 }
 
 // NewHandler serves srv over streamable HTTP as cfg says. Call Close when
-// done if cfg.KeepAlive is set.
+// done: it stops the keepalive pings and ends the live sessions.
 func NewHandler(srv *mcp.Server, cfg Config) *Handler {
 	cfg = cfg.withDefaults()
 	h := &Handler{bodyTimeout: cfg.BodyTimeout}
