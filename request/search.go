@@ -32,8 +32,9 @@ const (
 var SearchStatuses = []SearchStatus{SearchPending, SearchDelivered, SearchFailed, SearchUncertain}
 
 // Search is a query of the tickets: every word of Text, among the tickets
-// a caller may see (Scope), filtered by Target and Status; one page of
-// Limit results from Offset.
+// a caller may see (Scope), filtered by Target, Status and Fingerprint;
+// one page of Limit results from Offset. Text may be empty when a
+// Fingerprint is given: then every ticket filed with it, newest first.
 type Search struct {
 	Text   string
 	Scope  SearchScope
@@ -97,9 +98,13 @@ func TextWords(text string) []string {
 	return strings.FieldsFunc(text, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsNumber(r) })
 }
 
-// Check refuses a search whose page or status is out of range.
+// Check refuses a search without words or a fingerprint, or whose page or
+// status is out of range.
 func (s Search) Check() error {
-	if _, err := SearchWords(s.Text); err != nil {
+	if s.Text == "" && s.Fingerprint == "" {
+		return &SearchError{"query", "is missing: give words to find, a fingerprint, or both"}
+	}
+	if _, err := SearchWords(s.Text); err != nil && s.Text != "" {
 		return err
 	}
 	if s.Limit < 1 || s.Limit > MaxSearchLimit {

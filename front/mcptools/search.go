@@ -28,9 +28,9 @@ type Searcher interface {
 const defaultSearchLimit = 10
 
 type searchArgs struct {
-	Query  string `json:"query"`
-	Target string `json:"target"`
-	Status string `json:"status"`
+	Query  *string `json:"query"` // nil: absent, which a fingerprint allows
+	Target string  `json:"target"`
+	Status string  `json:"status"`
 	// Fingerprint filters by the fingerprint tickets were filed with.
 	Fingerprint string `json:"fingerprint"`
 	Limit       *int   `json:"limit"`
@@ -63,7 +63,14 @@ func (s *Server) searchHandler(ctx context.Context, req *mcp.CallToolRequest) (*
 	if err := decodeArgs(req.Params.Arguments, &a); err != nil {
 		return searchInvalid(o, err), nil
 	}
-	q := request.Search{Text: a.Query, Target: a.Target, Status: request.SearchStatus(a.Status), Limit: defaultSearchLimit,
+	if a.Query != nil && *a.Query == "" {
+		return searchInvalid(o, &request.SearchError{Argument: "query", Reason: "is empty: give words to find, or leave query out to search by fingerprint alone"}), nil
+	}
+	var text string
+	if a.Query != nil {
+		text = *a.Query
+	}
+	q := request.Search{Text: text, Target: a.Target, Status: request.SearchStatus(a.Status), Limit: defaultSearchLimit,
 		Fingerprint: a.Fingerprint,
 		Scope:       s.searchScope(req)}
 	if a.Limit != nil {
@@ -165,7 +172,8 @@ func searchTool(own bool) *mcp.Tool {
 		Name: SearchTicketsTool,
 		Description: "Search the tickets this installation filed, before filing one: if a ticket for the same problem exists, " +
 			"use it instead of filing a near-duplicate. Matches tickets holding every word of query in their title, body or labels " +
-			"(whole words, any case; punctuation only separates words), best match first: a title match counts most. " +
+			"(whole words, any case; punctuation only separates words), best match first: a title match counts most; " +
+			"with fingerprint and no query, the tickets filed with that fingerprint, newest first. Give query, fingerprint or both. " +
 			whose + "Each result gives the ticket's id, its request_id, " +
 			"target, title, status, when it was accepted, its link once delivered and a short snippet with the matches in [brackets]. " +
 			"Pass next_cursor as cursor, with the same other arguments, for the next page. It only reads.",
@@ -183,11 +191,10 @@ func searchTool(own bool) *mcp.Tool {
 var searchInputSchema = map[string]any{
 	"type":                 "object",
 	"additionalProperties": false,
-	"required":             []string{"query"},
 	"properties": map[string]any{
 		"query": map[string]any{
 			"type": "string", "minLength": 1, "maxLength": request.MaxSearchQueryLen,
-			"description": fmt.Sprintf("Words to find, e.g. the title you would file: tickets with every word match. "+
+			"description": fmt.Sprintf("Words to find, e.g. the title you would file: tickets with every word match. Required unless fingerprint is given. "+
 				"At most %d words and %d bytes.", request.MaxSearchWords, request.MaxSearchQueryLen),
 		},
 		"target": schemaString("Optional: only tickets filed to this target."),
@@ -200,7 +207,7 @@ var searchInputSchema = map[string]any{
 			"description": "Results per page.",
 		},
 		"cursor":      schemaString("Optional: next_cursor of the previous page, to get the next one."),
-		"fingerprint": schemaString("Optional: only tickets filed with this fingerprint (create_ticket's fingerprint argument)."),
+		"fingerprint": schemaString("Optional: only tickets filed with this fingerprint (create_ticket's fingerprint argument); alone, without query, every such ticket."),
 	},
 }
 

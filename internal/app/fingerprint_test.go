@@ -160,15 +160,18 @@ tools:
 		t.Fatalf("Redmine has %d issues, want 2", got)
 	}
 
-	text, _ := raw("search_tickets", map[string]any{"query": "checkout", "fingerprint": "checkout-500"})
-	var page struct {
-		Results []struct {
-			RequestID   string `json:"request_id"`
-			Fingerprint string `json:"fingerprint"`
-		} `json:"results"`
-	}
-	if err := json.Unmarshal([]byte(text), &page); err != nil || len(page.Results) != 2 || page.Results[0].Fingerprint != "checkout-500" {
-		t.Errorf("search_tickets by fingerprint: %s; want the two tickets with it", text)
+	// With words and the fingerprint, and with the fingerprint alone.
+	for _, args := range []map[string]any{{"query": "checkout", "fingerprint": "checkout-500"}, {"fingerprint": "checkout-500"}} {
+		text, _ := raw("search_tickets", args)
+		var page struct {
+			Results []struct {
+				RequestID   string `json:"request_id"`
+				Fingerprint string `json:"fingerprint"`
+			} `json:"results"`
+		}
+		if err := json.Unmarshal([]byte(text), &page); err != nil || len(page.Results) != 2 || page.Results[0].Fingerprint != "checkout-500" {
+			t.Errorf("search_tickets %v: %s; want the two tickets with the fingerprint", args, text)
+		}
 	}
 
 	for _, bad := range []string{"two\nlines", strings.Repeat("x", 256)} {

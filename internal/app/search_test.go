@@ -222,7 +222,8 @@ func TestSearchTickets(t *testing.T) {
 		{map[string]any{"query": "x", "cursor": "nonsense!"}, `invalid argument "cursor": is not a cursor`},
 		{map[string]any{"query": "other", "limit": 2, "cursor": first.NextCursor}, `invalid argument "cursor": belongs to a search with other arguments`},
 		{map[string]any{"query": "x", "owner": "f"}, `unknown argument "owner"`},
-		{map[string]any{}, `invalid argument "query": has no words`},
+		{map[string]any{}, `invalid argument "query": is missing: give words to find, a fingerprint, or both`},
+		{map[string]any{"query": "", "fingerprint": "fp"}, `invalid argument "query"`},
 	} {
 		if _, errText := searchCall(t, ctx, alice, c.args); !strings.Contains(errText, c.want) {
 			t.Errorf("%v: error %q, want it to contain %q", c.args, errText, c.want)

@@ -1,5 +1,7 @@
 package ledger
 
+import "ticketrelay/request"
+
 // PruneQueryForTest is the query that picks the requests Prune removes.
 const PruneQueryForTest = pruneQuery
 
@@ -21,3 +23,9 @@ func ListQueryForTest(f RequestFilter, cluster bool) (string, []any, error) {
 // ActionsQueryForTest reads the comments and updates on a create (its
 // scoped id, then a limit).
 const ActionsQueryForTest = actionsQuery
+
+// SearchQueryForTest is the statement and arguments of a search's walk.
+func SearchQueryForTest(s request.Search) (string, []any) {
+	words, _ := request.SearchWords(s.Text)
+	return searchQuery(s, words)
+}

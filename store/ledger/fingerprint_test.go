@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"ticketrelay/store/ledger"
+
 	"ticketrelay/request"
 	"ticketrelay/testkit/fixture"
 	"ticketrelay/ticket"
@@ -191,5 +193,31 @@ func TestSearchByFingerprint(t *testing.T) {
 	page, err = e.l.SearchTickets(ctx, all)
 	if err != nil || len(page.Hits) != 1 || page.Hits[0].Report.RequestID != "s-1" || page.Hits[0].Report.Fingerprint != "disk-db1" {
 		t.Fatalf("search by fingerprint: %+v, %v; want s-1 with its fingerprint", page, err)
+	}
+	// The fingerprint alone finds every ticket filed with it, newest
+	// first, whatever its words: an ended group's and the next one's.
+	e.clock.Add(grouping.Window)
+	e.l.Group(ctx, fingerprinted("s-4", "disk-db1"), grouping)
+	e.l.Group(ctx, fingerprinted("s-5", "disk-db2"), grouping)
+	page, err = e.l.SearchTickets(ctx, request.Search{Fingerprint: "disk-db1", Scope: request.SearchScope{All: true}, Limit: 10})
+	if err != nil || len(page.Hits) != 2 || page.Hits[0].Report.RequestID != "s-4" || page.Hits[1].Report.RequestID != "s-1" {
+		t.Fatalf("search by the fingerprint alone: %+v, %v; want s-4 then s-1", page, err)
+	}
+	if page.Hits[0].Snippet == "" {
+		t.Errorf("a hit found by fingerprint alone has no snippet")
+	}
+	if _, err := e.l.SearchTickets(ctx, request.Search{Scope: request.SearchScope{All: true}, Limit: 10}); err == nil {
+		t.Errorf("a search without words or a fingerprint ran")
+	}
+}
+
+// A search by fingerprint alone reads the fingerprinted tickets' index,
+// newest first: without it, it would walk every request.
+func TestSearchByFingerprintReadsItsIndex(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	q, args := ledger.SearchQueryForTest(request.Search{Fingerprint: "disk-db1", Target: "jira", Status: request.SearchPending, Limit: 10})
+	p := explain(t, fixture.Raw(t, e.path), q, args...)
+	if !strings.Contains(p, "requests_fingerprint") || strings.Contains(p, "TEMP B-TREE") {
+		t.Errorf("the search by fingerprint alone does not walk requests_fingerprint in order: %s", p)
 	}
 }

@@ -44,7 +44,19 @@ var searchMigrations = []sqlitedb.Step{{Version: searchVersion, SQL: `
 		INSERT INTO tickets_fts (rowid, title, body, labels)
 			SELECT new.id, new.title, new.body, new.labels WHERE new.title <> '';
 	END;
-	INSERT INTO tickets_fts (rowid, title, body, labels) SELECT id, title, body, labels FROM requests WHERE title <> '';`}}
+	INSERT INTO tickets_fts (rowid, title, body, labels) SELECT id, title, body, labels FROM requests WHERE title <> '';`},
+	// A search by fingerprint alone walks the tickets filed with it, newest
+	// first. Partial: only fingerprinted creates pay for an entry, and a
+	// query names the index's conditions (fingerprintTickets) to use it.
+	{Version: searchByFingerprintVersion, SQL: `CREATE INDEX requests_fingerprint ON requests(fingerprint, id) WHERE fingerprint <> '' AND kind = '';`}}
+
+// searchByFingerprintVersion is the schema version of the step indexing
+// fingerprinted tickets: the one place its number is written.
+const searchByFingerprintVersion = 22
+
+// fingerprintTickets are the conditions selecting the tickets filed with
+// a fingerprint (bound as the next argument) through requests_fingerprint.
+const fingerprintTickets = "r.fingerprint = ? AND r.fingerprint <> '' AND r.kind = ''"
 
 // matchExpr is the FTS5 query of a search's words (request.SearchWords):
 // each word quoted, all of them required. Words hold only letters and
@@ -69,26 +81,9 @@ func (l *Ledger) SearchTickets(ctx context.Context, s request.Search) (request.S
 	if err := s.Check(); err != nil {
 		return request.SearchPage{}, err
 	}
-	words, _ := request.SearchWords(s.Text) // checked above
-	where, args := []string{"tickets_fts MATCH ?"}, []any{matchExpr(words)}
-	if !s.Scope.All {
-		where = append(where, "(r.subject = ? OR r.target IN (SELECT value FROM json_each(?)))")
-		args = append(args, s.Scope.Subject, jsonList(s.Scope.Targets))
-	}
-	if s.Target != "" {
-		where = append(where, "r.target = ?")
-		args = append(args, s.Target)
-	}
-	if s.Fingerprint != "" {
-		where = append(where, "r.fingerprint = ?")
-		args = append(args, s.Fingerprint)
-	}
-	join := ""
-	if s.Status != request.SearchAnyStatus {
-		join, where = "LEFT JOIN deliveries d ON d.id = r.id", append(where, statusConds[s.Status])
-	}
-	rows, err := l.db.Query(ctx, `SELECT f.rowid, r.title, r.labels FROM tickets_fts f JOIN requests r ON r.id = f.rowid `+join+`
-		WHERE `+strings.Join(where, " AND ")+` ORDER BY f.rowid DESC LIMIT ?`, append(args, request.MaxSearchDepth)...)
+	words, _ := request.SearchWords(s.Text) // checked above: none only with a fingerprint
+	q, args := searchQuery(s, words)
+	rows, err := l.db.Query(ctx, q, args...)
 	if err != nil {
 		return request.SearchPage{}, fmt.Errorf("ledger: search: %w", err)
 	}
@@ -124,6 +119,33 @@ func (l *Ledger) SearchTickets(ctx context.Context, s request.Search) (request.S
 		page.Hits = append(page.Hits, h)
 	}
 	return page, nil
+}
+
+// searchQuery is the statement reading the MaxSearchDepth newest matches
+// of s (its words, or its fingerprint alone): each one's ledger row id,
+// title and labels.
+func searchQuery(s request.Search, words []string) (string, []any) {
+	from, where, args := `tickets_fts f JOIN requests r ON r.id = f.rowid`, []string{"tickets_fts MATCH ?"}, []any{matchExpr(words)}
+	order := "f.rowid"
+	if len(words) == 0 {
+		from, where, args, order = `requests r`, []string{fingerprintTickets}, []any{s.Fingerprint}, "r.id"
+	} else if s.Fingerprint != "" {
+		where, args = append(where, "r.fingerprint = ?"), append(args, s.Fingerprint)
+	}
+	if !s.Scope.All {
+		where = append(where, "(r.subject = ? OR r.target IN (SELECT value FROM json_each(?)))")
+		args = append(args, s.Scope.Subject, jsonList(s.Scope.Targets))
+	}
+	if s.Target != "" {
+		where = append(where, "r.target = ?")
+		args = append(args, s.Target)
+	}
+	join := ""
+	if s.Status != request.SearchAnyStatus {
+		join, where = "LEFT JOIN deliveries d ON d.id = r.id", append(where, statusConds[s.Status])
+	}
+	return `SELECT ` + order + `, r.title, r.labels FROM ` + from + ` ` + join + `
+		WHERE ` + strings.Join(where, " AND ") + ` ORDER BY ` + order + ` DESC LIMIT ?`, append(args, request.MaxSearchDepth)
 }
 
 // ranked is a match and its rank.
@@ -187,6 +209,7 @@ const snippetWords = 16
 
 // snippet is the fragment of text around the first of words it holds
 // (any case), every one of words in it marked [so]; "" if it holds none.
+// Without words it is the text's opening.
 // Words are the runs of letters and digits, as the index splits them.
 func snippet(text string, words []string) string {
 	want := map[string]bool{}
@@ -206,6 +229,9 @@ func snippet(text string, words []string) string {
 		}
 	}
 	first := slices.IndexFunc(spans, func(sp span) bool { return want[strings.ToLower(text[sp.from:sp.to])] })
+	if len(words) == 0 && len(spans) > 0 {
+		first = 0 // a search by fingerprint alone: the text's opening
+	}
 	if first < 0 {
 		return ""
 	}
