@@ -256,10 +256,16 @@ func (p *Publisher) commit(ctx context.Context, nc *nats.Conn, nm *nats.Msg, gon
 	return resp, err
 }
 
+// PublishedSubject is the subject p publishes an outbox row's message on:
+// the installation's.
+func (p *Publisher) PublishedSubject(rowSubject string) string {
+	return p.inst.Subject(outbox.TargetOf(rowSubject))
+}
+
 // natsMsg is m as a NATS message on the installation's subject, with its
 // Nats-Msg-Id.
 func (p *Publisher) natsMsg(m outbox.Message) *nats.Msg {
-	nm := &nats.Msg{Subject: p.inst.Subject(outbox.TargetOf(m.Subject)), Data: m.Payload, Header: nats.Header{}}
+	nm := &nats.Msg{Subject: p.PublishedSubject(m.Subject), Data: m.Payload, Header: nats.Header{}}
 	nm.Header.Set(jetstream.MsgIDHeader, m.MsgID())
 	tracing.SetHeaders(nm.Header, m.TraceParent, m.TraceState)
 	return nm

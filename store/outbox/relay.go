@@ -286,7 +286,7 @@ func (r *Relay) InFlightDone() <-chan struct{} { return r.batches.end() }
 func (r *Relay) publish(ctx context.Context, msgs []Message) error {
 	ep := r.batches.enter()
 	defer r.batches.leave(ep)
-	spans := startPublishSpans(msgs)
+	spans := startPublishSpans(msgs, r.cfg.Subject)
 	results := r.pub.Publish(ctx, msgs)
 	failpoint.Hit(failpoint.RelayAfterPublish)
 	endPublishSpans(spans, results)

@@ -13,6 +13,10 @@ import (
 type RelayConfig struct {
 	// Holder identifies this relay in the lease table. Required.
 	Holder string
+	// Subject is the subject the broker sees for a row's (the publisher
+	// puts an installation's name in it), for the publish spans; nil: the
+	// row's own. Optional.
+	Subject func(rowSubject string) string
 	// Predecessor is a holder known to be dead (see Lease.Dead): a lease it
 	// still holds is taken at once. Optional.
 	Predecessor string

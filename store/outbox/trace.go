@@ -7,16 +7,21 @@ import (
 )
 
 // startPublishSpans starts a publish span for each traced message of a
-// batch and has the message carry that span's context to the forwarder;
-// nil while tracing is off.
-func startPublishSpans(msgs []Message) []trace.Span {
+// batch, named by the subject the broker sees (subject of the row's; nil:
+// the row's own), and has the message carry that span's context to the
+// forwarder; nil while tracing is off.
+func startPublishSpans(msgs []Message, subject func(string) string) []trace.Span {
 	if !tracing.Enabled() {
 		return nil
 	}
 	spans := make([]trace.Span, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
-		spans[i], m.TraceParent, m.TraceState = tracing.StartPublish(m.RequestID, m.Subject, m.Generation, m.TraceParent, m.TraceState)
+		name := m.Subject
+		if subject != nil {
+			name = subject(name)
+		}
+		spans[i], m.TraceParent, m.TraceState = tracing.StartPublish(m.RequestID, name, m.Generation, m.TraceParent, m.TraceState)
 	}
 	return spans
 }

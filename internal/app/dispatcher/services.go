@@ -27,14 +27,15 @@ func (d *dispatcher) buildServices(ctx context.Context) error {
 	// A failed publish pokes the stream watcher, which is made with the
 	// relay: its pokes are made first.
 	pokes := audit.NewPokes()
-	pub := audit.PokeOnError(natsjs.NewPublisher(d.js, d.pubOpts...), pokes)
+	pub := natsjs.NewPublisher(d.js, d.pubOpts...)
 	relay, err := outbox.NewRelay(d.arch.Component("relay"), outbox.RelayConfig{
 		Holder:       d.holder,
+		Subject:      pub.PublishedSubject,
 		Predecessor:  d.predecessor, // crashed on this data directory: its lease is not waited out
 		LeaseTTL:     d.o.LeaseTTL,
 		PollInterval: d.o.PollInterval,
 		WakeupPath:   outbox.WakeupPath(d.db.Path),
-	}, d.db.Reader(), d.w, pub)
+	}, d.db.Reader(), d.w, audit.PokeOnError(pub, pokes))
 	if err != nil {
 		return fmt.Errorf("%w: %v", app.ErrUsage, err)
 	}
