@@ -83,8 +83,18 @@ func commentable(kind string) bool {
 	return kind != "slack" && targets.BeyondOf(defOf(kind)).Comments
 }
 
-// filed is a ticket a caller filed: the create's request id and kind.
-type filed struct{ id, kind string }
+// filed is a ticket a caller filed: the create's request id and kind, and
+// whether it opened a fingerprint group.
+type filed struct {
+	id, kind string
+	fp       bool
+}
+
+// closeShare is the share of a caller's updates that close the last
+// fingerprinted ticket it filed, when it has one: a fingerprint's tickets
+// are few among the caller's, and a group closed is what makes a later
+// report open a new ticket.
+const closeShare = 0.25
 
 // retriesBlindly reports whether a caller resends r after an unknown
 // outcome without asking find_request first: a create to a target with a
@@ -122,6 +132,15 @@ func (c *caller) newAction(n int) (Request, bool) {
 		return cand[c.rng.IntN(len(cand))], true
 	}
 	if c.rng.IntN(5) < 2 {
+		if c.rng.Float64() < closeShare {
+			for i := len(c.filed) - 1; i >= 0; i-- {
+				if f := c.filed[i]; f.fp && slices.Contains(updateFields(f.kind), downstream.FieldStatus) {
+					r := c.update(id, f)
+					r.Set.Status = "closed"
+					return r, true
+				}
+			}
+		}
 		if f, ok := pick(func(f filed) bool { return len(updateFields(f.kind)) > 0 }); ok {
 			return c.update(id, f), true
 		}

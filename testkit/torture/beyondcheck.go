@@ -112,15 +112,21 @@ func onName(on string, thread bool) string {
 	return "the ticket of " + on
 }
 
-// updatesLast: the fields of every ticket at its fake are those the
-// ledger's last accepted update of each field set. "Last" is the ledger's
-// acceptance order per ticket: its rows' ids (requests.id, assigned at
-// commit), which for one caller's updates of its own ticket, each sent
-// only once the one before was acknowledged, is also the order of the
-// acknowledgements. Every update of a ticket whose create was delivered
-// must end delivered; one of a ticket whose create ended without a ticket
-// ends failed.
+// updatesLast: the fields of every ticket at its fake are those the last
+// accepted update of each field set. "Last" is the ledger's acceptance
+// order per ticket: its rows' ids (requests.id, assigned at commit), which
+// for one caller's updates of its own ticket, each sent only once the one
+// before was acknowledged, is also the order of the acknowledgements.
+// Every update of a ticket whose create was delivered must end delivered;
+// one of a ticket whose create ended without a ticket ends failed.
 func (c *checker) updatesLast() Property {
+	return c.updatesLastBy(func(id string) int64 { return c.in.DB.Rows[id].Seq }, nil)
+}
+
+// updatesLastBy is updatesLast with the acceptance order given by order
+// (the ledgers of several hosts share none); where, if not nil, says
+// where an update was accepted, for a violation's line.
+func (c *checker) updatesLastBy(order func(id string) int64, where func(id string) string) Property {
 	var v []string
 	byTicket := map[string][]*Row{}
 	n := 0
@@ -140,7 +146,7 @@ func (c *checker) updatesLast() Property {
 	checked, lastUnacked := 0, 0
 	for _, on := range slices.Sorted(maps.Keys(byTicket)) {
 		rows := byTicket[on]
-		slices.SortFunc(rows, func(a, b *Row) int { return cmp.Compare(a.Seq, b.Seq) })
+		slices.SortFunc(rows, func(a, b *Row) int { return cmp.Compare(order(a.RequestID), order(b.RequestID)) })
 		var want Fields
 		delivered := !c.noTicket(on)
 		for _, row := range rows {
@@ -182,7 +188,15 @@ func (c *checker) updatesLast() Property {
 			diff = append(diff, fmt.Sprintf("labels %v, want %v", got.Labels, cleanLabels(*want.Labels)))
 		}
 		if len(diff) > 0 {
-			v = append(v, fmt.Sprintf("%s (%s, %d updates, the last %s): %s", on, kind, len(rows), rows[len(rows)-1].RequestID, strings.Join(diff, ", ")))
+			at := ""
+			if where != nil {
+				var hosts []string
+				for _, row := range rows {
+					hosts = append(hosts, where(row.RequestID))
+				}
+				at = "; accepted on " + strings.Join(hosts, ", ")
+			}
+			v = append(v, fmt.Sprintf("%s (%s, %d updates, the last %s): %s%s", on, kind, len(rows), rows[len(rows)-1].RequestID, strings.Join(diff, ", "), at))
 		}
 	}
 	return property("updates-last", v, "%d updates of %d tickets; %d tickets' fields compared with their last updates (%d tickets' last update accepted but unacknowledged); %d violations",

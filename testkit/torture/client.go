@@ -76,7 +76,7 @@ func (c *caller) run(ctx context.Context) {
 		c.l.h.add(Event{Kind: KindRequest, Caller: c.id, Request: &r, RequestID: r.ID})
 		// A report that joined another's ticket filed none of its own.
 		if ok, grouped := c.request(ctx, r); ok && !grouped && r.Action == "" {
-			c.filed = append(c.filed, filed{id: r.ID, kind: r.Kind})
+			c.filed = append(c.filed, filed{id: r.ID, kind: r.Kind, fp: r.Fingerprint != ""})
 		}
 		if !c.sleep(ctx, c.between(0, 2*c.l.pace)) {
 			return

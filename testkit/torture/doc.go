@@ -12,25 +12,30 @@
 // and purges the stream through the JetStream API, and the fakes lose
 // responses, answer 500 or 429, hang and reset connections.
 //
-// In the one-host run without power cuts, two requests in five (once a
-// caller has a ticket) are add_comment and update_ticket calls on the
-// caller's own tickets, often before their create is delivered, and
-// comments on a Slack thread ticketrelay did not post; the fakes also lose
-// and refuse comment calls. The checker then holds that no comment lands
-// twice (exactly once where a key or a consistent lookup exists, at most
-// once plus uncertain on Slack) and that each ticket's fields at its fake
-// are those of its last updates in the ledger's acceptance order
-// (decision 0183).
+// In every run but the power-cut one, two requests in five (once a caller
+// has a ticket) are add_comment and update_ticket calls on the caller's
+// own tickets, often before their create is delivered, and comments on a
+// Slack thread ticketrelay did not post; the fakes also lose and refuse
+// comment calls. Across hosts they go through the proxy, so to any host,
+// whichever host filed the ticket. The checker then holds that no comment
+// lands twice (exactly once where a key or a consistent lookup exists, at
+// most once plus uncertain on Slack) and that each ticket's fields at its
+// fake are those of its last updates: in the ledger's acceptance order on
+// one host, in the order of their acknowledgements across hosts
+// (decisions 0183, 0198).
 //
 // In every run but the power-cut one, three creates in ten carry a
 // fingerprint from a pool of two per caller, each bound to one target, so
 // that several requests share one; across hosts they go through the proxy
-// to every host. The checker holds one ticket per open group in the
-// ledger's order (closed by an accepted closing update), exactly one
+// to every host. The checker holds one ticket per interval in which a
+// group is open (closed by an accepted closing update), exactly one
 // ticket at the fake, every answer naming it and saying grouped exactly
-// when the report joined it, each occurrence comment held once; across
-// hosts a second ticket only in decision 0195's adoption window, counted
-// (decision 0196).
+// when the report joined it, each occurrence comment held once. On one
+// host the ledger's order places reports and closes; across hosts each
+// request spans from when it was made up to its last call, and requests
+// whose spans overlap may have been decided either way. Across hosts a
+// second ticket in decision 0195's adoption window is allowed and counted
+// while toleratesAdoptionWindow says so (decisions 0196, 0198).
 //
 // When the faults stop, Run waits (bounded) until every accepted request is
 // settled, then Check reads the history, the fakes' records and the SQLite

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 
 	"ticketrelay/ticket"
 )
@@ -70,45 +69,61 @@ func (c *checker) occurrences() {
 	}
 }
 
+// span is when a request's decision may have been taken, on one axis:
+// one host's ledger order (a point: its requests.id), or across hosts
+// from when the harness made the request up to its last call's end (in
+// nanoseconds), since the hosts' ledgers share no order.
+type span struct{ lo, hi int64 }
+
+// point is the span of a request decided at seq.
+func point(seq int64) span { return span{seq, seq} }
+
+// before reports whether a was surely decided before b.
+func (a span) before(b span) bool { return a.hi < b.lo }
+
+// mayPrecede reports whether a may have been decided before b: b was not
+// surely decided before a.
+func (a span) mayPrecede(b span) bool { return !b.before(a) }
+
 // groupEvent is one ledger row of a fingerprint's history: a create of the
 // group, an occurrence, or a closing update of one of its tickets.
 type groupEvent struct {
-	seq  int64
+	at   span
 	id   string
 	what string // "create", "occurrence" or "close"
 	on   string // an occurrence's or a close's ticket (its create's id)
 }
 
 // oneTicketPerFingerprint: per fingerprint group the ledger files one
-// ticket, the fakes hold exactly one ticket of the group's requests (at
-// most one where the target takes no key), every acknowledged answer to a
-// report names that ticket and says grouped exactly when the report is an
-// occurrence, and each occurrence comment is held at most once, exactly
-// once where the target takes a key or its lookup is consistent. A group
-// ends when a closing update of its ticket is accepted or its create
-// ended without a ticket; the ledger's acceptance order (requests.id)
-// orders reports and closes.
+// ticket per interval in which the group is open, the fakes hold exactly
+// one ticket of each of the group's creates (at most one where the target
+// takes no key), every acknowledged answer to a report names its ticket
+// and says grouped exactly when the report is an occurrence, and each
+// occurrence comment is held at most once, exactly once where the target
+// takes a key or its lookup is consistent. A group ends when a closing
+// update of its ticket is accepted or its create ended without a ticket;
+// the ledger's acceptance order (requests.id) orders reports and closes.
 func (c *checker) oneTicketPerFingerprint() Property {
-	return c.fingerprintProperty(c.groupHistories(func(id string) int64 {
+	return c.fingerprintProperty(c.groupHistories(func(id string) (span, bool) {
 		if row := c.in.DB.Rows[id]; row != nil {
-			return row.Seq
+			return point(row.Seq), true
 		}
-		return 0
+		return span{}, false
 	}), nil, "")
 }
 
-// groupHistories are the ledger's rows of each fingerprint group, in the
-// order seq gives (a row without one is left out), with the closing
-// updates of the groups' tickets.
-func (c *checker) groupHistories(seq func(id string) int64) map[string][]groupEvent {
+// groupHistories are the ledger's rows of each fingerprint group (a
+// request without a span is left out), with the closing updates of the
+// groups' tickets, ordered by the start of their spans.
+func (c *checker) groupHistories(spanOf func(id string) (span, bool)) map[string][]groupEvent {
 	groups, creates := map[string][]groupEvent{}, map[string]string{} // create id → group
 	for _, id := range c.ids {
 		r := c.reqs[id]
-		s := seq(id)
-		if r.Fingerprint == "" || s == 0 {
+		s, ok := spanOf(id)
+		if r.Fingerprint == "" || !ok {
 			continue
 		}
-		e := groupEvent{seq: s, id: id, what: "create"}
+		e := groupEvent{at: s, id: id, what: "create"}
 		if c.occurrence[id] {
 			e.what, e.on = "occurrence", r.OnRequest
 		} else {
@@ -118,79 +133,126 @@ func (c *checker) groupHistories(seq func(id string) int64) map[string][]groupEv
 	}
 	for _, id := range c.ids {
 		r := c.reqs[id]
-		g, ok := creates[r.OnRequest]
-		s := seq(id)
-		if r.Action != ActionUpdate || !ok || r.Set.Status != "closed" || s == 0 {
+		g, isCreate := creates[r.OnRequest]
+		s, ok := spanOf(id)
+		if r.Action != ActionUpdate || !isCreate || r.Set.Status != "closed" || !ok {
 			continue
 		}
-		groups[g] = append(groups[g], groupEvent{seq: s, id: id, what: "close", on: r.OnRequest})
+		groups[g] = append(groups[g], groupEvent{at: s, id: id, what: "close", on: r.OnRequest})
 	}
 	for _, es := range groups {
-		slices.SortFunc(es, func(a, b groupEvent) int { return cmp.Compare(a.seq, b.seq) })
+		slices.SortFunc(es, func(a, b groupEvent) int { return cmp.Or(cmp.Compare(a.at.lo, b.at.lo), cmp.Compare(a.at.hi, b.at.hi)) })
 	}
 	return groups
 }
 
-// fingerprintProperty checks groups' histories. crashOK, if not nil,
-// reports whether a documented crash window allows create id to file a
-// second ticket while open's is open; allowed says what the summary
-// reports of such tickets.
+// fingerprintProperty checks groups' histories. Two tickets of a group
+// may not be open at once: one of them must have been closed (or have
+// ended without a ticket) before the other may have been filed. An
+// occurrence must join a ticket of its group that may have been filed
+// before it, was not surely closed before it, and was not surely followed
+// by another ticket before it. On one host the spans are points and this
+// is the ledger's order; across hosts, requests whose spans overlap may
+// have been decided in either order. crashOK, if not nil, reports whether
+// a documented crash window allows create id to be a second ticket while
+// open's is open; allowed says what the summary reports of such tickets.
 func (c *checker) fingerprintProperty(groups map[string][]groupEvent, crashOK func(id, open string) bool, allowed string) Property {
 	var v []string
-	reports, tickets, occ, closes, comments, allowedN := 0, 0, 0, 0, map[string]int{}, 0
+	reports, tickets, occ, closed, comments, allowedN := 0, 0, 0, 0, map[string]int{}, 0
 	for _, g := range slices.Sorted(maps.Keys(groups)) {
-		open, crashed := "", false
-		filed := map[string]bool{} // the tickets of the group since it last closed
+		var filed []groupEvent              // the group's creates so far
+		spans := map[string]span{}          // the group's tickets
+		closes := map[string][]groupEvent{} // by ticket
+		crashed := map[[2]string]bool{}     // pairs of tickets a crash window allowed
+		for _, e := range groups[g] {
+			switch e.what {
+			case "create":
+				spans[e.id] = e.at
+			case "close":
+				closes[e.on] = append(closes[e.on], e)
+			}
+		}
+		closed += len(closes)
+		// closedBy is a close of ticket t that may (surely: must) have
+		// taken effect before s; "" if none.
+		closedBy := func(t string, s span, surely bool) string {
+			for _, x := range closes[t] {
+				if surely && x.at.before(s) || !surely && x.at.mayPrecede(s) {
+					return x.id
+				}
+			}
+			return ""
+		}
 		for _, e := range groups[g] {
 			switch e.what {
 			case "close":
-				// The ledger closes the group when it accepts the update,
-				// whatever its delivery.
-				if e.on == open {
-					open, crashed = "", false
-					clear(filed)
-					closes++
-				}
 				continue
 			case "create":
 				reports++
 				tickets++
-				switch {
-				case open == "" || c.noTicket(open):
-				case crashOK != nil && crashOK(e.id, open):
-					allowedN++
-					crashed = true
-				default:
-					v = append(v, fmt.Sprintf("%s (%s): filed a second ticket while the group's ticket of %s was open", e.id, g, open))
+				for _, t := range filed {
+					switch {
+					case closedBy(t.id, e.at, false) != "" || closedBy(e.id, t.at, false) != "",
+						c.noTicket(t.id) && t.at.mayPrecede(e.at), c.noTicket(e.id) && e.at.mayPrecede(t.at):
+						continue
+					case crashOK != nil && crashOK(e.id, t.id):
+						crashed[[2]string{t.id, e.id}] = true
+						continue
+					}
+					v = append(v, fmt.Sprintf("%s (%s): filed a second ticket while the group's ticket of %s was open", e.id, g, t.id))
+					break
 				}
-				open, filed[e.id] = e.id, true
+				if slices.ContainsFunc(filed, func(t groupEvent) bool { return crashed[[2]string{t.id, e.id}] }) {
+					allowedN++
+				}
+				filed = append(filed, e)
 				v = append(v, c.groupTicketHeld(e.id)...)
 			case "occurrence":
 				reports++
 				occ++
-				// After a crash window's second ticket, a report may have
-				// joined either.
-				if e.on != open && !(crashed && filed[e.on]) {
-					v = append(v, fmt.Sprintf("%s (%s): an occurrence of the ticket of %s, but the open ticket was %s", e.id, g, e.on, cmp.Or(open, "none")))
-				}
-				if k := len(c.recs[e.id]); k > 0 {
-					v = append(v, fmt.Sprintf("%s (%s): an occurrence, but %s holds %d tickets of it", e.id, g, c.reqs[e.id].Kind, k))
-				}
+				v = append(v, c.occurrenceJoined(g, e, spans, closedBy, crashed)...)
 				k, r := len(c.comments[e.id]), c.reqs[e.id]
 				comments[fmt.Sprintf("%d", k)]++
 				if k > 1 || k == 0 && r.Keyed && c.final(e.id) == "delivered" {
 					v = append(v, fmt.Sprintf("%s (%s): an occurrence ended %s, %s holds its comment %d times", e.id, g, c.final(e.id), r.Kind, k))
+				}
+				if k := len(c.recs[e.id]); k > 0 {
+					v = append(v, fmt.Sprintf("%s (%s): an occurrence, but %s holds %d tickets of it", e.id, g, r.Kind, k))
 				}
 			}
 			v = append(v, c.groupAnswers(e)...)
 		}
 	}
 	summary := fmt.Sprintf("%d fingerprint groups: %d reports, %d tickets filed, %d occurrences (comments held per occurrence %s), %d groups closed by an update",
-		len(groups), reports, tickets, occ, brief(comments), closes)
+		len(groups), reports, tickets, occ, brief(comments), closed)
 	if allowed != "" {
 		summary += fmt.Sprintf("; %d second tickets %s", allowedN, allowed)
 	}
 	return property("one-ticket-per-fp", v, "%s; %d violations", summary, len(v))
+}
+
+// occurrenceJoined says what is wrong with the ticket occurrence e of
+// group g joined: it must be one of the group's tickets (spans), may have
+// been filed before e, not surely closed before e, and not surely
+// followed by another of the group's tickets before e (unless a crash
+// window allowed that one).
+func (c *checker) occurrenceJoined(g string, e groupEvent, spans map[string]span, closedBy func(t string, s span, surely bool) string, crashed map[[2]string]bool) []string {
+	t, ok := spans[e.on]
+	switch {
+	case !ok:
+		return []string{fmt.Sprintf("%s (%s): an occurrence of the ticket of %s, which is no ticket of its group", e.id, g, cmp.Or(e.on, "none"))}
+	case !t.mayPrecede(e.at):
+		return []string{fmt.Sprintf("%s (%s): an occurrence of the ticket of %s, filed after it", e.id, g, e.on)}
+	}
+	if x := closedBy(e.on, e.at, true); x != "" {
+		return []string{fmt.Sprintf("%s (%s): an occurrence of the ticket of %s, whose group the update %s had closed before", e.id, g, e.on, x)}
+	}
+	for _, other := range slices.Sorted(maps.Keys(spans)) {
+		if o := spans[other]; other != e.on && t.before(o) && o.before(e.at) && !crashed[[2]string{e.on, other}] {
+			return []string{fmt.Sprintf("%s (%s): an occurrence of the ticket of %s, but the open ticket was %s", e.id, g, e.on, other)}
+		}
+	}
+	return nil
 }
 
 // groupTicketHeld says what is wrong with the ticket of a group's create
@@ -223,63 +285,4 @@ func (c *checker) groupAnswers(e groupEvent) []string {
 		}
 	}
 	return v
-}
-
-// oneTicketPerFingerprint across hosts. The multi-host load sends no
-// updates, so no group closes during the run and each must file one
-// ticket; the reports of a fingerprint go through the round-robin proxy,
-// so to every host. Reports are ordered by when the harness made them
-// up (the hosts' ledgers have no common order). Decision 0195 leaves one
-// window for a second ticket: a claim cut between its claim and its group
-// write, then adopted as a plain create. Such a ticket is allowed only if
-// an mcp-front was killed or its host removed while a call of the second
-// create or of the ticket it doubles was in flight, and the summary
-// counts it. The other window (a host lost between counting and
-// rewriting) only overcounts occurrences, which the property does not
-// check.
-func (m *multiChecker) oneTicketPerFingerprint() Property {
-	var kills []time.Time
-	for _, e := range m.in.Events {
-		if e.Kind == KindKill && (e.Component == CompFront || e.Cause == CauseRemoved) {
-			kills = append(kills, e.At)
-		}
-	}
-	span := map[string][2]time.Time{} // a request's first and last call
-	for _, e := range m.in.Events {
-		if e.Kind != KindCall || e.Mode == ModeConflict {
-			continue
-		}
-		s, ok := span[e.RequestID]
-		if !ok {
-			s[0] = m.made[e.RequestID]
-		}
-		s[1] = e.At
-		span[e.RequestID] = s
-	}
-	hit := func(id string) bool {
-		s := span[id]
-		return slices.ContainsFunc(kills, func(k time.Time) bool { return !k.Before(s[0]) && !k.After(s[1]) })
-	}
-	groups := m.groupHistories(func(id string) int64 {
-		if m.in.DB.Rows[id] == nil {
-			return 0
-		}
-		return m.made[id].UnixNano()
-	})
-	hosts := 0
-	for _, es := range groups {
-		seen := map[string]bool{}
-		for _, e := range es {
-			for _, r := range m.routes[e.id] {
-				seen[r.Component] = true
-			}
-		}
-		if len(seen) > 1 {
-			hosts++
-		}
-	}
-	p := m.fingerprintProperty(groups, func(id, open string) bool { return hit(id) || hit(open) },
-		"allowed because an mcp-front was killed or its host removed while it or the ticket it doubles was in flight (decision 0195's adoption window)")
-	p.Summary = fmt.Sprintf("%d groups reached more than one host; %s", hosts, p.Summary)
-	return p
 }

@@ -132,7 +132,7 @@ func TestCheckFingerprintCanFail(t *testing.T) {
 				in.Beyond.Comments = append(in.Beyond.Comments, torture.CommentRecord{Target: "zendesk", RequestID: fp3, OnRequest: fp1})
 				answered(in, fp3, fp1, true)
 			},
-			want: []string{"one-ticket-per-fp"}, says: fp3 + " (zendesk/" + fpName + "): an occurrence of the ticket of " + fp1 + ", but the open ticket was none",
+			want: []string{"one-ticket-per-fp"}, says: fp3 + " (zendesk/" + fpName + "): an occurrence of the ticket of " + fp1 + ", whose group the update " + fpClose + " had closed before",
 		},
 		{
 			name:   "an occurrence answered as a ticket of its own",

@@ -103,7 +103,7 @@ func runMultiHost(ctx context.Context, cfg Config) (Report, error) {
 
 	ld := &load{url: proxy.URL, h: h, prefix: fmt.Sprintf("trq-%x", cfg.Seed), faults: faults,
 		deadline: time.Now().Add(cfg.Duration + cfg.Grace), requests: cfg.Requests, pace: 150 * time.Millisecond,
-		fingerprints: true}
+		actions: true, slackThread: fk.slackThread, fingerprints: true}
 	if cfg.Requests > 0 {
 		ld.pace = cfg.Duration / time.Duration(cfg.Requests)
 	}
@@ -316,8 +316,11 @@ func (cf *conflicter) run(ctx context.Context) {
 			switch {
 			case e.Kind == KindRequest:
 				reqs[e.RequestID] = *e.Request
-			// An occurrence's conflict names the ticket it joined.
-			case e.Kind == KindCall && e.Outcome == OutAccepted && e.Mode != ModeConflict && !e.Grouped && !done[e.RequestID]:
+			// Creates only: their other arguments are another title, and
+			// the conflict names their own ticket. An occurrence's conflict
+			// names the ticket it joined.
+			case e.Kind == KindCall && e.Outcome == OutAccepted && e.Mode != ModeConflict && !e.Grouped && !done[e.RequestID] &&
+				reqs[e.RequestID].Action == "":
 				cands = append(cands, e.RequestID)
 			}
 		}

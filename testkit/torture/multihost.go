@@ -346,6 +346,10 @@ type ClusterRecord struct {
 	Tool     string `json:"tool"`
 	Target   string `json:"target"`
 	Title    string `json:"title"`
+	// Kind is "" for a create, else comment or update; OnRequest is the
+	// scoped id of the create a comment or an update acts on.
+	Kind      string `json:"kind,omitempty"`
+	OnRequest string `json:"on_request,omitempty"`
 	// GroupedOn is, for a fingerprinted create stored as an occurrence,
 	// the request id of the ticket it joined.
 	GroupedOn string       `json:"grouped_on,omitempty"`
@@ -354,6 +358,20 @@ type ClusterRecord struct {
 }
 
 func (r *ClusterRecord) settled() bool { return r.Delivery != nil && settledState(r.Delivery.State) }
+
+// row is what a ledger would hold of the record's request id: an
+// occurrence is a comment on the ticket it joined.
+func (r *ClusterRecord) row(id string) *Row {
+	row := &Row{RequestID: id, Tool: r.Tool, Target: r.Target, TicketID: r.TicketID, Kind: r.Kind, OnRequest: r.OnRequest,
+		HasTicket: r.Kind == "", Title: r.Title}
+	if r.GroupedOn != "" {
+		row.Kind, row.OnRequest, row.HasTicket = ActionComment, r.GroupedOn, false
+	}
+	if !row.HasTicket {
+		row.Title = ""
+	}
+	return row
+}
 
 // read reads the records of ids (anonymous subject: the scoped id is the
 // request id), naming hosts by names (ledger id → h1...).
@@ -380,7 +398,7 @@ func (rr *recordReader) read(ctx context.Context, ids []string, names map[string
 			continue
 		}
 		cr := &ClusterRecord{Phase: string(rec.Phase), Host: nameOf(names, rec.Host), TicketID: rec.Ticket.ID,
-			Tool: rec.Ticket.Tool, Target: rec.Ticket.Target, Title: rec.Ticket.Title}
+			Tool: rec.Ticket.Tool, Target: rec.Ticket.Target, Title: rec.Ticket.Title, Kind: rec.Ticket.Kind, OnRequest: rec.Ticket.On}
 		if rec.Group != nil {
 			cr.GroupedOn = rec.Group.On
 		}

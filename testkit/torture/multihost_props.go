@@ -57,10 +57,7 @@ func (in MultiInput) merged() Snapshot {
 			if cr.Phase != "accepted" {
 				continue // claimed, committed nowhere: never acknowledged
 			}
-			r = &Row{RequestID: id, Tool: cr.Tool, Target: cr.Target, TicketID: cr.TicketID, HasTicket: true, Title: cr.Title}
-			if cr.GroupedOn != "" {
-				r.Kind, r.OnRequest, r.HasTicket = ActionComment, cr.GroupedOn, false
-			}
+			r = cr.row(id)
 			s.Rows[id] = r
 		}
 		r.Delivery = cr.Delivery
@@ -119,7 +116,7 @@ func CheckMulti(in MultiInput) (Result, MultiFigures) {
 	props := []Property{
 		c.answersAgree(), m.acceptedDelivered(), c.keyedExactlyOnce(), c.unkeyedAtMostOnce(),
 		c.ambiguousUncertain(), m.settled(), m.recordsAgree(), m.hostsAgree(), m.lostHost(), m.conflictsDetected(), m.processes(),
-		m.oneTicketPerFingerprint(),
+		c.commentsOnce(), m.updatesLast(), m.oneTicketPerFingerprint(),
 	}
 	if in.NodeFaultsOnly {
 		props = append(props, m.noLiveHostAdopted(), m.noRefusalBeyondFailover())
@@ -159,12 +156,12 @@ func (m *multiChecker) want(id string) string {
 
 func doneStatus(keyed bool, st string) bool { return st == "delivered" || !keyed && st == "uncertain" }
 
-// done reports whether st is where accepted request id may end: an
-// occurrence also fails with the ticket it joined when that ticket's
-// create ended without one.
+// done reports whether st is where accepted request id may end: a
+// comment, an update or an occurrence also fails with the ticket it acts
+// on when that ticket's create ended without one.
 func (m *multiChecker) done(id, st string) bool {
 	r := m.reqs[id]
-	return doneStatus(r.Keyed, st) || m.occurrence[id] && st == "failed" && m.noTicket(r.OnRequest)
+	return doneStatus(r.Keyed, st) || r.Action != "" && r.OnRequest != "" && st == "failed" && m.noTicket(r.OnRequest)
 }
 
 // lost lists the acknowledged requests (a create answered, first call or
@@ -271,10 +268,14 @@ func (m *multiChecker) recordsAgree() Property {
 		case !sent:
 			v = append(v, fmt.Sprintf("%s: %s holds a request no caller sent", id, where))
 			return
-		case m.occurrence[id]:
-			// An occurrence: a comment on the ticket it joined.
+		case req.Action != "":
+			// A comment, an update, or an occurrence (a comment on the
+			// ticket it joined).
 			if r.HasTicket {
-				v = append(v, fmt.Sprintf("%s: %s shows an occurrence as a ticket", id, where))
+				v = append(v, fmt.Sprintf("%s: %s shows a %s as a ticket", id, where, req.Action))
+			}
+			if r.Kind != req.Action || r.OnRequest != req.OnRequest {
+				v = append(v, fmt.Sprintf("%s: %s holds a %q on the ticket of %q, the caller sent a %s on %q", id, where, r.Kind, r.OnRequest, req.Action, req.OnRequest))
 			}
 		case !r.HasTicket:
 			v = append(v, fmt.Sprintf("%s: %s has no ticket", id, where))
@@ -311,9 +312,9 @@ func (m *multiChecker) recordsAgree() Property {
 	}
 	for _, id := range slices.Sorted(maps.Keys(m.mi.Cluster)) {
 		cr := m.mi.Cluster[id]
-		check("the cluster record", id, &Row{Tool: cr.Tool, Target: cr.Target, TicketID: cr.TicketID, HasTicket: cr.GroupedOn == "", Title: cr.Title})
-		// An occurrence's delivery names its comment, not a ticket.
-		if d := cr.Delivery; d != nil && d.State == "delivered" && d.ExternalID != "" && !m.occurrence[id] &&
+		check("the cluster record", id, cr.row(id))
+		// A comment's or an update's delivery names no ticket.
+		if d := cr.Delivery; d != nil && d.State == "delivered" && d.ExternalID != "" && m.reqs[id].Action == "" &&
 			!slices.ContainsFunc(m.recs[id], func(x Record) bool { return x.ExternalID == d.ExternalID }) {
 			v = append(v, fmt.Sprintf("%s: delivered as %s, but %s holds no item with that id", id, d.ExternalID, m.reqs[id].Kind))
 		}
@@ -335,7 +336,8 @@ func (m *multiChecker) hostsAgree() Property {
 	var v []string
 	for _, id := range m.ids {
 		r := m.reqs[id]
-		items := m.items(id)
+		// An update leaves no item of its own: updates-last checks it.
+		items, counted := m.items(id), r.Action != ActionUpdate
 		var first string
 		for i, h := range m.mi.Hosts {
 			st := m.mi.Finals[h][id]
@@ -345,6 +347,7 @@ func (m *multiChecker) hostsAgree() Property {
 				v = append(v, fmt.Sprintf("%s: %s says %q, %s says %q", id, m.mi.Hosts[0], first, h, st))
 			}
 			switch {
+			case !counted:
 			case st == "delivered" && items != 1:
 				v = append(v, fmt.Sprintf("%s: %s says delivered, %s holds %d items", id, h, r.Kind, items))
 			case st == "unknown" && items > 0:
@@ -359,9 +362,9 @@ func (m *multiChecker) hostsAgree() Property {
 }
 
 // items counts what the fakes hold of id: the tickets of a create, the
-// comments of an occurrence.
+// comments of a comment or an occurrence.
 func (m *multiChecker) items(id string) int {
-	if m.occurrence[id] {
+	if m.reqs[id].Action == ActionComment {
 		return len(m.comments[id])
 	}
 	return len(m.recs[id])
@@ -620,4 +623,105 @@ func (m *multiChecker) noRefusalBeyondFailover() Property {
 	}
 	return property("no-refusal-beyond-failover", v, "longest time without an acceptance %s (bound %s); %d refusals for a dispatcher not running",
 		gap.Round(100*time.Millisecond), FailoverBound, refused)
+}
+
+// toleratesAdoptionWindow is the one switch of decision 0195's adoption
+// window: while it is true, the multi-host one-ticket-per-fp allows (and
+// counts) a second ticket of an open group if an mcp-front was killed or
+// its host removed while the second create or the ticket it doubles was
+// in flight. Once the cluster record closes that window, it is false and
+// every second ticket is a violation.
+const toleratesAdoptionWindow = true
+
+// spans are when each request of the history may have been decided: from
+// when the harness made it up to the end of its last call (calls with
+// other arguments aside).
+func (m *multiChecker) spans() map[string]span {
+	out := map[string]span{}
+	for id, at := range m.made {
+		out[id] = point(at.UnixNano())
+	}
+	for _, e := range m.in.Events {
+		if e.Kind != KindCall || e.Mode == ModeConflict {
+			continue
+		}
+		if s, ok := out[e.RequestID]; ok {
+			s.hi = max(s.hi, e.At.UnixNano())
+			out[e.RequestID] = s
+		}
+	}
+	return out
+}
+
+// oneTicketPerFingerprint across hosts: the reports of a fingerprint go
+// through the round-robin proxy, so to every host, and so do the updates
+// closing its tickets. The hosts' ledgers share no order: a request is
+// placed by its span, and two whose spans overlap may have been decided
+// in either order. Decision 0195 leaves one window for a second ticket: a
+// claim cut between its claim and its group write, then adopted as a
+// plain create. While toleratesAdoptionWindow, such a ticket is allowed
+// only if an mcp-front was killed or its host removed while a call of the
+// second create or of the ticket it doubles was in flight, and the
+// summary counts it. The other window (a host lost between counting and
+// rewriting) only overcounts occurrences, which the property does not
+// check.
+func (m *multiChecker) oneTicketPerFingerprint() Property {
+	var kills []int64
+	for _, e := range m.in.Events {
+		if e.Kind == KindKill && (e.Component == CompFront || e.Cause == CauseRemoved) {
+			kills = append(kills, e.At.UnixNano())
+		}
+	}
+	spans := m.spans()
+	hit := func(id string) bool {
+		s := spans[id]
+		return slices.ContainsFunc(kills, func(k int64) bool { return k >= s.lo && k <= s.hi })
+	}
+	groups := m.groupHistories(func(id string) (span, bool) {
+		s, ok := spans[id]
+		return s, ok && m.in.DB.Rows[id] != nil
+	})
+	hosts := 0
+	for _, es := range groups {
+		seen := map[string]bool{}
+		for _, e := range es {
+			for _, r := range m.routes[e.id] {
+				seen[r.Component] = true
+			}
+		}
+		if len(seen) > 1 {
+			hosts++
+		}
+	}
+	var p Property
+	if toleratesAdoptionWindow {
+		p = m.fingerprintProperty(groups, func(id, open string) bool { return hit(id) || hit(open) },
+			"allowed because an mcp-front was killed or its host removed while it or the ticket it doubles was in flight (decision 0195's adoption window)")
+	} else {
+		p = m.fingerprintProperty(groups, nil, "")
+	}
+	p.Summary = fmt.Sprintf("%d groups reached more than one host; %s", hosts, p.Summary)
+	return p
+}
+
+// updatesLast across hosts: "last" is the order in which the harness made
+// the updates up. A caller updates only its own tickets, each update once
+// the one before was acknowledged (or abandoned at the deadline), so that
+// is the order of the acknowledgements; the hosts' ledgers share none.
+func (m *multiChecker) updatesLast() Property {
+	return m.updatesLastBy(func(id string) int64 { return m.made[id].UnixNano() }, m.acceptedOn)
+}
+
+// acceptedOn names the ledger that holds request id: a surviving host's,
+// the lost host's, or none (the cluster record only).
+func (m *multiChecker) acceptedOn(id string) string {
+	for _, h := range slices.Sorted(maps.Keys(m.mi.Ledgers)) {
+		if m.mi.Ledgers[h].Rows[id] != nil {
+			return h
+		}
+	}
+	if m.mi.LostLedger.Rows[id] != nil {
+		return m.mi.Lost + " (lost)"
+	}
+	return "the cluster record only"
 }

@@ -65,6 +65,8 @@ func TestTortureMultiHost(t *testing.T) {
 	switch {
 	case c.Requests < 40:
 		t.Errorf("only %d requests: %s", c.Requests, c)
+	case c.Comments == 0 || c.Updates == 0:
+		t.Errorf("no comments or no updates across hosts: %s", c)
 	case c.Accepted < c.Requests*9/10:
 		t.Errorf("only %d of %d requests were seen accepted", c.Accepted, c.Requests)
 	case f.ConflictsDetected == 0:
