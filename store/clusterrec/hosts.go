@@ -100,6 +100,7 @@ type Hosts struct {
 	log     *slog.Logger
 	now     func() time.Time
 	seen    map[string]bool // hosts this process has seen alive, for the log
+	rounds  int             // RunOnce calls, for the sweep of parked requests
 
 	mu   sync.Mutex // guards view: an adoption's lease beats beside the round
 	view view
@@ -180,11 +181,26 @@ func (h *Hosts) Run(ctx context.Context) error {
 	return maintenance.Loop{Interval: h.cfg.Every, Eager: true, RunOnce: h.RunOnce, Log: h.log, Failed: "hosts: round failed"}.Run(ctx)
 }
 
-// RunOnce beats once and adopts what each lost host left.
+// sweepRounds: every so many rounds (the first included), the round also
+// sweeps the requests parked on settled creates (Store.SweepParked). A
+// settling write publishes them itself; the sweep is for a host lost
+// between the two.
+const sweepRounds = 12
+
+// RunOnce beats once, adopts what each lost host left, and every
+// sweepRounds rounds publishes the parked requests whose create settled.
 func (h *Hosts) RunOnce(ctx context.Context) error {
 	now, err := h.beat(ctx)
 	if err != nil {
 		return err
+	}
+	var errs []error
+	if h.rounds++; h.rounds%sweepRounds == 1 {
+		if n, err := h.store.SweepParked(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("hosts: sweep parked requests: %w", err))
+		} else if n > 0 {
+			h.log.Warn("hosts: published again requests left parked on settled creates", "requests", n)
+		}
 	}
 	entries, err := h.others(ctx)
 	if err != nil {
@@ -193,7 +209,6 @@ func (h *Hosts) RunOnce(ctx context.Context) error {
 	h.mu.Lock()
 	v := h.view
 	h.mu.Unlock()
-	var errs []error
 	for _, e := range entries {
 		var hb Heartbeat
 		if err := json.Unmarshal(e.Value(), &hb); err != nil {
