@@ -73,10 +73,12 @@ func (f *Front) Create(ctx context.Context, req ticket.Request) (request.Result,
 	return f.create(ctx, req, nil)
 }
 
-// create is Create; decide, if not nil, may turn a claim this host holds
-// into another request under the same request id before it is committed
-// (a fingerprinted create into an occurrence, fingerprint.go).
-func (f *Front) create(ctx context.Context, req ticket.Request, decide func(context.Context, Claim) (Claim, error)) (request.Result, error) {
+// create is Create; g, if not nil, is how to decide the fingerprint group
+// of req, which may turn a claim this host holds into an occurrence under
+// the same request id before it is committed (fingerprint.go). The claim
+// holds g until the decision is written, so that a host adopting it
+// decides it too.
+func (f *Front) create(ctx context.Context, req ticket.Request, g *request.Grouping) (request.Result, error) {
 	scoped := req.Scoped()
 	hash := req.Hash()
 	t := ticket.Ticket{Request: req, ID: req.TicketID(), CreatedAt: f.now().UTC()}
@@ -84,7 +86,7 @@ func (f *Front) create(ctx context.Context, req ticket.Request, decide func(cont
 	defer release()
 	cctx, cancel := context.WithTimeout(ctx, f.ClaimTimeout)
 	defer cancel()
-	c, err := f.store.claim(cctx, t, hash, held, f.dispatcherAlive)
+	c, err := f.store.claim(cctx, t, hash, held, f.dispatcherAlive, g)
 	if err != nil {
 		return request.Result{}, err
 	}
@@ -92,8 +94,8 @@ func (f *Front) create(ctx context.Context, req ticket.Request, decide func(cont
 		return f.replay(req, c.Record), nil
 	}
 	failpoint.Hit(failpoint.FrontAfterClaim) // claimed, not yet committed
-	if decide != nil {
-		if c, err = decide(cctx, c); err != nil {
+	if g != nil {
+		if c, err = (grouper{s: f.store, now: f.now}).decide(cctx, c, *g); err != nil {
 			return request.Result{}, err
 		}
 	}

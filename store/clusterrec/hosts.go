@@ -547,6 +547,14 @@ func (h *Hosts) adoptRecord(ctx context.Context, key, lost string) (bool, error)
 	if !found || rec.Host != lost || rec.settled() {
 		return false, nil
 	}
+	if rec.undecided() {
+		// Cut between its claim and its group's decision: decided here as
+		// a retry would, so that a report another host's group took in
+		// meanwhile is committed as its occurrence, not as a second ticket.
+		if rec, rev, err = h.decideGroup(ctx, key, rec, rev); err != nil || rec.Host != lost {
+			return false, err
+		}
+	}
 	req := rec.Ticket.Request
 	// A new trace, linked to the claiming call's: its delivery follows it.
 	ctx, span := tracing.StartAdoption(ctx, req.Scoped(), lost, rec.Trace)
@@ -556,7 +564,7 @@ func (h *Hosts) adoptRecord(ctx context.Context, key, lost string) (bool, error)
 	}
 	for {
 		taken := rec
-		taken.Host, taken.Phase = h.store.Host(), PhaseAccepted
+		taken.Host, taken.Phase, taken.Grouping = h.store.Host(), PhaseAccepted, nil
 		switch _, err := h.store.update(ctx, key, taken, rev); {
 		case err == nil:
 			return true, nil
@@ -568,6 +576,24 @@ func (h *Hosts) adoptRecord(ctx context.Context, key, lost string) (bool, error)
 			return err == nil, err
 		}
 	}
+}
+
+// decideGroup decides the fingerprint group of rec, an undecided claim of
+// a lost host at rev under key (see grouper.decide), and returns the
+// record to commit. A record a retry took over meanwhile is returned as
+// read: no longer the lost host's.
+func (h *Hosts) decideGroup(ctx context.Context, key string, rec Record, rev uint64) (Record, uint64, error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*h.store.cfg.OpTimeout)
+	defer cancel()
+	c, err := (grouper{s: h.store, now: h.now}).decide(dctx, Claim{Record: rec, Rev: rev}, *rec.Grouping)
+	if err == nil {
+		return c.Record, c.Rev, nil
+	}
+	again, rev, found, rerr := h.store.get(ctx, key)
+	if rerr == nil && (!found || again.Host != rec.Host) {
+		return again, rev, nil
+	}
+	return rec, rev, fmt.Errorf("decide the fingerprint group of %s: %w", rec.Ticket.RequestID, err)
 }
 
 // settled reports whether the record's delivery needs nothing more.

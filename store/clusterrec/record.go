@@ -53,6 +53,10 @@ type Record struct {
 	// Group is set on a fingerprinted create stored as an occurrence of
 	// its fingerprint's open ticket (fingerprint.go).
 	Group *Grouped `json:"group,omitempty"`
+	// Grouping is set on the claim of a fingerprinted create until its
+	// group is decided: how to decide it. A host that adopts the claim
+	// decides it first, as a retry would (fingerprint.go).
+	Grouping *request.Grouping `json:"grouping,omitempty"`
 	// Waiters says that comments or updates were parked on this create
 	// (waiting.go): the write that settles it publishes them again.
 	Waiters bool `json:"waiters,omitempty"`
