@@ -35,6 +35,8 @@ type Front struct {
 	beatMu   sync.Mutex // guards the two below; held across their read
 	beatRead time.Time  // when the host's heartbeat was last read
 	adopted  bool       // as it said then
+	// announced: this host's heartbeat was seen, or written by the front.
+	announced bool
 }
 
 // NewFront builds the multi-host front of l on s.
@@ -122,15 +124,32 @@ var ErrOrphaned = errors.New("clusterrec: this host's dispatcher is not running 
 // dispatcherAlive refuses new requests while this host's heartbeat says the
 // other hosts adopted it (its dispatcher was lost): the requests would
 // wait in this host's outbox for a dispatcher that is gone. Read at most
-// once per heartbeatEvery; a host that never beat yet accepts.
+// once per heartbeatEvery.
+//
+// A host with no heartbeat yet (its dispatcher has not beaten, or never
+// will) gets one written by its front before the first claim
+// (Store.announce): the other hosts only adopt hosts they see a heartbeat
+// of, and a request accepted here must not depend on this host's
+// dispatcher ever starting. If the dispatcher does not beat within
+// -host-dead-after, the others adopt what the front accepted.
 func (f *Front) dispatcherAlive(ctx context.Context) error {
 	f.beatMu.Lock()
 	defer f.beatMu.Unlock()
 	if time.Since(f.beatRead) >= heartbeatEvery {
 		f.beatRead = time.Now()
 		hb, found, err := f.store.heartbeat(ctx, f.store.Host())
-		if err == nil {
-			f.adopted = found && hb.State != HostLive
+		switch {
+		case err == nil && found:
+			f.adopted, f.announced = hb.State != HostLive, true
+		case err == nil:
+			if err := f.store.announce(ctx); err != nil {
+				f.beatRead = time.Time{} // read again at the next call
+				return fmt.Errorf("%w: this host has no heartbeat, and writing one failed: %w", ErrUnavailable, err)
+			}
+			f.adopted, f.announced = false, true
+		case !f.announced:
+			f.beatRead = time.Time{}
+			return fmt.Errorf("%w: this host's heartbeat could not be read: %w", ErrUnavailable, err)
 		}
 	}
 	if f.adopted {

@@ -320,6 +320,22 @@ func (s *Store) heartbeat(ctx context.Context, host string) (Heartbeat, bool, er
 	return hb, true, json.Unmarshal(e.Value(), &hb)
 }
 
+// announce writes this host's heartbeat entry if it has none, on behalf
+// of a dispatcher that has not beaten yet: live, with the watermark now
+// (nothing was accepted before it). A dispatcher's beat replaces it; if
+// none comes, the other hosts find it silent and adopt what was accepted
+// since.
+func (s *Store) announce(ctx context.Context) error {
+	name, _ := os.Hostname()
+	b, _ := json.Marshal(Heartbeat{Host: s.Host(), Hostname: name, Watermark: s.now().UTC(), State: HostLive})
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	if _, err := s.kv.Create(ctx, hostPrefix+s.Host(), b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return err
+	}
+	return nil
+}
+
 // beat writes this host's heartbeat and returns the server's time of it,
 // as the bucket's stream leader stored it.
 func (h *Hosts) beat(ctx context.Context) (time.Time, error) {
