@@ -32,7 +32,7 @@ type Front struct {
 	mu   sync.Mutex
 	busy map[string]int // scoped id → this process's calls for it
 
-	beatMu   sync.Mutex // guards the two below; held across their read
+	beatMu   sync.Mutex // guards the fields below; held across their read
 	beatRead time.Time  // when the host's heartbeat was last read
 	adopted  bool       // as it said then
 	// announced: this host's heartbeat was seen, or written by the front.
