@@ -82,8 +82,8 @@ func (a *attempt) onTicket(ctx context.Context, pr request.Prior) (done bool, er
 }
 
 // Parker is implemented by stores that set a comment or an update aside
-// until its create settles, and publish its message again then (see
-// ledger.Park). The ledger is one.
+// until its create settles, and publish its message again then: the
+// ledger (ledger.Park) and the cluster record (clusterrec.Deliveries.Park).
 type Parker interface {
 	Park(ctx context.Context, requestID string) (parked bool, err error)
 }

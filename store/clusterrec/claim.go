@@ -46,17 +46,19 @@ var pace = backoff.Policy{Base: 50 * time.Millisecond, Max: 500 * time.Milliseco
 // until ctx ends; then ErrInProgress if another host still held an
 // unaccepted claim, else ErrUnavailable. Nothing is written on a conflict.
 func (s *Store) Claim(ctx context.Context, t ticket.Ticket, hash string, busy func() bool) (Claim, error) {
-	return s.claim(ctx, t, hash, busy, nil)
+	return s.claim(ctx, t, hash, busy, nil, nil)
 }
 
 // claim is Claim; may, if not nil, is asked before this host writes a
 // claim (a new one or one taken over), and its error is the answer:
 // a replay, a conflict or another subject's request are answered from
-// the record whatever may says.
-func (s *Store) claim(ctx context.Context, t ticket.Ticket, hash string, busy func() bool, may func(context.Context) error) (_ Claim, err error) {
+// the record whatever may says. A new claim holds grouping (nil: none):
+// its fingerprint group is still to be decided.
+func (s *Store) claim(ctx context.Context, t ticket.Ticket, hash string, busy func() bool, may func(context.Context) error,
+	grouping *request.Grouping) (_ Claim, err error) {
 	ctx, span := tracing.StartClaim(ctx, t.Scoped())
 	defer func() { tracing.End(span, err) }()
-	c := &claimer{s: s, t: t, hash: hash, key: Key(t.Scoped()), nonce: newNonce(), busy: busy, may: may}
+	c := &claimer{s: s, t: t, hash: hash, key: Key(t.Scoped()), nonce: newNonce(), busy: busy, may: may, grouping: grouping}
 	// Most requests are new: the first try writes without reading (a
 	// conflict is the answer that the key has a record); every later one
 	// reads first. A host that may not claim reads first.
@@ -89,6 +91,9 @@ type claimer struct {
 	nonce string
 	busy  func() bool
 	may   func(context.Context) error
+	// grouping is how to decide a fingerprinted create's group, kept in
+	// the claim until it is decided (nil: not fingerprinted).
+	grouping *request.Grouping
 
 	watched    uint64    // the revision of the other host's claim being watched
 	watchStart time.Time // when it was first seen
@@ -148,7 +153,8 @@ func (c *claimer) create(ctx context.Context) (step, Claim, error) {
 	if err := c.s.room(ctx); err != nil {
 		return stepDone, Claim{}, err
 	}
-	claim := Record{Phase: PhaseClaimed, Host: c.s.cfg.Host, Nonce: c.nonce, ClaimedAt: c.s.now().UTC(), ArgsHash: c.hash, Ticket: c.t}
+	claim := Record{Phase: PhaseClaimed, Host: c.s.cfg.Host, Nonce: c.nonce, ClaimedAt: c.s.now().UTC(), ArgsHash: c.hash, Ticket: c.t,
+		Grouping: c.grouping}
 	claim.Trace, _ = tracing.Stored(ctx)
 	rev, err := c.s.create(ctx, c.key, claim)
 	switch {
@@ -220,7 +226,7 @@ func (c *claimer) takeOver(ctx context.Context, rec Record, rev uint64) (step, C
 // when nothing came between.
 func (s *Store) AcceptClaim(ctx context.Context, c Claim) error {
 	rec := c.Record
-	rec.Phase = PhaseAccepted
+	rec.Phase, rec.Grouping = PhaseAccepted, nil
 	if _, err := s.update(ctx, Key(rec.Scoped()), rec, c.Rev); err == nil || errors.Is(err, ErrFull) {
 		return err
 	}
@@ -252,7 +258,8 @@ func (s *Store) Accept(ctx context.Context, scoped string) error {
 		if !found || rec.Phase == PhaseAccepted || rec.Host != s.cfg.Host {
 			return nil
 		}
-		rec.Phase = PhaseAccepted
+		// Committed: whatever its group was decided to be is final.
+		rec.Phase, rec.Grouping = PhaseAccepted, nil
 		if _, err := s.update(ctx, key, rec, rev); err == nil || errors.Is(err, ErrFull) {
 			return err
 		} else if errors.Is(err, errConflict) {

@@ -93,6 +93,7 @@ func (d *Deliveries) RecordDelivery(ctx context.Context, rec request.Delivery) e
 			UpdatedAt: d.now().UTC(), By: d.store.Host(), Version: version + 1}
 		switch _, err := d.store.update(ctx, key, cur, rev); {
 		case err == nil:
+			d.unparkAfter(ctx, rec.RequestID, cur) // waiting.go
 			m := *cur.Delivery.Ledger(rec.RequestID)
 			m.Attempt = rec.Attempt // the history is kept by the host that called
 			if err := d.local.MirrorDelivery(ctx, m); err != nil {

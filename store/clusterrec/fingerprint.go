@@ -52,6 +52,32 @@ type Group struct {
 	OpenedAt    time.Time `json:"opened_at"`
 	Occurrences int       `json:"occurrences"` // reports counted, the first included
 	Closed      bool      `json:"closed,omitempty"`
+	// Counted names the last reports counted (countedOf of their scoped
+	// ids, the newest last): the last is occurrence number Occurrences, the
+	// one before it Occurrences-1, and so on. A report counted by a host
+	// lost before it rewrote its claim finds its number here when its
+	// claim is taken over or adopted, instead of being counted again.
+	Counted []string `json:"counted,omitempty"`
+}
+
+// countedKept is how many reports a group's record names in Counted: a
+// report whose claim is completed after more than that many others were
+// counted meanwhile is counted again (decision 0188).
+const countedKept = 64
+
+// countedOf names scoped in a group's Counted: 96 bits of its key's hash.
+func countedOf(scoped string) string { return keyHash(scoped)[:16] }
+
+// number is the occurrence number the group counted scoped under, if it
+// is one of the last countedKept counted.
+func (g Group) number(scoped string) (int, bool) {
+	c := countedOf(scoped)
+	for i, id := range g.Counted {
+		if id == c {
+			return g.Occurrences - (len(g.Counted) - 1 - i), true
+		}
+	}
+	return 0, false
 }
 
 func groupKey(t ticket.Request) string {
@@ -72,18 +98,33 @@ func (s *Store) writeGroup(ctx context.Context, key string, g Group, rev uint64,
 // cluster: a ticket if its fingerprint has no open group, else an
 // occurrence of the group's ticket (g); a repeat replays either.
 func (f *Front) Group(ctx context.Context, req ticket.Request, g request.Grouping) (request.Result, error) {
-	res, err := f.create(ctx, req, func(ctx context.Context, c Claim) (Claim, error) { return f.decideGroup(ctx, c, g) })
+	res, err := f.create(ctx, req, &g)
 	if err == nil {
 		f.link(ctx, req.Subject, &res)
 	}
 	return res, err
 }
 
-// decideGroup decides what the claim c, this host's, of a fingerprinted
+// grouper decides the fingerprint groups of claims on s: the front for
+// its calls, the heartbeat service for a lost host's claims it adopts.
+type grouper struct {
+	s   *Store
+	now func() time.Time
+}
+
+// undecided reports whether rec is a claim of a fingerprinted create
+// whose group was not decided before it was cut: adoption decides it
+// before committing it.
+func (r Record) undecided() bool {
+	return r.Phase == PhaseClaimed && r.Grouping != nil && r.Ticket.Kind == ticket.KindCreate && r.Ticket.Fingerprint != ""
+}
+
+// decide decides what the claim c, held by this host, of a fingerprinted
 // create is. A claim already rewritten into an occurrence (taken over
 // after a crash) stays one; a create the group names (its own, before a
-// crash) stays a create.
-func (f *Front) decideGroup(ctx context.Context, c Claim, g request.Grouping) (Claim, error) {
+// crash) stays a create; a report the group counted before a crash keeps
+// its number. The claim returned says its group is decided.
+func (gr grouper) decide(ctx context.Context, c Claim, g request.Grouping) (Claim, error) {
 	t := c.Record.Ticket
 	if t.Kind != ticket.KindCreate || t.Fingerprint == "" {
 		return c, nil
@@ -97,17 +138,25 @@ func (f *Front) decideGroup(ctx context.Context, c Claim, g request.Grouping) (C
 			case <-time.After(pace.Delay(attempt)):
 			}
 		}
-		grp, rev, found, err := f.store.group(ctx, key)
+		grp, rev, found, err := gr.s.group(ctx, key)
 		if err != nil {
 			continue
 		}
 		if found && grp.First == scoped {
+			c.Record.Grouping = nil
 			return c, nil
 		}
-		if found && f.open(ctx, grp, g.Window) {
+		if n, counted := grp.number(scoped); found && counted {
+			return gr.occur(ctx, c, grp.First, n, g.Comments)
+		}
+		if found && gr.open(ctx, grp, g.Window) {
 			n := grp.Occurrences + 1
 			grp.Occurrences = n
-			switch _, err := f.store.writeGroup(ctx, key, grp, rev, false); {
+			grp.Counted = append(grp.Counted, countedOf(scoped))
+			if len(grp.Counted) > countedKept {
+				grp.Counted = grp.Counted[len(grp.Counted)-countedKept:]
+			}
+			switch _, err := gr.s.writeGroup(ctx, key, grp, rev, false); {
 			case errors.Is(err, errConflict):
 				attempt = -1 // another report came first: read again at once
 				continue
@@ -116,11 +165,12 @@ func (f *Front) decideGroup(ctx context.Context, c Claim, g request.Grouping) (C
 			case err != nil:
 				continue
 			}
-			return f.occur(ctx, c, grp.First, n, g.Comments)
+			return gr.occur(ctx, c, grp.First, n, g.Comments)
 		}
 		mine := Group{First: scoped, OpenedAt: t.CreatedAt, Occurrences: 1}
-		switch _, err := f.store.writeGroup(ctx, key, mine, rev, !found); {
+		switch _, err := gr.s.writeGroup(ctx, key, mine, rev, !found); {
 		case err == nil:
+			c.Record.Grouping = nil
 			return c, nil
 		case errors.Is(err, errConflict):
 			attempt = -1 // another first report won: join it
@@ -133,11 +183,11 @@ func (f *Front) decideGroup(ctx context.Context, c Claim, g request.Grouping) (C
 // open reports whether grp's ticket still takes occurrences: not closed
 // through ticketrelay, within window of its first report, and its create
 // not failed.
-func (f *Front) open(ctx context.Context, grp Group, window time.Duration) bool {
-	if grp.Closed || !f.now().Before(grp.OpenedAt.Add(window)) {
+func (gr grouper) open(ctx context.Context, grp Group, window time.Duration) bool {
+	if grp.Closed || !gr.now().Before(grp.OpenedAt.Add(window)) {
 		return false
 	}
-	rec, _, found, err := f.store.Get(ctx, grp.First)
+	rec, _, found, err := gr.s.Get(ctx, grp.First)
 	return err != nil || !found || rec.Delivery == nil || rec.Delivery.State != string(request.StatusFailed)
 }
 
@@ -145,21 +195,22 @@ func (f *Front) open(ctx context.Context, grp Group, window time.Duration) bool 
 // filed, before any host commits it: an occurrence comment, or, where the
 // target takes no comments, one whose delivery is settled, since nothing
 // is to be written downstream.
-func (f *Front) occur(ctx context.Context, c Claim, first string, n int, comments bool) (Claim, error) {
+func (gr grouper) occur(ctx context.Context, c Claim, first string, n int, comments bool) (Claim, error) {
 	rec := c.Record
 	req := rec.Ticket.Request
 	rec.Ticket.Request = request.Occurrence(req, first, n)
 	rec.Ticket.ID = rec.Ticket.TicketID()
 	rec.Group = &Grouped{On: requestIDOf(first, req.Subject), Occurrences: n}
+	rec.Grouping = nil
 	if !comments {
-		rec.Delivery = &Delivery{Target: req.Target, State: string(request.StatusDelivered), UpdatedAt: f.now().UTC(), By: f.store.Host(), Version: 1}
+		rec.Delivery = &Delivery{Target: req.Target, State: string(request.StatusDelivered), UpdatedAt: gr.now().UTC(), By: gr.s.Host(), Version: 1}
 	}
-	rev, err := f.store.update(ctx, Key(rec.Scoped()), rec, c.Rev)
+	rev, err := gr.s.update(ctx, Key(rec.Scoped()), rec, c.Rev)
 	if err != nil {
 		// Taken over meanwhile, or not written: a retry decides again.
 		return Claim{}, errors.Join(ErrUnavailable, err)
 	}
-	return Claim{Record: rec, Rev: rev, Mine: true}, nil
+	return Claim{Record: rec, Rev: rev, Mine: c.Mine}, nil
 }
 
 // requestIDOf is the request id of subject's scoped id.

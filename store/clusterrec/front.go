@@ -32,9 +32,11 @@ type Front struct {
 	mu   sync.Mutex
 	busy map[string]int // scoped id → this process's calls for it
 
-	beatMu   sync.Mutex // guards the two below; held across their read
+	beatMu   sync.Mutex // guards the fields below; held across their read
 	beatRead time.Time  // when the host's heartbeat was last read
 	adopted  bool       // as it said then
+	// announced: this host's heartbeat was seen, or written by the front.
+	announced bool
 }
 
 // NewFront builds the multi-host front of l on s.
@@ -73,10 +75,12 @@ func (f *Front) Create(ctx context.Context, req ticket.Request) (request.Result,
 	return f.create(ctx, req, nil)
 }
 
-// create is Create; decide, if not nil, may turn a claim this host holds
-// into another request under the same request id before it is committed
-// (a fingerprinted create into an occurrence, fingerprint.go).
-func (f *Front) create(ctx context.Context, req ticket.Request, decide func(context.Context, Claim) (Claim, error)) (request.Result, error) {
+// create is Create; g, if not nil, is how to decide the fingerprint group
+// of req, which may turn a claim this host holds into an occurrence under
+// the same request id before it is committed (fingerprint.go). The claim
+// holds g until the decision is written, so that a host adopting it
+// decides it too.
+func (f *Front) create(ctx context.Context, req ticket.Request, g *request.Grouping) (request.Result, error) {
 	scoped := req.Scoped()
 	hash := req.Hash()
 	t := ticket.Ticket{Request: req, ID: req.TicketID(), CreatedAt: f.now().UTC()}
@@ -84,7 +88,7 @@ func (f *Front) create(ctx context.Context, req ticket.Request, decide func(cont
 	defer release()
 	cctx, cancel := context.WithTimeout(ctx, f.ClaimTimeout)
 	defer cancel()
-	c, err := f.store.claim(cctx, t, hash, held, f.dispatcherAlive)
+	c, err := f.store.claim(cctx, t, hash, held, f.dispatcherAlive, g)
 	if err != nil {
 		return request.Result{}, err
 	}
@@ -92,8 +96,8 @@ func (f *Front) create(ctx context.Context, req ticket.Request, decide func(cont
 		return f.replay(req, c.Record), nil
 	}
 	failpoint.Hit(failpoint.FrontAfterClaim) // claimed, not yet committed
-	if decide != nil {
-		if c, err = decide(cctx, c); err != nil {
+	if g != nil {
+		if c, err = (grouper{s: f.store, now: f.now}).decide(cctx, c, *g); err != nil {
 			return request.Result{}, err
 		}
 	}
@@ -120,15 +124,32 @@ var ErrOrphaned = errors.New("clusterrec: this host's dispatcher is not running 
 // dispatcherAlive refuses new requests while this host's heartbeat says the
 // other hosts adopted it (its dispatcher was lost): the requests would
 // wait in this host's outbox for a dispatcher that is gone. Read at most
-// once per heartbeatEvery; a host that never beat yet accepts.
+// once per heartbeatEvery.
+//
+// A host with no heartbeat yet (its dispatcher has not beaten, or never
+// will) gets one written by its front before the first claim
+// (Store.announce): the other hosts only adopt hosts they see a heartbeat
+// of, and a request accepted here must not depend on this host's
+// dispatcher ever starting. If the dispatcher does not beat within
+// -host-dead-after, the others adopt what the front accepted.
 func (f *Front) dispatcherAlive(ctx context.Context) error {
 	f.beatMu.Lock()
 	defer f.beatMu.Unlock()
 	if time.Since(f.beatRead) >= heartbeatEvery {
 		f.beatRead = time.Now()
 		hb, found, err := f.store.heartbeat(ctx, f.store.Host())
-		if err == nil {
-			f.adopted = found && hb.State != HostLive
+		switch {
+		case err == nil && found:
+			f.adopted, f.announced = hb.State != HostLive, true
+		case err == nil:
+			if err := f.store.announce(ctx); err != nil {
+				f.beatRead = time.Time{} // read again at the next call
+				return fmt.Errorf("%w: this host has no heartbeat, and writing one failed: %w", ErrUnavailable, err)
+			}
+			f.adopted, f.announced = false, true
+		case !f.announced:
+			f.beatRead = time.Time{}
+			return fmt.Errorf("%w: this host's heartbeat could not be read: %w", ErrUnavailable, err)
 		}
 	}
 	if f.adopted {

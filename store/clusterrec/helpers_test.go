@@ -48,6 +48,7 @@ type host struct {
 	path  string // the ledger's SQLite file
 	store *clusterrec.Store
 	l     *ledger.Ledger
+	fx    *fixture.Ledger // the ledger's database, for a relay
 	front *clusterrec.Front
 	deliv *clusterrec.Deliveries
 }
@@ -64,7 +65,7 @@ func newHost(t *testing.T, js jetstream.JetStream, id string, cfg clusterrec.Con
 	}
 	f := fixture.NewLedger(t)
 	l := f.Ledger
-	return &host{id: id, path: f.Path, store: s, l: l, front: clusterrec.NewFront(archetype.Archetype{Logger: discard()}, s, l), deliv: clusterrec.NewDeliveries(s, l, time.Now)}
+	return &host{id: id, path: f.Path, store: s, l: l, fx: f, front: clusterrec.NewFront(archetype.Archetype{Logger: discard()}, s, l), deliv: clusterrec.NewDeliveries(s, l, time.Now)}
 }
 
 func newRequest(id, title string) ticket.Request {

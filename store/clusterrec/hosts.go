@@ -100,6 +100,7 @@ type Hosts struct {
 	log     *slog.Logger
 	now     func() time.Time
 	seen    map[string]bool // hosts this process has seen alive, for the log
+	rounds  int             // RunOnce calls, for the sweep of parked requests
 
 	mu   sync.Mutex // guards view: an adoption's lease beats beside the round
 	view view
@@ -180,11 +181,26 @@ func (h *Hosts) Run(ctx context.Context) error {
 	return maintenance.Loop{Interval: h.cfg.Every, Eager: true, RunOnce: h.RunOnce, Log: h.log, Failed: "hosts: round failed"}.Run(ctx)
 }
 
-// RunOnce beats once and adopts what each lost host left.
+// sweepRounds: every so many rounds (the first included), the round also
+// sweeps the requests parked on settled creates (Store.SweepParked). A
+// settling write publishes them itself; the sweep is for a host lost
+// between the two.
+const sweepRounds = 12
+
+// RunOnce beats once, adopts what each lost host left, and every
+// sweepRounds rounds publishes the parked requests whose create settled.
 func (h *Hosts) RunOnce(ctx context.Context) error {
 	now, err := h.beat(ctx)
 	if err != nil {
 		return err
+	}
+	var errs []error
+	if h.rounds++; h.rounds%sweepRounds == 1 {
+		if n, err := h.store.SweepParked(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("hosts: sweep parked requests: %w", err))
+		} else if n > 0 {
+			h.log.Warn("hosts: published again requests left parked on settled creates", "requests", n)
+		}
 	}
 	entries, err := h.others(ctx)
 	if err != nil {
@@ -193,7 +209,6 @@ func (h *Hosts) RunOnce(ctx context.Context) error {
 	h.mu.Lock()
 	v := h.view
 	h.mu.Unlock()
-	var errs []error
 	for _, e := range entries {
 		var hb Heartbeat
 		if err := json.Unmarshal(e.Value(), &hb); err != nil {
@@ -303,6 +318,22 @@ func (s *Store) heartbeat(ctx context.Context, host string) (Heartbeat, bool, er
 		return hb, false, err
 	}
 	return hb, true, json.Unmarshal(e.Value(), &hb)
+}
+
+// announce writes this host's heartbeat entry if it has none, on behalf
+// of a dispatcher that has not beaten yet: live, with the watermark now
+// (nothing was accepted before it). A dispatcher's beat replaces it; if
+// none comes, the other hosts find it silent and adopt what was accepted
+// since.
+func (s *Store) announce(ctx context.Context) error {
+	name, _ := os.Hostname()
+	b, _ := json.Marshal(Heartbeat{Host: s.Host(), Hostname: name, Watermark: s.now().UTC(), State: HostLive})
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	if _, err := s.kv.Create(ctx, hostPrefix+s.Host(), b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return err
+	}
+	return nil
 }
 
 // beat writes this host's heartbeat and returns the server's time of it,
@@ -532,6 +563,14 @@ func (h *Hosts) adoptRecord(ctx context.Context, key, lost string) (bool, error)
 	if !found || rec.Host != lost || rec.settled() {
 		return false, nil
 	}
+	if rec.undecided() {
+		// Cut between its claim and its group's decision: decided here as
+		// a retry would, so that a report another host's group took in
+		// meanwhile is committed as its occurrence, not as a second ticket.
+		if rec, rev, err = h.decideGroup(ctx, key, rec, rev); err != nil || rec.Host != lost {
+			return false, err
+		}
+	}
 	req := rec.Ticket.Request
 	// A new trace, linked to the claiming call's: its delivery follows it.
 	ctx, span := tracing.StartAdoption(ctx, req.Scoped(), lost, rec.Trace)
@@ -541,7 +580,7 @@ func (h *Hosts) adoptRecord(ctx context.Context, key, lost string) (bool, error)
 	}
 	for {
 		taken := rec
-		taken.Host, taken.Phase = h.store.Host(), PhaseAccepted
+		taken.Host, taken.Phase, taken.Grouping = h.store.Host(), PhaseAccepted, nil
 		switch _, err := h.store.update(ctx, key, taken, rev); {
 		case err == nil:
 			return true, nil
@@ -553,6 +592,24 @@ func (h *Hosts) adoptRecord(ctx context.Context, key, lost string) (bool, error)
 			return err == nil, err
 		}
 	}
+}
+
+// decideGroup decides the fingerprint group of rec, an undecided claim of
+// a lost host at rev under key (see grouper.decide), and returns the
+// record to commit. A record a retry took over meanwhile is returned as
+// read: no longer the lost host's.
+func (h *Hosts) decideGroup(ctx context.Context, key string, rec Record, rev uint64) (Record, uint64, error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*h.store.cfg.OpTimeout)
+	defer cancel()
+	c, err := (grouper{s: h.store, now: h.now}).decide(dctx, Claim{Record: rec, Rev: rev}, *rec.Grouping)
+	if err == nil {
+		return c.Record, c.Rev, nil
+	}
+	again, rev, found, rerr := h.store.get(ctx, key)
+	if rerr == nil && (!found || again.Host != rec.Host) {
+		return again, rev, nil
+	}
+	return rec, rev, fmt.Errorf("decide the fingerprint group of %s: %w", rec.Ticket.RequestID, err)
 }
 
 // settled reports whether the record's delivery needs nothing more.

@@ -319,3 +319,31 @@ func TestPartWayAdoptionIsTakenOver(t *testing.T) {
 		t.Fatalf("a never took over host-c's part-way adoption of b: b's mark %+v", last)
 	}
 }
+
+// A host whose dispatcher never beat (killed at start, or never started)
+// while its front accepted: the front wrote the host's heartbeat before
+// its first claim, so the other hosts find the host silent and adopt what
+// it accepted. Before, a host without a heartbeat was never looked at,
+// and its requests waited for a dispatcher that might never come.
+func TestHostThatNeverBeatIsAdopted(t *testing.T) {
+	ctx := ctxT(t)
+	a, b, ha, _ := twoHosts(t)
+	if err := ha.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.front.Create(ctx, newRequest("early-1", "accepted before b's dispatcher beat")); err != nil {
+		t.Fatal(err)
+	}
+	if !testwait.Until(10*time.Second, func() bool {
+		if err := ha.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st, err := a.l.Find(ctx, "", "early-1")
+		return err == nil && st.Status != request.StatusUnknown
+	}) {
+		t.Fatal("a never adopted what b's front accepted before b's first beat")
+	}
+	if rec, _, _, err := a.store.Get(ctx, "early-1"); err != nil || rec.Host != "host-a" {
+		t.Fatalf("record after adoption: %+v, %v", rec, err)
+	}
+}

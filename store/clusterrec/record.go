@@ -53,6 +53,13 @@ type Record struct {
 	// Group is set on a fingerprinted create stored as an occurrence of
 	// its fingerprint's open ticket (fingerprint.go).
 	Group *Grouped `json:"group,omitempty"`
+	// Grouping is set on the claim of a fingerprinted create until its
+	// group is decided: how to decide it. A host that adopts the claim
+	// decides it first, as a retry would (fingerprint.go).
+	Grouping *request.Grouping `json:"grouping,omitempty"`
+	// Waiters says that comments or updates were parked on this create
+	// (waiting.go): the write that settles it publishes them again.
+	Waiters bool `json:"waiters,omitempty"`
 }
 
 // Delivery is a request's delivery outcome as the forwarders record it.
@@ -82,14 +89,18 @@ func (r Record) Scoped() string { return r.Ticket.Scoped() }
 // Key is the bucket key of a request's scoped id: KV keys take fewer
 // characters than request ids may hold, so the id is hashed (SHA-256,
 // base64url: 43 characters of A-Z a-z 0-9 - _), never narrowed.
-func Key(scoped string) string {
+func Key(scoped string) string { return recordPrefix + keyHash(scoped) }
+
+// keyHash is the part of a key that names the scoped id.
+func keyHash(scoped string) string {
 	sum := sha256.Sum256([]byte(scoped))
-	return recordPrefix + base64.RawURLEncoding.EncodeToString(sum[:])
+	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 // recordPrefix starts every request's key; hosts' keys start with
-// hostPrefix.
+// hostPrefix, parked requests' with waitPrefix.
 const (
 	recordPrefix = "r."
 	hostPrefix   = "h."
+	waitPrefix   = "w."
 )

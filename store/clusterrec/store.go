@@ -228,10 +228,11 @@ func (s *Store) getJSON(ctx context.Context, key string, v any) (rev uint64, fou
 
 // storedMsg is a message of the bucket's stream as its leader returns it.
 type storedMsg struct {
-	Seq  uint64    `json:"seq"`
-	Hdrs []byte    `json:"hdrs"`
-	Data []byte    `json:"data"`
-	Time time.Time `json:"time"`
+	Subject string    `json:"subject"`
+	Seq     uint64    `json:"seq"`
+	Hdrs    []byte    `json:"hdrs"`
+	Data    []byte    `json:"data"`
+	Time    time.Time `json:"time"`
 }
 
 // leaderGet asks the bucket's stream leader for one message (by

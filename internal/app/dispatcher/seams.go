@@ -14,6 +14,8 @@ var (
 	_ forwarder.Deliveries      = (*ledger.Ledger)(nil)
 	_ forwarder.BatchDeliveries = (*ledger.Ledger)(nil)
 	_ forwarder.Deliveries      = (*clusterrec.Deliveries)(nil)
+	_ forwarder.Parker          = (*ledger.Ledger)(nil)
+	_ forwarder.Parker          = (*clusterrec.Deliveries)(nil)
 	_ audit.Store               = (*ledger.Ledger)(nil)
 	_ audit.Store               = (*clusterrec.AuditStore)(nil)
 	_ audit.Blocker             = (*ledger.Presence)(nil)

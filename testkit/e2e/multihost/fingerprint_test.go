@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"ticketrelay/internal/failpoint"
 )
 
 // Two hosts race first reports of one fingerprint: the cluster record
@@ -87,17 +89,7 @@ func TestFingerprintRaceAcrossHosts(t *testing.T) {
 	}
 	// The webhook takes comments: one ticket, and each occurrence once as
 	// a ticket.commented event.
-	types, keys := map[string]int{}, map[string]int{}
-	for _, d := range in.hook.Deliveries() {
-		var e struct {
-			Type string `json:"type"`
-		}
-		if err := json.Unmarshal(d.Body, &e); err != nil {
-			t.Fatal(err)
-		}
-		types[e.Type]++
-		keys[d.Key]++
-	}
+	types, keys := hookEvents(t, in)
 	if len(keys) != n || types["ticket.commented"] != n-1 || len(types) != 2 {
 		t.Fatalf("the webhook received %v in %d keys; want one ticket and %d occurrence comments, each once", types, len(keys), n-1)
 	}
@@ -112,4 +104,66 @@ func TestFingerprintRaceAcrossHosts(t *testing.T) {
 	if fresh, err := report(hosts[0], "fp-after-close"); err != nil || fresh.Grouped || fresh.TicketID == answers[0].TicketID {
 		t.Fatalf("a report after the ticket was closed: %+v, %v; want a new ticket", fresh, err)
 	}
+}
+
+// A report whose mcp-front is killed between its claim and its group's
+// decision (failpoint front.after-claim), on a host whose dispatcher is
+// dead too, while a report on the other host opens the group: once the
+// host is adopted, the cut report is an occurrence of the one ticket.
+// The webhook receives one ticket and one comment. Before, adoption
+// committed the cut claim as a plain create: a second ticket.
+func TestCutReportAdoptedIntoTheGroup(t *testing.T) {
+	in := newInstallation(t)
+	a := in.startHost(t, "a", "-host-dead-after", "3s")
+	b := in.startHostWith(t, "b", []string{failpoint.EnvVar + "=" + failpoint.FrontAfterClaim + "=kill"}, "-host-dead-after", "3s")
+	a.waitStatus(t, "warm-up", "unknown", 10*time.Second)
+	b.disp.Kill9()
+	<-b.disp.Done()
+	b.front.ExpectExit()
+	report := map[string]any{"title": "Checkout returns 500", "fingerprint": "checkout-500"}
+	with := func(id string) map[string]any {
+		m := map[string]any{"request_id": id}
+		for k, v := range report {
+			m[k] = v
+		}
+		return m
+	}
+	if _, err := b.call(t, "send_hook", with("fp-cut")); err == nil {
+		t.Fatal("the call on b answered: its front should have been killed after the claim")
+	}
+	<-b.front.Done()
+	first := a.mustCall(t, "send_hook", with("fp-first"))
+
+	// a adopts b: the cut report is committed as what the group decides.
+	st := a.waitStatus(t, "fp-cut", "delivered", 60*time.Second)
+	if st.TicketID != first.TicketID {
+		t.Fatalf("the cut report, adopted: %+v; want an occurrence of %s", st, first.TicketID)
+	}
+	a.waitStatus(t, "fp-first", "delivered", 60*time.Second)
+	types, keys := hookEvents(t, in)
+	if types["ticket.commented"] != 1 || len(types) != 2 || len(keys) != 2 {
+		t.Fatalf("the webhook received %v in %d keys; want one ticket and one occurrence comment", types, len(keys))
+	}
+	for k, n := range keys {
+		if n != 1 {
+			t.Errorf("the webhook received %s %d times", k, n)
+		}
+	}
+}
+
+// hookEvents counts what the webhook received: by event type, and by key.
+func hookEvents(t *testing.T, in *installation) (types, keys map[string]int) {
+	t.Helper()
+	types, keys = map[string]int{}, map[string]int{}
+	for _, d := range in.hook.Deliveries() {
+		var e struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(d.Body, &e); err != nil {
+			t.Fatal(err)
+		}
+		types[e.Type]++
+		keys[d.Key]++
+	}
+	return types, keys
 }

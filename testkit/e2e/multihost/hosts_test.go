@@ -66,6 +66,13 @@ type host struct {
 
 func (in *installation) startHost(t *testing.T, name string, dispArgs ...string) *host {
 	t.Helper()
+	return in.startHostWith(t, name, nil, dispArgs...)
+}
+
+// startHostWith is startHost with frontEnv in its mcp-front's environment
+// (a failpoint).
+func (in *installation) startHostWith(t *testing.T, name string, frontEnv []string, dispArgs ...string) *host {
+	t.Helper()
 	h := &host{name: name, dir: filepath.Join(t.TempDir(), name)}
 	if err := os.MkdirAll(h.dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -75,7 +82,7 @@ func (in *installation) startHost(t *testing.T, name string, dispArgs ...string)
 	h.disp = e2eproc.Start(t, h.dir, "dispatcher-"+name, dispatcherBin, append([]string{
 		"-data", h.dir, "-lease-ttl", "2s", "-poll-interval", "5ms"}, append(common, dispArgs...)...), in.env, "metrics")
 	h.front = e2eproc.Start(t, h.dir, "mcp-front-"+name, frontBin, append([]string{
-		"-db", filepath.Join(h.dir, "tickets.db"), "-listen", "127.0.0.1:0"}, common...), nil, "mcp", "metrics")
+		"-db", filepath.Join(h.dir, "tickets.db"), "-listen", "127.0.0.1:0"}, common...), frontEnv, "mcp", "metrics")
 	h.url = "http://" + h.front.Addr("mcp") + "/mcp"
 	h.cs = e2eproc.Connect(t, h.url)
 	return h
