@@ -33,9 +33,8 @@
 // when the report joined it, each occurrence comment held once. On one
 // host the ledger's order places reports and closes; across hosts each
 // request spans from when it was made up to its last call, and requests
-// whose spans overlap may have been decided either way. Across hosts a
-// second ticket in decision 0195's adoption window is allowed and counted
-// while toleratesAdoptionWindow says so (decisions 0196, 0198).
+// whose spans overlap may have been decided either way (decisions 0196,
+// 0198).
 //
 // When the faults stop, Run waits (bounded) until every accepted request is
 // settled, then Check reads the history, the fakes' records and the SQLite

@@ -109,7 +109,7 @@ func (c *checker) oneTicketPerFingerprint() Property {
 			return point(row.Seq), true
 		}
 		return span{}, false
-	}), nil, "")
+	}))
 }
 
 // groupHistories are the ledger's rows of each fingerprint group (a
@@ -153,17 +153,14 @@ func (c *checker) groupHistories(spanOf func(id string) (span, bool)) map[string
 // before it, was not surely closed before it, and was not surely followed
 // by another ticket before it. On one host the spans are points and this
 // is the ledger's order; across hosts, requests whose spans overlap may
-// have been decided in either order. crashOK, if not nil, reports whether
-// a documented crash window allows create id to be a second ticket while
-// open's is open; allowed says what the summary reports of such tickets.
-func (c *checker) fingerprintProperty(groups map[string][]groupEvent, crashOK func(id, open string) bool, allowed string) Property {
+// have been decided in either order.
+func (c *checker) fingerprintProperty(groups map[string][]groupEvent) Property {
 	var v []string
-	reports, tickets, occ, closed, comments, allowedN := 0, 0, 0, 0, map[string]int{}, 0
+	reports, tickets, occ, closed, comments := 0, 0, 0, 0, map[string]int{}
 	for _, g := range slices.Sorted(maps.Keys(groups)) {
 		var filed []groupEvent              // the group's creates so far
 		spans := map[string]span{}          // the group's tickets
 		closes := map[string][]groupEvent{} // by ticket
-		crashed := map[[2]string]bool{}     // pairs of tickets a crash window allowed
 		for _, e := range groups[g] {
 			switch e.what {
 			case "create":
@@ -195,22 +192,16 @@ func (c *checker) fingerprintProperty(groups map[string][]groupEvent, crashOK fu
 					case closedBy(t.id, e.at, false) != "" || closedBy(e.id, t.at, false) != "",
 						c.noTicket(t.id) && t.at.mayPrecede(e.at), c.noTicket(e.id) && e.at.mayPrecede(t.at):
 						continue
-					case crashOK != nil && crashOK(e.id, t.id):
-						crashed[[2]string{t.id, e.id}] = true
-						continue
 					}
 					v = append(v, fmt.Sprintf("%s (%s): filed a second ticket while the group's ticket of %s was open", e.id, g, t.id))
 					break
-				}
-				if slices.ContainsFunc(filed, func(t groupEvent) bool { return crashed[[2]string{t.id, e.id}] }) {
-					allowedN++
 				}
 				filed = append(filed, e)
 				v = append(v, c.groupTicketHeld(e.id)...)
 			case "occurrence":
 				reports++
 				occ++
-				v = append(v, c.occurrenceJoined(g, e, spans, closedBy, crashed)...)
+				v = append(v, c.occurrenceJoined(g, e, spans, closedBy)...)
 				k, r := len(c.comments[e.id]), c.reqs[e.id]
 				comments[fmt.Sprintf("%d", k)]++
 				if k > 1 || k == 0 && r.Keyed && c.final(e.id) == "delivered" {
@@ -225,18 +216,14 @@ func (c *checker) fingerprintProperty(groups map[string][]groupEvent, crashOK fu
 	}
 	summary := fmt.Sprintf("%d fingerprint groups: %d reports, %d tickets filed, %d occurrences (comments held per occurrence %s), %d groups closed by an update",
 		len(groups), reports, tickets, occ, brief(comments), closed)
-	if allowed != "" {
-		summary += fmt.Sprintf("; %d second tickets %s", allowedN, allowed)
-	}
 	return property("one-ticket-per-fp", v, "%s; %d violations", summary, len(v))
 }
 
 // occurrenceJoined says what is wrong with the ticket occurrence e of
 // group g joined: it must be one of the group's tickets (spans), may have
 // been filed before e, not surely closed before e, and not surely
-// followed by another of the group's tickets before e (unless a crash
-// window allowed that one).
-func (c *checker) occurrenceJoined(g string, e groupEvent, spans map[string]span, closedBy func(t string, s span, surely bool) string, crashed map[[2]string]bool) []string {
+// followed by another of the group's tickets before e.
+func (c *checker) occurrenceJoined(g string, e groupEvent, spans map[string]span, closedBy func(t string, s span, surely bool) string) []string {
 	t, ok := spans[e.on]
 	switch {
 	case !ok:
@@ -248,7 +235,7 @@ func (c *checker) occurrenceJoined(g string, e groupEvent, spans map[string]span
 		return []string{fmt.Sprintf("%s (%s): an occurrence of the ticket of %s, whose group the update %s had closed before", e.id, g, e.on, x)}
 	}
 	for _, other := range slices.Sorted(maps.Keys(spans)) {
-		if o := spans[other]; other != e.on && t.before(o) && o.before(e.at) && !crashed[[2]string{e.on, other}] {
+		if o := spans[other]; other != e.on && t.before(o) && o.before(e.at) {
 			return []string{fmt.Sprintf("%s (%s): an occurrence of the ticket of %s, but the open ticket was %s", e.id, g, e.on, other)}
 		}
 	}

@@ -625,14 +625,6 @@ func (m *multiChecker) noRefusalBeyondFailover() Property {
 		gap.Round(100*time.Millisecond), FailoverBound, refused)
 }
 
-// toleratesAdoptionWindow is the one switch of decision 0195's adoption
-// window: while it is true, the multi-host one-ticket-per-fp allows (and
-// counts) a second ticket of an open group if an mcp-front was killed or
-// its host removed while the second create or the ticket it doubles was
-// in flight. Once the cluster record closes that window, it is false and
-// every second ticket is a violation.
-const toleratesAdoptionWindow = true
-
 // spans are when each request of the history may have been decided: from
 // when the harness made it up to the end of its last call (calls with
 // other arguments aside).
@@ -657,26 +649,12 @@ func (m *multiChecker) spans() map[string]span {
 // through the round-robin proxy, so to every host, and so do the updates
 // closing its tickets. The hosts' ledgers share no order: a request is
 // placed by its span, and two whose spans overlap may have been decided
-// in either order. Decision 0195 leaves one window for a second ticket: a
-// claim cut between its claim and its group write, then adopted as a
-// plain create. While toleratesAdoptionWindow, such a ticket is allowed
-// only if an mcp-front was killed or its host removed while a call of the
-// second create or of the ticket it doubles was in flight, and the
-// summary counts it. The other window (a host lost between counting and
-// rewriting) only overcounts occurrences, which the property does not
-// check.
+// in either order. A claim cut between its claim and its group decision
+// is decided by whoever takes it over or adopts it (decision 0188), so
+// every second ticket of an open group is a violation. An occurrence
+// count one too high (0188's limit) is not checked here.
 func (m *multiChecker) oneTicketPerFingerprint() Property {
-	var kills []int64
-	for _, e := range m.in.Events {
-		if e.Kind == KindKill && (e.Component == CompFront || e.Cause == CauseRemoved) {
-			kills = append(kills, e.At.UnixNano())
-		}
-	}
 	spans := m.spans()
-	hit := func(id string) bool {
-		s := spans[id]
-		return slices.ContainsFunc(kills, func(k int64) bool { return k >= s.lo && k <= s.hi })
-	}
 	groups := m.groupHistories(func(id string) (span, bool) {
 		s, ok := spans[id]
 		return s, ok && m.in.DB.Rows[id] != nil
@@ -693,13 +671,7 @@ func (m *multiChecker) oneTicketPerFingerprint() Property {
 			hosts++
 		}
 	}
-	var p Property
-	if toleratesAdoptionWindow {
-		p = m.fingerprintProperty(groups, func(id, open string) bool { return hit(id) || hit(open) },
-			"allowed because an mcp-front was killed or its host removed while it or the ticket it doubles was in flight (decision 0195's adoption window)")
-	} else {
-		p = m.fingerprintProperty(groups, nil, "")
-	}
+	p := m.fingerprintProperty(groups)
 	p.Summary = fmt.Sprintf("%d groups reached more than one host; %s", hosts, p.Summary)
 	return p
 }
