@@ -22,7 +22,7 @@ const SchemaVersion = 13
 
 // Migrations are the trail's steps of the database's one migration
 // sequence (the ledger runs them all). Append only.
-var Migrations = []sqlitedb.Step{{Version: SchemaVersion, SQL: schemaV1}}
+var Migrations = []sqlitedb.Step{{Version: SchemaVersion, SQL: schemaV1}, indexStep}
 
 // schemaV1 keeps the trail as batches: one row per batch the writer
 // stores, its entries as JSON lines. One row per entry, with the indexes
@@ -169,7 +169,8 @@ func insert(ctx context.Context, tx *sql.Tx, entries []Entry) (int64, error) {
 			}
 			first, lastAt = min(first, e.Time.UnixNano()), max(lastAt, e.Time.UnixNano())
 		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO trail (first_at, last_at, entries) VALUES (?, ?, ?)`, first, lastAt, b.Bytes())
+		res, err := tx.ExecContext(ctx, `INSERT INTO trail (first_at, last_at, entries, request_keys) VALUES (?, ?, ?, ?)`,
+			first, lastAt, b.Bytes(), requestKeys(entries[:n]))
 		if err != nil {
 			return 0, fmt.Errorf("trail: insert: %w", err)
 		}
@@ -184,19 +185,11 @@ func insert(ctx context.Context, tx *sql.Tx, entries []Entry) (int64, error) {
 }
 
 // Query returns the entries f selects, oldest first. The rows are chosen
-// by time and seq; every other filter reads the entries of those rows.
+// by time and seq, and by the request index when f names a request; every
+// other filter reads the entries of those rows.
 func (s *Store) Query(ctx context.Context, f Filter) ([]Entry, error) {
-	q := `SELECT seq, entries FROM trail WHERE seq >= ?`
-	args := []any{f.AfterSeq / batchSpan}
-	if !f.Since.IsZero() {
-		q += ` AND last_at >= ?`
-		args = append(args, f.Since.UnixNano())
-	}
-	if !f.Until.IsZero() {
-		q += ` AND first_at < ?`
-		args = append(args, f.Until.UnixNano())
-	}
-	rows, err := s.read.QueryContext(ctx, q+` ORDER BY seq`, args...)
+	q, args := queryRows(f)
+	rows, err := s.read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("trail: query: %w", err)
 	}
@@ -226,6 +219,26 @@ func (s *Store) Query(ctx context.Context, f Filter) ([]Entry, error) {
 		return nil, fmt.Errorf("trail: query: %w", err)
 	}
 	return out, nil
+}
+
+// queryRows is the statement that reads the rows Query filters.
+func queryRows(f Filter) (string, []any) {
+	q, order := `SELECT t.seq, t.entries FROM trail t WHERE t.seq >= ?`, "t.seq"
+	args := []any{f.AfterSeq / batchSpan}
+	if f.RequestID != "" {
+		// In the index's order: no sort.
+		q, order = `SELECT t.seq, t.entries FROM trail_requests r JOIN trail t ON t.seq = r.seq WHERE r.rkey = ? AND r.seq >= ?`, "r.seq"
+		args = []any{requestKey(f.RequestID), f.AfterSeq / batchSpan}
+	}
+	if !f.Since.IsZero() {
+		q += ` AND t.last_at >= ?`
+		args = append(args, f.Since.UnixNano())
+	}
+	if !f.Until.IsZero() {
+		q += ` AND t.first_at < ?`
+		args = append(args, f.Until.UnixNano())
+	}
+	return q + ` ORDER BY ` + order, args
 }
 
 // ForRequest returns every entry of the request with scoped id scopedID
