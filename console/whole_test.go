@@ -92,10 +92,7 @@ func TestConsoleSaysWhenTheCopyIsStale(t *testing.T) {
 	cp := clusterrec.NewCopy(sb, js, lb, log, time.Now)
 	go cp.Run(ctx, clusterrec.CopyConfig{Wait: 100 * time.Millisecond})
 	c, err := console.New(console.Config{Store: lb, Log: log, Loopback: true, Whole: &console.Whole{Host: "host-b", Copy: lb, State: cp.State,
-		ConsoleOf: sb.ConsoleOf, Record: func(ctx context.Context, id string) (request.Report, ticket.Ticket, string, bool, error) {
-			st, rec, found, err := sb.Report(ctx, id)
-			return st, rec.Ticket, rec.Host, found, err
-		}}})
+		ConsoleOf: sb.ConsoleOf, Record: recordOf(sb)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +151,14 @@ func waitingOf(overview, target string) string {
 		return ""
 	}
 	return m[1]
+}
+
+// recordOf is console.Whole.Record on s, as the dispatcher wires it.
+func recordOf(s *clusterrec.Store) func(ctx context.Context, id string) (request.Report, ticket.Ticket, string, bool, error) {
+	return func(ctx context.Context, id string) (request.Report, ticket.Ticket, string, bool, error) {
+		st, rec, found, err := s.Report(ctx, id)
+		return st, rec.Ticket, rec.Host, found, err
+	}
 }
 
 func newTestServer(t *testing.T, c *console.Console) string {
@@ -243,10 +248,7 @@ func TestConsoleShowsAnotherHostsCalls(t *testing.T) {
 	t.Cleanup(func() { stop(); wg.Wait() })
 
 	c, err := console.New(console.Config{Store: la.Ledger, Log: log, Loopback: true, Whole: &console.Whole{Host: "host-a", Copy: la.Ledger, State: cp.State,
-		ConsoleOf: sa.ConsoleOf, Record: func(ctx context.Context, id string) (request.Report, ticket.Ticket, string, bool, error) {
-			st, rec, found, err := sa.Report(ctx, id)
-			return st, rec.Ticket, rec.Host, found, err
-		}}})
+		ConsoleOf: sa.ConsoleOf, Record: recordOf(sa)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func TestForRequestReadsTheIndex(t *testing.T) {
 
 	db := fixture.Raw(t, path)
 	q, args := trail.QueryForTest(trail.Filter{RequestID: id})
-	p := explain(t, db, q, args...)
+	p := fixture.QueryPlan(t, db, q, args...)
 	if !strings.Contains(p, "SEARCH r USING PRIMARY KEY (rkey=?") || !strings.Contains(p, "SEARCH t USING INTEGER PRIMARY KEY") ||
 		strings.Contains(p, "SCAN") || strings.Contains(p, "TEMP B-TREE") {
 		t.Errorf("a request's entries are not read through the request index: %s", p)
@@ -171,24 +171,4 @@ func TestIndexMigrationKeysStoredBatches(t *testing.T) {
 	if n := fixture.Count(t, raw, `SELECT count(*) FROM trail_requests`); n != 0 {
 		t.Errorf("%d index rows left after the stored batches were pruned", n)
 	}
-}
-
-// explain is the query plan of q with args: its steps, joined by "; ".
-func explain(t *testing.T, db *sql.DB, q string, args ...any) string {
-	t.Helper()
-	rows, err := db.Query(`EXPLAIN QUERY PLAN `+q, args...)
-	if err != nil {
-		t.Fatalf("explain %s: %v", q, err)
-	}
-	defer rows.Close()
-	var lines []string
-	for rows.Next() {
-		var id, parent, unused int
-		var detail string
-		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, detail)
-	}
-	return strings.Join(lines, "; ")
 }
