@@ -127,12 +127,16 @@ func (s *Store) Append(ctx context.Context, entries []Entry) (int64, error) {
 	if err := clean(entries); err != nil {
 		return 0, err
 	}
+	rows, err := encode(entries)
+	if err != nil {
+		return 0, err
+	}
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("trail: begin: %w", err)
 	}
 	defer tx.Rollback()
-	last, err := insert(ctx, tx, entries)
+	last, err := insert(ctx, tx, rows)
 	if err != nil {
 		return 0, err
 	}
@@ -153,10 +157,18 @@ func clean(entries []Entry) error {
 	return nil
 }
 
-// insert adds entries, cleaned, in tx, batchSpan a row, and returns the
-// seq of the last.
-func insert(ctx context.Context, tx *sql.Tx, entries []Entry) (int64, error) {
-	var last int64
+// batchRow is one row of the trail as insert stores it.
+type batchRow struct {
+	firstAt, lastAt int64
+	entries         []byte
+	keys            any // requestKeys
+	n               int
+}
+
+// encode makes the rows of entries, cleaned, batchSpan a row: before the
+// transaction, so that the write lock is held for the inserts only.
+func encode(entries []Entry) ([]batchRow, error) {
+	var rows []batchRow
 	for len(entries) > 0 {
 		n := min(len(entries), batchSpan)
 		var b bytes.Buffer
@@ -165,12 +177,22 @@ func insert(ctx context.Context, tx *sql.Tx, entries []Entry) (int64, error) {
 		for _, e := range entries[:n] {
 			e.Seq, e.Host = 0, ""
 			if err := enc.Encode(e); err != nil {
-				return 0, fmt.Errorf("trail: encode: %w", err)
+				return nil, fmt.Errorf("trail: encode: %w", err)
 			}
 			first, lastAt = min(first, e.Time.UnixNano()), max(lastAt, e.Time.UnixNano())
 		}
+		rows = append(rows, batchRow{firstAt: first, lastAt: lastAt, entries: b.Bytes(), keys: requestKeys(entries[:n]), n: n})
+		entries = entries[n:]
+	}
+	return rows, nil
+}
+
+// insert stores rows in tx and returns the seq of the last entry.
+func insert(ctx context.Context, tx *sql.Tx, rows []batchRow) (int64, error) {
+	var last int64
+	for _, r := range rows {
 		res, err := tx.ExecContext(ctx, `INSERT INTO trail (first_at, last_at, entries, request_keys) VALUES (?, ?, ?, ?)`,
-			first, lastAt, b.Bytes(), requestKeys(entries[:n]))
+			r.firstAt, r.lastAt, r.entries, r.keys)
 		if err != nil {
 			return 0, fmt.Errorf("trail: insert: %w", err)
 		}
@@ -178,8 +200,7 @@ func insert(ctx context.Context, tx *sql.Tx, entries []Entry) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("trail: insert: %w", err)
 		}
-		last = row*batchSpan + int64(n-1)
-		entries = entries[n:]
+		last = row*batchSpan + int64(r.n-1)
 	}
 	return last, nil
 }
