@@ -247,6 +247,9 @@ func (c *Copy) foldRecords(ctx context.Context, msgs []jetstream.Msg, upTo uint6
 		if d := rec.Delivery; d != nil {
 			r.Delivery, r.By = d.Ledger(r.RequestID), d.By
 			r.Delivery.Version = d.Version
+			if d.Call != nil {
+				r.Delivery.Attempt = d.Call.Attempt(d)
+			}
 		}
 		recs = append(recs, r)
 	}

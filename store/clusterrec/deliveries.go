@@ -1,6 +1,7 @@
 package clusterrec
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -90,7 +91,7 @@ func (d *Deliveries) RecordDelivery(ctx context.Context, rec request.Delivery) e
 		}
 		cur.Delivery = &Delivery{Target: rec.Target, State: rec.State, Attempts: rec.Attempts, Throttled: rec.Throttled,
 			NextAttemptAt: rec.NextAttemptAt, LastError: rec.LastError, Failure: rec.Failure, ExternalID: rec.ExternalID, ExternalURL: rec.ExternalURL,
-			UpdatedAt: d.now().UTC(), By: d.store.Host(), Version: version + 1}
+			UpdatedAt: d.now().UTC(), By: d.store.Host(), Version: version + 1, Call: callOf(rec)}
 		switch _, err := d.store.update(ctx, key, cur, rev); {
 		case err == nil:
 			d.unparkAfter(ctx, rec.RequestID, cur) // waiting.go
@@ -118,4 +119,40 @@ func (d *Deliveries) RecordDeliveryThen(ctx context.Context, rec request.Deliver
 		then(d.RecordDelivery(wctx, rec))
 	}()
 	return nil
+}
+
+// Call is a downstream call as the delivery record write that ends it
+// carries it (request.Delivery.Attempt), so that every host's console
+// shows another host's calls as it shows its own (decision 0146). Only
+// what the record does not already hold: the attempt count, the state
+// it led to and the host are the record's Attempts, State and By. Short
+// keys and integers: it is written with every attempt.
+type Call struct {
+	At      int64  `json:"t"`           // unix nanoseconds when the call started
+	Latency int64  `json:"ns"`          // nanoseconds it took
+	Status  int    `json:"s,omitempty"` // the HTTP status; 0: no HTTP answer
+	Class   string `json:"c,omitempty"` // the downstream error's class; "" once delivered
+	// Error is the call's error where the record's LastError says
+	// something else (the attempt limit reached, a refusal's reason).
+	Error string `json:"e,omitempty"`
+}
+
+// callOf is the call rec ends; nil if none.
+func callOf(rec request.Delivery) *Call {
+	a := rec.Attempt
+	if a == nil {
+		return nil
+	}
+	c := &Call{At: a.At.UnixNano(), Latency: int64(a.Latency), Status: a.HTTPStatus, Class: a.Class}
+	if a.Error != rec.LastError {
+		c.Error = a.Error
+	}
+	return c
+}
+
+// Attempt is the call c as the attempts history keeps it, with what d,
+// the record write that carries it, says of it.
+func (c *Call) Attempt(d *Delivery) *request.Attempt {
+	return &request.Attempt{At: time.Unix(0, c.At).UTC(), Attempt: d.Attempts, Outcome: d.State, HTTPStatus: c.Status,
+		Class: c.Class, Error: cmp.Or(c.Error, d.LastError), Latency: time.Duration(c.Latency), Host: d.By}
 }

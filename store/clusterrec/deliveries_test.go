@@ -3,6 +3,7 @@ package clusterrec_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -89,5 +90,59 @@ func TestDeliveryRecordedOnOneHostIsSeenByAll(t *testing.T) {
 	}
 	if st, err := a.l.Find(ctx, "", "req-d"); err != nil || st.Status != request.StatusDelivered || st.ExternalID != "ext-1" {
 		t.Errorf("a's ledger after its audit = %+v, %v", st, err)
+	}
+}
+
+// A delivery record write that ends a call carries it, compactly: its
+// start, latency, HTTP status and class under one-letter keys, its error
+// only where the record's last error says something else; a write that
+// ends none carries nothing.
+func TestDeliveryRecordCarriesTheCall(t *testing.T) {
+	ctx := ctxT(t)
+	js := embeddedJS(t)
+	a := newHost(t, js, "host-a", clusterrec.Config{})
+	if _, err := a.front.Create(ctx, newRequest("req-call", "called")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 12, 7, 10, 0, 0, 123, time.UTC)
+	call := &request.Attempt{At: start, HTTPStatus: 503, Class: "transient", Error: "HTTP 503: busy", Latency: 60 * time.Millisecond, Host: "box-a"}
+	rec := request.Delivery{RequestID: "req-call", Target: "local", State: "retrying", Attempts: 1, LastError: "HTTP 503: busy", Attempt: call}
+	if err := a.deliv.RecordDelivery(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	got, _, _, err := a.store.Get(ctx, "req-call")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(got.Delivery.Call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"t":1796637600000000123,"ns":60000000,"s":503,"c":"transient"}`; string(b) != want {
+		t.Errorf("the call in the record: %s, want %s", b, want)
+	}
+	if at := got.Delivery.Call.Attempt(got.Delivery); !at.At.Equal(start) || at.HTTPStatus != 503 || at.Error != "HTTP 503: busy" ||
+		at.Host != "host-a" || at.Attempt != 1 || at.Outcome != "retrying" || at.Latency != 60*time.Millisecond {
+		t.Errorf("the call read back: %+v", at)
+	}
+
+	// The limit reached: the record says so, the call keeps its own error.
+	rec.Version, rec.State, rec.Attempts, rec.LastError = 1, "failed", 2, "2 attempts; last error: HTTP 503: busy"
+	rec.Attempt = &request.Attempt{At: start.Add(time.Second), HTTPStatus: 503, Class: "transient", Error: "HTTP 503: busy", Latency: time.Millisecond}
+	if err := a.deliv.RecordDelivery(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	got, _, _, _ = a.store.Get(ctx, "req-call")
+	if c := got.Delivery.Call; c == nil || c.Error != "HTTP 503: busy" || c.Attempt(got.Delivery).Error != "HTTP 503: busy" {
+		t.Errorf("the last call's error: %+v", c)
+	}
+
+	// A write that ends no call (a redrive's reset) carries none.
+	rec.Version, rec.State, rec.Attempts, rec.LastError, rec.Attempt = 2, "retrying", 0, "", nil
+	if err := a.deliv.RecordDelivery(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _, _ = a.store.Get(ctx, "req-call"); got.Delivery.Call != nil {
+		t.Errorf("a write without a call carries %+v", got.Delivery.Call)
 	}
 }

@@ -81,6 +81,9 @@ type Delivery struct {
 	// Version counts the writes, as request.Delivery.Version does: the
 	// forwarder's conditional writes are on it.
 	Version int64 `json:"version"`
+	// Call is the downstream call this write ends, for every host's
+	// console; nil: the write ends none, or an older build wrote it.
+	Call *Call `json:"call,omitempty"`
 }
 
 // Scoped is the record's request under its scoped id (ticket.ScopedID).

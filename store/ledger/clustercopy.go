@@ -67,7 +67,13 @@ var clusterCopyMigrations = []sqlitedb.Step{{Version: ConsoleSchemaVersion, SQL:
 		PRIMARY KEY (request_id, seq)
 	) WITHOUT ROWID;
 	CREATE INDEX cluster_trail_seq ON cluster_trail(seq);
-	CREATE TABLE cluster_copy_cursors (name TEXT PRIMARY KEY, pos INTEGER NOT NULL) WITHOUT ROWID;`}}
+	CREATE TABLE cluster_copy_cursors (name TEXT PRIMARY KEY, pos INTEGER NOT NULL) WITHOUT ROWID;`},
+	// The calls the delivery record's writes carry (clusterrec.Call,
+	// decision 0146), as this host's attempts table keeps its own: a write
+	// folded before, or written by an older build, has none (zeros).
+	{Version: trail.IndexVersion, SQL: `ALTER TABLE cluster_attempts ADD COLUMN http_status INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE cluster_attempts ADD COLUMN class TEXT NOT NULL DEFAULT '';
+	ALTER TABLE cluster_attempts ADD COLUMN latency_ns INTEGER NOT NULL DEFAULT 0;`}}
 
 // ClusterCursor is the last sequence of stream name (request.CopyRecords,
 // request.CopyTrail) the copy holds; 0: none.
@@ -128,9 +134,15 @@ func (l *Ledger) FoldRecords(ctx context.Context, recs []request.CopiedRecord, u
 			if r.Delivery == nil || version == 0 {
 				continue
 			}
-			if _, err := p.ExecContext(ctx, `INSERT OR IGNORE INTO cluster_attempts (id, version, at, attempt, outcome, error, host)
-				SELECT id, ?, ?, ?, ?, ?, ? FROM cluster_requests WHERE rkey = ?`,
-				version, upd, attempts, r.Delivery.State, lastErr, r.By, r.Key); err != nil {
+			// A write that ends a call is that call, at its start; another
+			// (a claim before a call, a lookup's outcome) is the write.
+			at, errText, status, class, latency := upd, lastErr, 0, "", int64(0)
+			if a := r.Delivery.Attempt; a != nil {
+				at, errText, status, class, latency = a.At.UnixNano(), a.Error, a.HTTPStatus, a.Class, int64(a.Latency)
+			}
+			if _, err := p.ExecContext(ctx, `INSERT OR IGNORE INTO cluster_attempts (id, version, at, attempt, outcome, error, host, http_status, class, latency_ns)
+				SELECT id, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM cluster_requests WHERE rkey = ?`,
+				version, at, attempts, r.Delivery.State, errText, r.By, status, class, latency, r.Key); err != nil {
 				return err
 			}
 			if version > KeptAttempts {
@@ -286,10 +298,10 @@ func (l *Ledger) ClusterRequest(ctx context.Context, id string) (request.CopiedR
 
 // ClusterAttempts reads the delivery record's writes the copy kept of the
 // request whose scoped id is id, oldest first: each with the host that
-// wrote it (no HTTP status or latency: the record does not carry them).
+// wrote it, and the HTTP status, class and latency of the call it ended
+// (none for a write that ended no call, or one an older build wrote).
 func (l *Ledger) ClusterAttempts(ctx context.Context, id string) ([]request.Attempt, error) {
-	rows, err := l.db.Reader().QueryContext(ctx, `SELECT a.at, a.attempt, a.outcome, a.error, a.host
-		FROM cluster_requests r JOIN cluster_attempts a ON a.id = r.id WHERE r.request_id = ? ORDER BY a.version`, id)
+	rows, err := l.db.Reader().QueryContext(ctx, clusterAttemptsQuery, id)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: cluster attempts of %s: %w", id, err)
 	}
@@ -297,20 +309,28 @@ func (l *Ledger) ClusterAttempts(ctx context.Context, id string) ([]request.Atte
 	var out []request.Attempt
 	for rows.Next() {
 		var a request.Attempt
-		var at int64
-		if err := rows.Scan(&at, &a.Attempt, &a.Outcome, &a.Error, &a.Host); err != nil {
+		var at, latency int64
+		if err := rows.Scan(&at, &a.Attempt, &a.Outcome, &a.Error, &a.Host, &a.HTTPStatus, &a.Class, &latency); err != nil {
 			return nil, fmt.Errorf("ledger: cluster attempts of %s: %w", id, err)
 		}
-		a.At = time.Unix(0, at).UTC()
+		a.At, a.Latency = time.Unix(0, at).UTC(), time.Duration(latency)
 		out = append(out, a)
 	}
 	return out, rows.Err()
 }
 
+// A request's page reads its rows of the copy by index (its request id
+// first in each key), as TestClusterRequestQueriesReadIndexes checks.
+const (
+	clusterAttemptsQuery = `SELECT a.at, a.attempt, a.outcome, a.error, a.host, a.http_status, a.class, a.latency_ns
+		FROM cluster_requests r JOIN cluster_attempts a ON a.id = r.id WHERE r.request_id = ? ORDER BY r.id, a.version`
+	clusterTrailQuery = `SELECT entry FROM cluster_trail WHERE request_id = ? ORDER BY seq`
+)
+
 // ClusterTrail reads the other hosts' audit entries the copy holds of the
 // request whose scoped id is id, in the trail stream's order.
 func (l *Ledger) ClusterTrail(ctx context.Context, id string) ([]trail.Entry, error) {
-	rows, err := l.db.Reader().QueryContext(ctx, `SELECT entry FROM cluster_trail WHERE request_id = ? ORDER BY seq`, id)
+	rows, err := l.db.Reader().QueryContext(ctx, clusterTrailQuery, id)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: cluster trail of %s: %w", id, err)
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"ticketrelay/request"
 	"ticketrelay/store/ledger"
+	"ticketrelay/testkit/fixture"
 )
 
 func clusterRec(i int, host, state string, version int64, rev uint64) request.CopiedRecord {
@@ -123,4 +125,53 @@ func BenchmarkListCluster(b *testing.B) {
 	}
 	slices.Sort(took)
 	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// A delivery record write that carries the call it ended is kept with
+// that call's time, HTTP status, class, latency and error; one without
+// (a claim before a call, or written by an older build) with zeros, at
+// the write's time.
+func TestClusterCopyKeepsCalls(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	ctx := context.Background()
+	plain := clusterRec(3, "host-b", "retrying", 1, 1)
+	called := clusterRec(3, "host-b", "delivered", 2, 2)
+	start := called.Delivery.UpdatedAt.Add(-time.Second)
+	called.Delivery.Attempt = &request.Attempt{At: start, HTTPStatus: 0, Latency: 42 * time.Millisecond, Error: ""}
+	failed := clusterRec(3, "host-b", "failed", 3, 3)
+	failed.Delivery.Attempt = &request.Attempt{At: start.Add(time.Minute), HTTPStatus: 422, Class: "permanent", Error: "HTTP 422: bad field",
+		Latency: 7 * time.Millisecond}
+	if err := e.l.FoldRecords(ctx, []request.CopiedRecord{plain, called, failed}, 3); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.l.ClusterAttempts(ctx, plain.RequestID)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("ClusterAttempts: %+v, %v", got, err)
+	}
+	if a := got[0]; !a.At.Equal(plain.Delivery.UpdatedAt) || a.HTTPStatus != 0 || a.Class != "" || a.Latency != 0 || a.Error != "eretrying" {
+		t.Errorf("a write without its call: %+v; want the write's time and error, no call", a)
+	}
+	if a := got[1]; !a.At.Equal(start) || a.Latency != 42*time.Millisecond || a.Outcome != "delivered" || a.Host != "host-b" || a.Attempt != 2 {
+		t.Errorf("the delivering call: %+v", a)
+	}
+	if a := got[2]; a.HTTPStatus != 422 || a.Class != "permanent" || a.Error != "HTTP 422: bad field" || a.Latency != 7*time.Millisecond {
+		t.Errorf("the refused call: %+v", a)
+	}
+}
+
+// A request's page reads the other hosts' attempts and audit entries from
+// the copy by index, never by a scan of the copy (checked on an empty
+// file: no ANALYZE, so the plans are a full one's).
+func TestClusterRequestQueriesReadIndexes(t *testing.T) {
+	e := openEnv(t, dbPath(t))
+	db := fixture.Raw(t, e.path)
+	for name, c := range map[string]struct{ q, want string }{
+		"attempts": {ledger.ClusterAttemptsQueryForTest, "SEARCH r USING COVERING INDEX cluster_requests_request_id (request_id=?); SEARCH a USING PRIMARY KEY (id=?)"},
+		"trail":    {ledger.ClusterTrailQueryForTest, "SEARCH cluster_trail USING PRIMARY KEY (request_id=?)"},
+	} {
+		p := explain(t, db, c.q, "ops:req-1")
+		if !strings.Contains(p, c.want) || strings.Contains(p, "SCAN") || strings.Contains(p, "TEMP B-TREE") {
+			t.Errorf("a request's %s in the copy: plan %s; want %s, no scan, no sort", name, p, c.want)
+		}
+	}
 }

@@ -166,21 +166,7 @@ func TestConsoleQueriesReadIndexes(t *testing.T) {
 // explain is the query plan of q with args: its steps, joined by "; ".
 func explain(t *testing.T, db *sql.DB, q string, args ...any) string {
 	t.Helper()
-	rows, err := db.Query(`EXPLAIN QUERY PLAN `+q, args...)
-	if err != nil {
-		t.Fatalf("explain %s: %v", q, err)
-	}
-	defer rows.Close()
-	var lines []string
-	for rows.Next() {
-		var id, parent, unused int
-		var detail string
-		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, detail)
-	}
-	return strings.Join(lines, "; ")
+	return fixture.QueryPlan(t, db, q, args...)
 }
 
 // The retrying list holds the retrying records and the attempts waiting

@@ -22,7 +22,7 @@ const SchemaVersion = 13
 
 // Migrations are the trail's steps of the database's one migration
 // sequence (the ledger runs them all). Append only.
-var Migrations = []sqlitedb.Step{{Version: SchemaVersion, SQL: schemaV1}}
+var Migrations = []sqlitedb.Step{{Version: SchemaVersion, SQL: schemaV1}, indexStep}
 
 // schemaV1 keeps the trail as batches: one row per batch the writer
 // stores, its entries as JSON lines. One row per entry, with the indexes
@@ -127,12 +127,16 @@ func (s *Store) Append(ctx context.Context, entries []Entry) (int64, error) {
 	if err := clean(entries); err != nil {
 		return 0, err
 	}
+	rows, err := encode(entries)
+	if err != nil {
+		return 0, err
+	}
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("trail: begin: %w", err)
 	}
 	defer tx.Rollback()
-	last, err := insert(ctx, tx, entries)
+	last, err := insert(ctx, tx, rows)
 	if err != nil {
 		return 0, err
 	}
@@ -153,10 +157,18 @@ func clean(entries []Entry) error {
 	return nil
 }
 
-// insert adds entries, cleaned, in tx, batchSpan a row, and returns the
-// seq of the last.
-func insert(ctx context.Context, tx *sql.Tx, entries []Entry) (int64, error) {
-	var last int64
+// batchRow is one row of the trail as insert stores it.
+type batchRow struct {
+	firstAt, lastAt int64
+	entries         []byte
+	keys            any // requestKeys
+	n               int
+}
+
+// encode makes the rows of entries, cleaned, batchSpan a row: before the
+// transaction, so that the write lock is held for the inserts only.
+func encode(entries []Entry) ([]batchRow, error) {
+	var rows []batchRow
 	for len(entries) > 0 {
 		n := min(len(entries), batchSpan)
 		var b bytes.Buffer
@@ -165,11 +177,22 @@ func insert(ctx context.Context, tx *sql.Tx, entries []Entry) (int64, error) {
 		for _, e := range entries[:n] {
 			e.Seq, e.Host = 0, ""
 			if err := enc.Encode(e); err != nil {
-				return 0, fmt.Errorf("trail: encode: %w", err)
+				return nil, fmt.Errorf("trail: encode: %w", err)
 			}
 			first, lastAt = min(first, e.Time.UnixNano()), max(lastAt, e.Time.UnixNano())
 		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO trail (first_at, last_at, entries) VALUES (?, ?, ?)`, first, lastAt, b.Bytes())
+		rows = append(rows, batchRow{firstAt: first, lastAt: lastAt, entries: b.Bytes(), keys: requestKeys(entries[:n]), n: n})
+		entries = entries[n:]
+	}
+	return rows, nil
+}
+
+// insert stores rows in tx and returns the seq of the last entry.
+func insert(ctx context.Context, tx *sql.Tx, rows []batchRow) (int64, error) {
+	var last int64
+	for _, r := range rows {
+		res, err := tx.ExecContext(ctx, `INSERT INTO trail (first_at, last_at, entries, request_keys) VALUES (?, ?, ?, ?)`,
+			r.firstAt, r.lastAt, r.entries, r.keys)
 		if err != nil {
 			return 0, fmt.Errorf("trail: insert: %w", err)
 		}
@@ -177,26 +200,17 @@ func insert(ctx context.Context, tx *sql.Tx, entries []Entry) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("trail: insert: %w", err)
 		}
-		last = row*batchSpan + int64(n-1)
-		entries = entries[n:]
+		last = row*batchSpan + int64(r.n-1)
 	}
 	return last, nil
 }
 
 // Query returns the entries f selects, oldest first. The rows are chosen
-// by time and seq; every other filter reads the entries of those rows.
+// by time and seq, and by the request index when f names a request; every
+// other filter reads the entries of those rows.
 func (s *Store) Query(ctx context.Context, f Filter) ([]Entry, error) {
-	q := `SELECT seq, entries FROM trail WHERE seq >= ?`
-	args := []any{f.AfterSeq / batchSpan}
-	if !f.Since.IsZero() {
-		q += ` AND last_at >= ?`
-		args = append(args, f.Since.UnixNano())
-	}
-	if !f.Until.IsZero() {
-		q += ` AND first_at < ?`
-		args = append(args, f.Until.UnixNano())
-	}
-	rows, err := s.read.QueryContext(ctx, q+` ORDER BY seq`, args...)
+	q, args := queryRows(f)
+	rows, err := s.read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("trail: query: %w", err)
 	}
@@ -226,6 +240,26 @@ func (s *Store) Query(ctx context.Context, f Filter) ([]Entry, error) {
 		return nil, fmt.Errorf("trail: query: %w", err)
 	}
 	return out, nil
+}
+
+// queryRows is the statement that reads the rows Query filters.
+func queryRows(f Filter) (string, []any) {
+	q, order := `SELECT t.seq, t.entries FROM trail t WHERE t.seq >= ?`, "t.seq"
+	args := []any{f.AfterSeq / batchSpan}
+	if f.RequestID != "" {
+		// In the index's order: no sort.
+		q, order = `SELECT t.seq, t.entries FROM trail_requests r JOIN trail t ON t.seq = r.seq WHERE r.rkey = ? AND r.seq >= ?`, "r.seq"
+		args = []any{requestKey(f.RequestID), f.AfterSeq / batchSpan}
+	}
+	if !f.Since.IsZero() {
+		q += ` AND t.last_at >= ?`
+		args = append(args, f.Since.UnixNano())
+	}
+	if !f.Until.IsZero() {
+		q += ` AND t.first_at < ?`
+		args = append(args, f.Until.UnixNano())
+	}
+	return q + ` ORDER BY ` + order, args
 }
 
 // ForRequest returns every entry of the request with scoped id scopedID

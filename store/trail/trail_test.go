@@ -24,7 +24,7 @@ import (
 
 // openStore opens a fresh database the way both processes do: the ledger
 // migrates it, the trail opens beside it.
-func openStore(t *testing.T) (*trail.Store, string) {
+func openStore(t testing.TB) (*trail.Store, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "tickets.db")
 	db, err := store.Open(context.Background(), path)

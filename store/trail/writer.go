@@ -196,9 +196,13 @@ func (w *Writer) append(batch []Entry) error {
 	if err := clean(batch); err != nil {
 		return err
 	}
+	rows, err := encode(batch)
+	if err != nil {
+		return err
+	}
 	done := make(chan error, 1)
-	err := w.cfg.Commit.InTxThen(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := insert(ctx, tx, batch)
+	err = w.cfg.Commit.InTxThen(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := insert(ctx, tx, rows)
 		return err
 	}, func(err error) { done <- err })
 	if err != nil {
