@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"ticketrelay/store/ledger"
 	"ticketrelay/store/sqlitedb"
 	"ticketrelay/testkit/fixture"
+	"ticketrelay/ticket"
 )
 
 // scanCounts counts every target's requests by where they stand the slow
@@ -28,6 +30,28 @@ func scanCounts(t *testing.T, e *env) map[string]int {
 			UNION ALL
 			SELECT r.target, 'waiting' FROM requests r LEFT JOIN deliveries d ON d.id = r.id WHERE d.id IS NULL
 		) GROUP BY target, shown`)
+}
+
+// pairs reads q's rows of two columns as "a/b".
+func pairs(t *testing.T, db *sql.DB, q string) []string {
+	t.Helper()
+	rows, err := db.Query(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var a, b any
+		if err := rows.Scan(&a, &b); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%v/%v", a, b))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // countRows reads q's rows of (target, shown, n) as "target/shown": n.
@@ -73,6 +97,27 @@ func sameCounts(t *testing.T, e *env, when string) {
 	want, got := scanCounts(t, e), keptCounts(t, e)
 	if fmt.Sprint(want) != fmt.Sprint(got) {
 		t.Fatalf("%s: the counts kept on write %v; the ledger holds %v", when, got, want)
+	}
+	sameListIndex(t, e, when)
+}
+
+// sameListIndex checks the tables the console's lists read (decision
+// 0156) against the ledger read whole: the requests without a delivery
+// record, under their target, and those accepted out of order (earlier
+// than a request of a smaller id).
+func sameListIndex(t *testing.T, e *env, when string) {
+	t.Helper()
+	db := fixture.Raw(t, e.path)
+	for _, c := range []struct{ name, kept, scanned string }{
+		{"the requests without a delivery record", `SELECT id, target FROM undelivered ORDER BY id`,
+			`SELECT r.id, r.target FROM requests r WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.id = r.id) ORDER BY r.id`},
+		{"the requests accepted out of order", `SELECT id, created_at FROM requests_late ORDER BY id`,
+			`SELECT r.id, r.created_at FROM requests r WHERE r.created_at < (SELECT max(o.created_at) FROM requests o WHERE o.id < r.id) ORDER BY r.id`},
+	} {
+		kept, scanned := pairs(t, db, c.kept), pairs(t, db, c.scanned)
+		if fmt.Sprint(kept) != fmt.Sprint(scanned) {
+			t.Fatalf("%s: %s kept on write %v; the ledger holds %v", when, c.name, kept, scanned)
+		}
 	}
 }
 
@@ -127,6 +172,42 @@ func TestCountsKeptOnWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameCounts(t, e, "after a redrive and a resolve")
+	// A fingerprinted create and its occurrence (a comment on its
+	// ticket), a comment parked on an undelivered create, a request
+	// committed with an earlier acceptance time (another host's claim),
+	// and a delivery record mirrored from the cluster record.
+	first, err := e.l.Group(ctx, fingerprinted("fp-1", "checkout-500"), request.Grouping{Window: time.Hour, Comments: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.l.Group(ctx, fingerprinted("fp-2", "checkout-500"), request.Grouping{Window: time.Hour, Comments: true}); err != nil {
+		t.Fatal(err)
+	}
+	c := ticket.Request{RequestID: "cmt-1", Tool: "add_comment", Target: "local", Body: "again", Action: ticket.Action{On: "fp-1"}}
+	if err := c.NormalizeComment(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.l.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if parked, err := e.l.Park(ctx, "cmt-1"); err != nil || !parked {
+		t.Fatalf("Park(cmt-1) = %v, %v; want parked", parked, err)
+	}
+	early := newRequest("claimed-earlier")
+	if _, err := e.l.CreateAt(ctx, early, early.Hash(), e.clock.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	sameCounts(t, e, "after grouping, parking and a request accepted out of order")
+	if n := fixture.Count(t, fixture.Raw(t, e.path), `SELECT count(*) FROM requests_late`); n != 1 {
+		t.Fatalf("%d requests accepted out of order, want 1 (claimed-earlier)", n)
+	}
+	if err := e.l.MirrorDelivery(ctx, request.Delivery{RequestID: first.RequestID, Target: "local", State: "delivered", Attempts: 1, Version: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.l.MirrorDelivery(ctx, request.Delivery{RequestID: early.Scoped(), Target: "local", State: "retrying", Attempts: 1, Version: 1, NextAttemptAt: later}); err != nil {
+		t.Fatal(err)
+	}
+	sameCounts(t, e, "after mirrored delivery records (the create's settles its parked comment)")
 	e.clock.Add(48 * time.Hour)
 	if _, err := e.l.Prune(ctx, e.clock.Now(), 100); err != nil {
 		t.Fatal(err)
