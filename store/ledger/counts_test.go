@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -219,23 +221,38 @@ func TestCountsKeptOnWrite(t *testing.T) {
 }
 
 // BenchmarkCountsOnWrite: accepting and delivering requests from 32
-// goroutines with the counts' triggers against the same ledger without
-// them, alternated round by round (run with -bench CountsOnWrite).
+// goroutines, alternated round by round across what the ledger keeps on
+// write for the console: the counts' triggers (0153) and the lists'
+// indexes (0156), each with and without the other (run with -bench
+// CountsOnWrite -benchtime 1x). It reports each variant's median round:
+// writes a second, and the process CPU per write; a median, since the
+// box's other work comes and goes within a run.
 func BenchmarkCountsOnWrite(b *testing.B) {
-	const n, rounds = 5000, 3
-	var took [2]time.Duration // kept, dropped
-	for round := range 2 * rounds {
-		dropped := round%2 == 1
-		var triggers []string
-		if dropped {
-			triggers = []string{"request_in", "request_out", "request_target", "delivery_in", "delivery_change", "delivery_out"}
-		}
-		l, done := roundLedger(b, "request_counts_", triggers)
+	const n, rounds = 3000, 7
+	counts := []string{"DROP TRIGGER request_counts_request_in", "DROP TRIGGER request_counts_request_out",
+		"DROP TRIGGER request_counts_request_target", "DROP TRIGGER request_counts_delivery_in",
+		"DROP TRIGGER request_counts_delivery_change", "DROP TRIGGER request_counts_delivery_out"}
+	lists := []string{"DROP TRIGGER list_index_request_in", "DROP TRIGGER list_index_request_out",
+		"DROP TRIGGER list_index_request_target", "DROP TRIGGER list_index_delivery_in", "DROP TRIGGER list_index_delivery_out",
+		"DROP INDEX requests_subject", "DROP INDEX requests_target", "DROP INDEX requests_fingerprint"}
+	variants := []struct {
+		name string
+		drop []string
+	}{
+		{"counts+lists", nil},
+		{"counts", lists},
+		{"lists", counts},
+		{"none", slices.Concat(counts, lists)},
+	}
+	rate, cpu := make([][]float64, len(variants)), make([][]float64, len(variants))
+	for round := range len(variants) * rounds {
+		v := round % len(variants)
+		l, done := roundLedger(b, variants[v].drop)
 		reqs := benchRequests(b, n)
 		for i := range reqs {
 			reqs[i].RequestID = fmt.Sprintf("r%d-%s", round, reqs[i].RequestID)
 		}
-		start := time.Now()
+		start, cpuStart := time.Now(), processCPU(b)
 		createConcurrently(b, l, 32, reqs, false)
 		var next atomic.Int64
 		var wg sync.WaitGroup
@@ -255,12 +272,24 @@ func BenchmarkCountsOnWrite(b *testing.B) {
 			})
 		}
 		wg.Wait()
-		took[map[bool]int{false: 0, true: 1}[dropped]] += time.Since(start)
+		rate[v] = append(rate[v], float64(3*n)/time.Since(start).Seconds())
+		cpu[v] = append(cpu[v], float64((processCPU(b)-cpuStart).Microseconds())/float64(3*n))
 		done()
 	}
-	b.ReportMetric(float64(3*n*rounds)/took[0].Seconds(), "writes/s-kept")
-	b.ReportMetric(float64(3*n*rounds)/took[1].Seconds(), "writes/s-without")
-	b.ReportMetric(took[1].Seconds()/took[0].Seconds(), "ratio")
+	median := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
+	for v, variant := range variants {
+		b.ReportMetric(median(rate[v]), "writes/s-"+variant.name)
+		b.ReportMetric(median(cpu[v]), "cpu-µs/write-"+variant.name)
+	}
+}
+
+// processCPU is the CPU time the process has used, user and system.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // The copy's counts kept on write equal a count over the whole copy after
@@ -344,9 +373,9 @@ func BenchmarkClusterCountsOnFold(b *testing.B) {
 		dropped := round%2 == 1
 		var triggers []string
 		if dropped {
-			triggers = []string{"in", "change", "out"}
+			triggers = []string{"DROP TRIGGER cluster_counts_in", "DROP TRIGGER cluster_counts_change", "DROP TRIGGER cluster_counts_out"}
 		}
-		l, done := roundLedger(b, "cluster_counts_", triggers)
+		l, done := roundLedger(b, triggers)
 		start := time.Now()
 		var rev uint64
 		for version, state := range []string{"", request.DeliveryAttempting, "delivered"} {
@@ -369,9 +398,9 @@ func BenchmarkClusterCountsOnFold(b *testing.B) {
 	b.ReportMetric(took[1].Seconds()/took[0].Seconds(), "ratio")
 }
 
-// roundLedger is a new ledger for one round of a benchmark, without the
-// triggers prefix+each of drop; done closes it.
-func roundLedger(b *testing.B, prefix string, drop []string) (l *ledger.Ledger, done func()) {
+// roundLedger is a new ledger for one round of a benchmark, after the
+// statements drop (dropping triggers, indexes); done closes it.
+func roundLedger(b *testing.B, drop []string) (l *ledger.Ledger, done func()) {
 	b.Helper()
 	path := filepath.Join(b.TempDir(), "tickets.db")
 	db, err := store.Open(context.Background(), path)
@@ -379,8 +408,8 @@ func roundLedger(b *testing.B, prefix string, drop []string) (l *ledger.Ledger, 
 		b.Fatal(err)
 	}
 	w := sqlitedb.NewWriter(db, discard(), metrics.NewFront(prometheus.NewRegistry()).Writer)
-	for _, tr := range drop {
-		if _, err := fixture.Raw(b, path).Exec(`DROP TRIGGER ` + prefix + tr); err != nil {
+	for _, stmt := range drop {
+		if _, err := fixture.Raw(b, path).Exec(stmt); err != nil {
 			b.Fatal(err)
 		}
 	}
