@@ -223,8 +223,10 @@ func TestCountsKeptOnWrite(t *testing.T) {
 // BenchmarkCountsOnWrite: accepting and delivering requests from 32
 // goroutines, alternated round by round across what the ledger keeps on
 // write for the console: the counts' triggers (0153) and the lists'
-// indexes (0156), each with and without the other (run with -bench
-// CountsOnWrite -benchtime 1x). It reports each variant's median round:
+// indexes (0156), each with and without the other; and the counts kept
+// by the writer instead, one upsert per target and status per group
+// commit, stood in for by a job that joins every batch with four upserts
+// (run with -bench CountsOnWrite -benchtime 1x). It reports each variant's median round:
 // writes a second, and the process CPU per write; a median, since the
 // box's other work comes and goes within a run.
 func BenchmarkCountsOnWrite(b *testing.B) {
@@ -236,18 +238,25 @@ func BenchmarkCountsOnWrite(b *testing.B) {
 		"DROP TRIGGER list_index_request_target", "DROP TRIGGER list_index_delivery_in", "DROP TRIGGER list_index_delivery_out",
 		"DROP INDEX requests_subject", "DROP INDEX requests_target", "DROP INDEX requests_fingerprint"}
 	variants := []struct {
-		name string
-		drop []string
+		name    string
+		drop    []string
+		batched bool
 	}{
-		{"counts+lists", nil},
-		{"counts", lists},
-		{"lists", counts},
-		{"none", slices.Concat(counts, lists)},
+		{"counts+lists", nil, false},
+		{"counts", lists, false},
+		{"lists", counts, false},
+		{"none", slices.Concat(counts, lists), false},
+		{"writer", slices.Concat(counts, lists), true},
 	}
 	rate, cpu := make([][]float64, len(variants)), make([][]float64, len(variants))
 	for round := range len(variants) * rounds {
 		v := round % len(variants)
-		l, done := roundLedger(b, variants[v].drop)
+		l, w, done := roundLedger(b, variants[v].drop)
+		stop := make(chan struct{})
+		var batches sync.WaitGroup
+		if variants[v].batched {
+			batches.Go(func() { upsertEveryBatch(b, w, stop) })
+		}
 		reqs := benchRequests(b, n)
 		for i := range reqs {
 			reqs[i].RequestID = fmt.Sprintf("r%d-%s", round, reqs[i].RequestID)
@@ -272,6 +281,8 @@ func BenchmarkCountsOnWrite(b *testing.B) {
 			})
 		}
 		wg.Wait()
+		close(stop)
+		batches.Wait()
 		rate[v] = append(rate[v], float64(3*n)/time.Since(start).Seconds())
 		cpu[v] = append(cpu[v], float64((processCPU(b)-cpuStart).Microseconds())/float64(3*n))
 		done()
@@ -280,6 +291,32 @@ func BenchmarkCountsOnWrite(b *testing.B) {
 	for v, variant := range variants {
 		b.ReportMetric(median(rate[v]), "writes/s-"+variant.name)
 		b.ReportMetric(median(cpu[v]), "cpu-µs/write-"+variant.name)
+	}
+}
+
+// upsertEveryBatch submits, until stop, a job of four upserts of the
+// counts, the next as soon as the last committed: one joins each group
+// commit, as counts the writer kept per batch would.
+func upsertEveryBatch(b *testing.B, w *sqlitedb.Writer, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		err := w.InTx(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+			for _, shown := range []string{"waiting", "attempting", "delivered", "retrying"} {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO request_counts (target, shown, n) VALUES ('local', ?, 1)
+					ON CONFLICT (target, shown) DO UPDATE SET n = n + excluded.n`, shown); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Error(err)
+			return
+		}
 	}
 }
 
@@ -375,7 +412,7 @@ func BenchmarkClusterCountsOnFold(b *testing.B) {
 		if dropped {
 			triggers = []string{"DROP TRIGGER cluster_counts_in", "DROP TRIGGER cluster_counts_change", "DROP TRIGGER cluster_counts_out"}
 		}
-		l, done := roundLedger(b, triggers)
+		l, _, done := roundLedger(b, triggers)
 		start := time.Now()
 		var rev uint64
 		for version, state := range []string{"", request.DeliveryAttempting, "delivered"} {
@@ -400,18 +437,18 @@ func BenchmarkClusterCountsOnFold(b *testing.B) {
 
 // roundLedger is a new ledger for one round of a benchmark, after the
 // statements drop (dropping triggers, indexes); done closes it.
-func roundLedger(b *testing.B, drop []string) (l *ledger.Ledger, done func()) {
+func roundLedger(b *testing.B, drop []string) (l *ledger.Ledger, w *sqlitedb.Writer, done func()) {
 	b.Helper()
 	path := filepath.Join(b.TempDir(), "tickets.db")
 	db, err := store.Open(context.Background(), path)
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := sqlitedb.NewWriter(db, discard(), metrics.NewFront(prometheus.NewRegistry()).Writer)
+	w = sqlitedb.NewWriter(db, discard(), metrics.NewFront(prometheus.NewRegistry()).Writer)
 	for _, stmt := range drop {
 		if _, err := fixture.Raw(b, path).Exec(stmt); err != nil {
 			b.Fatal(err)
 		}
 	}
-	return ledger.New(db, w, time.Now), func() { w.Close(); db.Close() }
+	return ledger.New(db, w, time.Now), w, func() { w.Close(); db.Close() }
 }
