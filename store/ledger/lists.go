@@ -25,7 +25,7 @@ import (
 // index drives, merged with the requests accepted out of order in it.
 
 // estimateCap bounds the index entries read to compare two drivers: past
-// it, both are large and the first in driverRank order drives.
+// it, both are large and the first listCandidates lists drives.
 const estimateCap = 2000
 
 // listFamily is what the ledger's list and the cluster copy's differ in:
@@ -37,7 +37,7 @@ type listFamily struct {
 	// listPage (and, for the copy, its extra ones).
 	cols string
 	// statusDrivers are the parts that read the status s (of target, if
-	// given) from its index, and whether the target is then answered.
+	// given) from its index.
 	statusDrivers func(s, target string) []listPart
 	// statusJoin is the join of the delivery records, for a part driven
 	// by a request's index, and the condition that keeps status s.
@@ -231,14 +231,8 @@ var allIDs = listBounds{lo: 0, hi: math.MaxInt64}
 // that can drive it, each checking the other filters on its rows; the
 // first in rank order, then, are the likelier to be small.
 func (fam listFamily) listCandidates(f RequestFilter, b listBounds, words []string) ([]listQuery, error) {
-	if f.Limit <= 0 || f.Limit > 500 {
-		return nil, fmt.Errorf("ledger: list requests: a page is 1 to 500 rows, not %d", f.Limit)
-	}
-	if !slices.Contains(listStatusNames, f.Status) {
-		return nil, fmt.Errorf("ledger: list requests: no status %q (all, waiting, in_flight, retrying, failed, uncertain, delivered)", f.Status)
-	}
-	if f.Fingerprint != "" && !fam.fingerprint {
-		return nil, errors.New("ledger: list requests: the copy of the cluster record holds no fingerprints; filter a host's own list by fingerprint")
+	if err := fam.check(f); err != nil {
+		return nil, err
 	}
 	timed := !f.From.IsZero() || !f.To.IsZero()
 	// filters adds every filter but the driver's own to p.
@@ -360,6 +354,20 @@ func (fam listFamily) listCandidates(f RequestFilter, b listBounds, words []stri
 	return out, nil
 }
 
+// check refuses a filter no page can answer, before anything is read.
+func (fam listFamily) check(f RequestFilter) error {
+	if f.Limit <= 0 || f.Limit > 500 {
+		return fmt.Errorf("ledger: list requests: a page is 1 to 500 rows, not %d", f.Limit)
+	}
+	if !slices.Contains(listStatusNames, f.Status) {
+		return fmt.Errorf("ledger: list requests: no status %q (all, waiting, in_flight, retrying, failed, uncertain, delivered)", f.Status)
+	}
+	if f.Fingerprint != "" && !fam.fingerprint {
+		return errors.New("ledger: list requests: the copy of the cluster record holds no fingerprints; filter a host's own list by fingerprint")
+	}
+	return nil
+}
+
 var listStatusNames = []string{ListAll, ListWaiting, ListInFlight, string(request.StatusRetrying),
 	string(request.StatusFailed), string(request.StatusUncertain), string(request.StatusDelivered)}
 
@@ -370,7 +378,7 @@ func (l *Ledger) bounds(ctx context.Context, fam listFamily, f RequestFilter) (l
 	b := allIDs
 	db := l.db.Reader()
 	if f.Text != "" {
-		for _, id := range []string{f.Text, ticket.ScopedID(f.Subject, f.Text)} {
+		for _, id := range slices.Compact([]string{f.Text, ticket.ScopedID(f.Subject, f.Text)}) {
 			var found string
 			err := db.QueryRowContext(ctx, `SELECT request_id FROM `+fam.table+` WHERE request_id = ? LIMIT 1`, id).Scan(&found)
 			if err == nil {
@@ -414,8 +422,8 @@ func (l *Ledger) bounds(ctx context.Context, fam listFamily, f RequestFilter) (l
 
 // listQueryFor is the query of f's page: its candidates' smallest.
 func (l *Ledger) listQueryFor(ctx context.Context, fam listFamily, f RequestFilter) (listQuery, error) {
-	if f.Limit <= 0 || f.Limit > 500 {
-		return listQuery{}, fmt.Errorf("ledger: list requests: a page is 1 to 500 rows, not %d", f.Limit)
+	if err := fam.check(f); err != nil {
+		return listQuery{}, err
 	}
 	b, words, err := l.bounds(ctx, fam, f)
 	if err != nil {
