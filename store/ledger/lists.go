@@ -65,16 +65,7 @@ var ledgerFamily = listFamily{
 		if target != "" {
 			base.drive = "deliveries d INDEXED BY deliveries_state"
 		}
-		var parts []listPart
-		for _, c := range stateRanges(s, "d.") {
-			p := base.clone()
-			p.cond(c.cond, c.args...)
-			if target != "" {
-				p.cond(`d.target = ?`, target)
-			}
-			parts = append(parts, p)
-		}
-		return parts
+		return stateParts(base, s, target, "d.")
 	},
 	statusJoin: func(s string) (string, string, []any) {
 		switch s {
@@ -106,19 +97,10 @@ var clusterFamily = listFamily{
 		if target != "" {
 			base.drive = "cluster_requests r INDEXED BY cluster_requests_state_target"
 		}
-		var parts []listPart
-		for _, c := range stateRanges(s, "r.") {
-			p := base.clone()
-			p.cond(c.cond, c.args...)
-			if target != "" {
-				p.cond(`r.target = ?`, target)
-			}
-			if s == ListWaiting {
-				p.filter(`r.phase = 'accepted'`)
-			}
-			parts = append(parts, p)
+		if s == ListWaiting {
+			base.filter(`r.phase = 'accepted'`)
 		}
-		return parts
+		return stateParts(base, s, target, "r.")
 	},
 	statusJoin: func(s string) (string, string, []any) {
 		if s == ListWaiting {
@@ -130,6 +112,21 @@ var clusterFamily = listFamily{
 	targetCond: func(string) string { return `r.target = ?` },
 	indexes: map[string]string{"subject": "cluster_requests_subject", "target": "cluster_requests_target",
 		"request_id": "cluster_requests_request_id"},
+}
+
+// stateParts are base read over each range of status s (of target, if
+// given) of a state index whose table's columns prefix names.
+func stateParts(base listPart, s, target, prefix string) []listPart {
+	var parts []listPart
+	for _, c := range stateRanges(s, prefix) {
+		p := base.clone()
+		p.cond(c.cond, c.args...)
+		if target != "" {
+			p.cond(prefix+`target = ?`, target)
+		}
+		parts = append(parts, p)
+	}
+	return parts
 }
 
 // stateRanges are the ranges of a state index (prefix names its table's

@@ -71,6 +71,23 @@ func got(t *testing.T, list func(context.Context, ledger.RequestFilter) (ledger.
 	}
 }
 
+// sameAsAWalk checks that list lists, for each of filters, what a walk
+// of rows finds.
+func sameAsAWalk(t *testing.T, list func(context.Context, ledger.RequestFilter) (ledger.RequestPage, error), rows []listed, filters []ledger.RequestFilter) {
+	t.Helper()
+	checked := 0
+	for _, f := range filters {
+		w, g := want(rows, f), got(t, list, f)
+		if fmt.Sprint(w) != fmt.Sprint(g) {
+			t.Errorf("%+v: listed %v, want %v", f, g, w)
+		}
+		checked += len(w)
+	}
+	if checked < 500 {
+		t.Fatalf("the filters matched %d rows in all: the test lists too little to tell", checked)
+	}
+}
+
 // listFilters are the filter combinations the console offers, over the
 // values the tests write: each alone and with a status, and some
 // together; rare and absent matches included.
@@ -176,17 +193,7 @@ func TestListFiltersFindWhatAWalkFinds(t *testing.T) {
 		}
 		rows = append(rows, r)
 	}
-	checked := 0
-	for _, f := range listFilters(base, true) {
-		w, g := want(rows, f), got(t, e.l.ListRequests, f)
-		if fmt.Sprint(w) != fmt.Sprint(g) {
-			t.Errorf("%+v: listed %v, want %v", f, g, w)
-		}
-		checked += len(w)
-	}
-	if checked < 500 {
-		t.Fatalf("the filters matched %d rows in all: the test lists too little to tell", checked)
-	}
+	sameAsAWalk(t, e.l.ListRequests, rows, listFilters(base, true))
 	if _, err := e.l.ListRequests(ctx, ledger.RequestFilter{Text: "!!", Limit: 5}); err == nil || !strings.Contains(err.Error(), "text") {
 		t.Errorf("a text of no words and no request id: %v, want an error naming the text", err)
 	}
@@ -235,17 +242,7 @@ func TestClusterListFiltersFindWhatAWalkFinds(t *testing.T) {
 	if err := e.l.FoldRecords(ctx, recs, 60); err != nil {
 		t.Fatal(err)
 	}
-	checked := 0
-	for _, f := range listFilters(base, false) {
-		w, g := want(rows, f), got(t, e.l.ListCluster, f)
-		if fmt.Sprint(w) != fmt.Sprint(g) {
-			t.Errorf("%+v: listed %v, want %v", f, g, w)
-		}
-		checked += len(w)
-	}
-	if checked < 500 {
-		t.Fatalf("the filters matched %d rows in all: the test lists too little to tell", checked)
-	}
+	sameAsAWalk(t, e.l.ListCluster, rows, listFilters(base, false))
 	if _, err := e.l.ListCluster(ctx, ledger.RequestFilter{Fingerprint: "fp-a", Limit: 5}); err == nil {
 		t.Error("the copy listed by a fingerprint it does not hold")
 	}
