@@ -58,7 +58,16 @@ func (r *runner) consolePages(ctx context.Context) error {
 			CASE id % 100 WHEN 0 THEN '10 attempts exhausted; last error: transient error (HTTP 503): unavailable'
 				WHEN 1 THEN 'attempt 1 ended without an answer' WHEN 2 THEN 'transient error (HTTP 503): unavailable' ELSE '' END,
 			CASE id % 100 WHEN 0 THEN 'exhausted' ELSE '' END, created_at
-		FROM requests`)
+		FROM requests WHERE id % 100000 != 777`)
+	// Rare matches: 1 in 100,000 requests waits (no delivery record), and
+	// another 1 in 100,000 is a subject's, the only requests it has.
+	if err == nil {
+		_, err = db.ExecContext(ctx, `UPDATE requests SET subject = 'rare-subject' WHERE id % 100000 = 4242`)
+	}
+	var first int64
+	if err == nil {
+		err = db.QueryRowContext(ctx, `SELECT min(created_at) FROM requests`).Scan(&first)
+	}
 	var mid, someID string
 	if err == nil {
 		err = db.QueryRowContext(ctx, `SELECT id, request_id FROM requests WHERE id >= (SELECT max(id) / 2 FROM requests) ORDER BY id LIMIT 1`).Scan(&mid, &someID)
@@ -73,8 +82,17 @@ func (r *runner) consolePages(ctx context.Context) error {
 	}
 	defer disp.stop()
 	base := "http://" + disp.Addr("console")
+	// The console's time fields are minutes (UTC): the prefill's requests
+	// are all in the minute after start.
+	start := time.Unix(0, first).UTC().Truncate(time.Minute)
+	minute := func(t time.Time) string { return url.QueryEscape(t.Format("2006-01-02T15:04")) }
 	lists := []string{"/requests", "/requests?status=failed", "/requests?status=delivered", "/requests?status=uncertain&target=local",
-		"/requests?status=retrying&before=" + mid, "/requests?status=failed&subject=", "/request?id=" + url.QueryEscape(someID)}
+		"/requests?status=retrying&before=" + mid, "/requests?status=failed&subject=", "/request?id=" + url.QueryEscape(someID),
+		// Rare and absent matches, each a walk of the million before 0156.
+		"/requests?status=waiting", "/requests?subject=rare-subject", "/requests?status=delivered&subject=rare-subject",
+		"/requests?from=" + minute(start.Add(-48*time.Hour)) + "&to=" + minute(start.Add(-24*time.Hour)),
+		"/requests?status=failed&to=" + minute(start.Add(time.Minute)), "/requests?q=zebra", "/requests?status=delivered&q=zebra",
+		"/requests?q=" + url.QueryEscape(someID), "/requests?target=elsewhere"}
 	// The overview reads the counts kept on write (request_counts): each
 	// fetch reads them again.
 	var listTimes, overviewTimes []time.Duration
@@ -96,7 +114,7 @@ func (r *runner) consolePages(ctx context.Context) error {
 	sortDurations(overviewTimes)
 	p99 := percentile(listTimes, 99)
 	r.rep.add(row{"11", fmt.Sprintf("console: a page of requests over %s requests", count3(rows)),
-		fmt.Sprintf("dispatcher defaults but -retention 720h; requests lists by status (all, failed, delivered, uncertain of a target, a later page of retrying) and one request's page, %d times each, one after another",
+		fmt.Sprintf("dispatcher defaults but -retention 720h; requests lists by status (all, failed, delivered, uncertain of a target, a later page of retrying), rare and absent matches (the 10 waiting among 1,000,000 delivered, a subject with 10 requests alone and delivered, a day before the first request, an old range of failed, a word no ticket holds alone and delivered, a request id, a target no request names) and one request's page, %d times each, one after another",
 			5*r.cfg.Rounds),
 		"p99 " + ms(p99), "—", "—", "≤ 200 ms", verdict(p99 <= 200*time.Millisecond)})
 	op99 := percentile(overviewTimes, 99)

@@ -160,6 +160,24 @@ func TestPages(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `data-id="req-waiting"`) || strings.Contains(body, `data-id="req-failed"`) {
 		t.Errorf("text filter %d:\n%s", code, body)
 	}
+	// The fingerprint filter: the form keeps it, the list holds the
+	// fingerprint's requests only.
+	fp := ticket.Request{RequestID: "req-fp", Tool: "create_ticket", Target: "local", Title: "Checkout 500", Body: "again", Priority: "high",
+		Fingerprint: "checkout-500"}
+	if err := fp.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.l.Create(context.Background(), fp); err != nil {
+		t.Fatal(err)
+	}
+	code, body = e.get(t, "/requests?fingerprint=checkout-500")
+	if code != 200 || !strings.Contains(body, `data-id="req-fp"`) || strings.Contains(body, `data-id="req-waiting"`) ||
+		!strings.Contains(body, `name="fingerprint" value="checkout-500"`) {
+		t.Errorf("fingerprint filter %d:\n%s", code, body)
+	}
+	if code, body = e.get(t, "/requests?q="+url.QueryEscape("--")); code != 400 || !strings.Contains(body, "text: neither a request id nor words") {
+		t.Errorf("a text of no words %d:\n%s", code, body)
+	}
 	if code, body = e.get(t, "/requests?from=yesterday"); code != 400 || !strings.Contains(body, "from: want a date") {
 		t.Errorf("bad time %d:\n%s", code, body)
 	}

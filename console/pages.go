@@ -95,7 +95,7 @@ const timeForm = "2006-01-02T15:04"
 func (c *Console) requests(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := ledger.RequestFilter{Status: q.Get("status"), Target: strings.TrimSpace(q.Get("target")), Subject: strings.TrimSpace(q.Get("subject")),
-		Text: strings.TrimSpace(q.Get("q")), Limit: pageSize}
+		Text: strings.TrimSpace(q.Get("q")), Fingerprint: strings.TrimSpace(q.Get("fingerprint")), Limit: pageSize}
 	var problems []string
 	for _, tf := range []struct {
 		name string

@@ -220,7 +220,7 @@ func (l *Ledger) PruneClusterCopy(ctx context.Context, recordsFrom, trailFrom ui
 // the copy, as ListRequests reads this host's. Each row names the host
 // that holds it.
 func (l *Ledger) ListCluster(ctx context.Context, f RequestFilter) (RequestPage, error) {
-	q, err := listClusterQuery(f)
+	q, err := l.listQueryFor(ctx, clusterFamily, f)
 	if err != nil {
 		return RequestPage{}, err
 	}
@@ -232,35 +232,6 @@ func (l *Ledger) ListCluster(ctx context.Context, f RequestFilter) (RequestPage,
 			}
 		}
 	})
-}
-
-// listClusterQuery is the query of ListCluster's page f.
-func listClusterQuery(f RequestFilter) (listQuery, error) {
-	if f.Limit <= 0 || f.Limit > 500 {
-		return listQuery{}, fmt.Errorf("ledger: list requests: a page is 1 to 500 rows, not %d", f.Limit)
-	}
-	q := listQuery{from: "cluster_requests", key: "id",
-		cols: `id, request_id, subject, ticket_id, target, title, created_at, state, next_attempt_at IS NOT NULL, attempts, last_error, updated_at, host, phase`}
-	switch f.Status {
-	case ListAll:
-	case ListWaiting:
-		q.add(`state IS NULL AND phase = 'accepted'`)
-	case ListInFlight:
-		q.add(`state = ? AND next_attempt_at IS NULL`, request.DeliveryAttempting)
-	case string(request.StatusRetrying):
-		// As ListRequests: each state a range of the state index, merged.
-		q.branch(`state = ?`, string(request.StatusRetrying))
-		q.branch(`state = ? AND next_attempt_at IS NOT NULL`, request.DeliveryAttempting)
-	case string(request.StatusFailed), string(request.StatusUncertain), string(request.StatusDelivered):
-		q.add(`state = ?`, f.Status)
-	default:
-		return listQuery{}, fmt.Errorf("ledger: list requests: no status %q (all, waiting, in_flight, retrying, failed, uncertain, delivered)", f.Status)
-	}
-	if f.Target != "" {
-		q.add(`target = ?`, f.Target)
-	}
-	filterRows(f, "", &q)
-	return q, nil
 }
 
 // ListClaimed is the list status of a record claimed by a host that has

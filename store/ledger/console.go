@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"ticketrelay/request"
@@ -36,7 +35,7 @@ var consoleMigrations = append([]sqlitedb.Step{
 		PRIMARY KEY (id, at)
 	) WITHOUT ROWID;
 	CREATE INDEX deliveries_state_id ON deliveries(state, id);`},
-}, slices.Concat(clusterCopyMigrations, countsMigrations, clusterCountsMigrations)...)
+}, slices.Concat(clusterCopyMigrations, countsMigrations, clusterCountsMigrations, listIndexMigrations)...)
 
 // KeptAttempts bounds the attempts kept per request: the newest ones.
 const KeptAttempts = 50
@@ -97,14 +96,15 @@ const (
 // RequestFilter selects requests for the console's list. Rows come newest
 // first, a page at a time: Before is the id the previous page ended at.
 type RequestFilter struct {
-	Status  string // ListAll, ListWaiting, ListInFlight, or a delivery Status
-	Target  string
-	Subject string
-	Text    string    // in the title or the request id
-	From    time.Time // accepted at or after; zero: no bound
-	To      time.Time // accepted before; zero: no bound
-	Before  int64     // rows with a smaller id; 0: from the newest
-	Limit   int       // rows per page; at most 500
+	Status      string // ListAll, ListWaiting, ListInFlight, or a delivery Status
+	Target      string
+	Subject     string
+	Text        string    // a request id, or words of the ticket (title, body, labels; the copy: title)
+	Fingerprint string    // a create's fingerprint; not in the cluster copy
+	From        time.Time // accepted at or after; zero: no bound
+	To          time.Time // accepted before; zero: no bound
+	Before      int64     // rows with a smaller id; 0: from the newest
+	Limit       int       // rows per page; at most 500
 }
 
 // RequestRow is one request in the list.
@@ -130,118 +130,14 @@ type RequestPage struct {
 	Next int64
 }
 
-// ListRequests reads a page of the requests f selects. A status and a
-// target are read through indexes, newest first; the other filters are
-// checked on the rows walked, so a rare match on a large ledger is found
-// by walking it.
+// ListRequests reads a page of the requests f selects, from the range
+// of the index that holds the fewest of them (see lists.go).
 func (l *Ledger) ListRequests(ctx context.Context, f RequestFilter) (RequestPage, error) {
-	q, err := listRequestsQuery(f)
+	q, err := l.listQueryFor(ctx, ledgerFamily, f)
 	if err != nil {
 		return RequestPage{}, err
 	}
 	return l.listPage(ctx, q, f.Limit, nil)
-}
-
-// listRequestsQuery is the query of ListRequests' page f.
-func listRequestsQuery(f RequestFilter) (listQuery, error) {
-	if f.Limit <= 0 || f.Limit > 500 {
-		return listQuery{}, fmt.Errorf("ledger: list requests: a page is 1 to 500 rows, not %d", f.Limit)
-	}
-	// A delivery status drives the walk from the deliveries' state index;
-	// otherwise the walk is the requests', by id.
-	q := listQuery{from: `deliveries d CROSS JOIN requests r ON r.id = d.id`, key: "d.id"}
-	switch f.Status {
-	case ListAll, ListWaiting:
-		q.from, q.key = `requests r LEFT JOIN deliveries d ON d.id = r.id`, "r.id"
-		if f.Status == ListWaiting {
-			q.add(`d.id IS NULL`)
-		}
-		if f.Target != "" {
-			q.add(`r.target = ?`, f.Target)
-		}
-	case ListInFlight:
-		q.add(`d.state = ? AND d.next_attempt_at IS NULL`, request.DeliveryAttempting)
-	case string(request.StatusRetrying):
-		// An attempt that ended without a known outcome and waits for its
-		// lookup is retrying, as find_request and status report it. Each
-		// state is a range of the state index in id order, merged: one
-		// condition over both states would sort every retrying record.
-		q.branch(`d.state = ?`, string(request.StatusRetrying))
-		q.branch(`d.state = ? AND d.next_attempt_at IS NOT NULL`, request.DeliveryAttempting)
-	case string(request.StatusFailed), string(request.StatusUncertain), string(request.StatusDelivered):
-		q.add(`d.state = ?`, f.Status)
-	default:
-		return listQuery{}, fmt.Errorf("ledger: list requests: no status %q (all, waiting, in_flight, retrying, failed, uncertain, delivered)", f.Status)
-	}
-	if f.Target != "" && f.Status != ListAll && f.Status != ListWaiting {
-		q.add(`d.target = ?`, f.Target)
-	}
-	filterRows(f, "r.", &q)
-	q.cols = q.key + `, r.request_id, r.subject, r.ticket_id, r.target, r.title, r.created_at,
-		d.state, d.next_attempt_at IS NOT NULL, coalesce(d.attempts, 0), coalesce(d.last_error, ''), coalesce(d.updated_at, 0)`
-	return q, nil
-}
-
-// listQuery is the query of a page of a list, newest first by key, its
-// first column: every row of from where all of where holds and, if there
-// are branches, one of them. Each branch is read on its own (a range of
-// an index in key order) and the branches merged, so that no page sorts
-// more than its rows.
-type listQuery struct {
-	cols, from, key string
-	where           []string
-	args            []any
-	branches        []string
-	branchArgs      [][]any
-}
-
-func (q *listQuery) add(cond string, a ...any) {
-	q.where, q.args = append(q.where, cond), append(q.args, a...)
-}
-
-func (q *listQuery) branch(cond string, a ...any) {
-	q.branches, q.branchArgs = append(q.branches, cond), append(q.branchArgs, a)
-}
-
-// sql is the statement and its arguments for a page of limit rows (one
-// more is read, to know whether a next page exists).
-func (q listQuery) sql(limit int) (string, []any) {
-	selects, args := []string{}, []any{}
-	read := func(conds []string, a []any) {
-		s := `SELECT ` + q.cols + ` FROM ` + q.from
-		if len(conds) > 0 {
-			s += ` WHERE ` + strings.Join(conds, ` AND `)
-		}
-		selects, args = append(selects, s), append(args, a...)
-	}
-	if len(q.branches) == 0 {
-		read(q.where, q.args)
-	}
-	for i, b := range q.branches {
-		read(append([]string{b}, q.where...), append(slices.Clone(q.branchArgs[i]), q.args...))
-	}
-	return strings.Join(selects, ` UNION ALL `) + ` ORDER BY 1 DESC LIMIT ?`, append(args, limit+1)
-}
-
-// filterRows adds the filters both lists check on the rows they walk:
-// subject, text, acceptance time and the page's start. prefix names the
-// request's columns.
-func filterRows(f RequestFilter, prefix string, q *listQuery) {
-	if f.Subject != "" {
-		q.add(prefix+`subject = ?`, f.Subject)
-	}
-	if f.Text != "" {
-		q.add(`(instr(`+prefix+`title, ?) > 0 OR instr(`+prefix+`request_id, ?) > 0)`, f.Text, f.Text)
-	}
-	if !f.From.IsZero() {
-		q.add(prefix+`created_at >= ?`, f.From.UnixNano())
-	}
-	if !f.To.IsZero() {
-		q.add(prefix+`created_at < ?`, f.To.UnixNano())
-	}
-	if f.Before > 0 {
-		q.add(q.key+` < ?`, f.Before)
-	}
 }
 
 // listPage reads a page of a list: q's columns are a RequestRow's (id,

@@ -1,23 +1,41 @@
 package ledger
 
-import "ticketrelay/request"
+import (
+	"strings"
+
+	"ticketrelay/request"
+)
 
 // PruneQueryForTest is the query that picks the requests Prune removes.
 const PruneQueryForTest = pruneQuery
 
-// ListQueryForTest is the statement and arguments of a page of the
-// ledger's list (or of the cluster copy's) for f.
-func ListQueryForTest(f RequestFilter, cluster bool) (string, []any, error) {
-	build := listRequestsQuery
+// ListQueriesForTest are the statements and arguments of every query
+// that can read a page of the ledger's list (or of the cluster copy's)
+// for f: one per index that can drive it. A time range reads as the id
+// range lo..hi; text is a request id if requestID, else words.
+func ListQueriesForTest(f RequestFilter, cluster, requestID bool, lo, hi int64) ([]string, [][]any, error) {
+	fam := ledgerFamily
 	if cluster {
-		build = listClusterQuery
+		fam = clusterFamily
 	}
-	q, err := build(f)
+	b := listBounds{lo: lo, hi: hi}
+	var words []string
+	if f.Text != "" && requestID {
+		b.requestID = f.Text
+	} else if f.Text != "" {
+		words = strings.Fields(f.Text)
+	}
+	cands, err := fam.listCandidates(f, b, words)
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
-	s, args := q.sql(f.Limit)
-	return s, args, nil
+	var qs []string
+	var args [][]any
+	for _, c := range cands {
+		s, a := c.sql(f.Limit)
+		qs, args = append(qs, s), append(args, a)
+	}
+	return qs, args, nil
 }
 
 // ActionsQueryForTest reads the comments and updates on a create (its

@@ -217,7 +217,7 @@ func TestSearchByFingerprintReadsItsIndex(t *testing.T) {
 	e := openEnv(t, dbPath(t))
 	q, args := ledger.SearchQueryForTest(request.Search{Fingerprint: "disk-db1", Target: "jira", Status: request.SearchPending, Limit: 10})
 	p := explain(t, fixture.Raw(t, e.path), q, args...)
-	if !strings.Contains(p, "requests_fingerprint") || strings.Contains(p, "TEMP B-TREE") {
-		t.Errorf("the search by fingerprint alone does not walk requests_fingerprint in order: %s", p)
+	if !strings.Contains(p, "tickets_fingerprint") || strings.Contains(p, "TEMP B-TREE") {
+		t.Errorf("the search by fingerprint alone does not walk tickets_fingerprint in order: %s", p)
 	}
 }

@@ -48,14 +48,16 @@ var searchMigrations = []sqlitedb.Step{{Version: searchVersion, SQL: `
 	// A search by fingerprint alone walks the tickets filed with it, newest
 	// first. Partial: only fingerprinted creates pay for an entry, and a
 	// query names the index's conditions (fingerprintTickets) to use it.
-	{Version: searchByFingerprintVersion, SQL: `CREATE INDEX requests_fingerprint ON requests(fingerprint, id) WHERE fingerprint <> '' AND kind = '';`}}
+	{Version: searchByFingerprintVersion, SQL: `CREATE INDEX tickets_fingerprint ON requests(fingerprint, id) WHERE fingerprint <> '' AND kind = '';`}}
 
 // searchByFingerprintVersion is the schema version of the step indexing
 // fingerprinted tickets: the one place its number is written.
 const searchByFingerprintVersion = 22
 
 // fingerprintTickets are the conditions selecting the tickets filed with
-// a fingerprint (bound as the next argument) through requests_fingerprint.
+// a fingerprint (bound as the next argument) through tickets_fingerprint,
+// which the query names: without statistics the planner would take the
+// console's index of every fingerprinted request, occurrences included.
 const fingerprintTickets = "r.fingerprint = ? AND r.fingerprint <> '' AND r.kind = ''"
 
 // matchExpr is the FTS5 query of a search's words (request.SearchWords):
@@ -128,7 +130,7 @@ func searchQuery(s request.Search, words []string) (string, []any) {
 	from, where, args := `tickets_fts f JOIN requests r ON r.id = f.rowid`, []string{"tickets_fts MATCH ?"}, []any{matchExpr(words)}
 	order := "f.rowid"
 	if len(words) == 0 {
-		from, where, args, order = `requests r`, []string{fingerprintTickets}, []any{s.Fingerprint}, "r.id"
+		from, where, args, order = `requests r INDEXED BY tickets_fingerprint`, []string{fingerprintTickets}, []any{s.Fingerprint}, "r.id"
 	} else if s.Fingerprint != "" {
 		where, args = append(where, "r.fingerprint = ?"), append(args, s.Fingerprint)
 	}
