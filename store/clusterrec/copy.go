@@ -242,7 +242,7 @@ func (c *Copy) foldRecords(ctx context.Context, msgs []jetstream.Msg, upTo uint6
 			continue
 		}
 		t := rec.Ticket
-		r.RequestID, r.Subject, r.TicketID, r.Target, r.Title = rec.Scoped(), t.Subject, t.ID, t.Target, t.Title
+		r.RequestID, r.Subject, r.TicketID, r.Target, r.Title, r.Fingerprint = rec.Scoped(), t.Subject, t.ID, t.Target, t.Title, t.Fingerprint
 		r.Host, r.Phase, r.AcceptedAt = rec.Host, string(rec.Phase), t.CreatedAt
 		if d := rec.Delivery; d != nil {
 			r.Delivery, r.By = d.Ledger(r.RequestID), d.By

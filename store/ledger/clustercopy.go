@@ -120,14 +120,14 @@ func (l *Ledger) FoldRecords(ctx context.Context, recs []request.CopiedRecord, u
 					next = d.NextAttemptAt.UnixNano()
 				}
 			}
-			if _, err := p.ExecContext(ctx, `INSERT INTO cluster_requests (rkey, request_id, subject, ticket_id, target, title, host, phase, created_at,
+			if _, err := p.ExecContext(ctx, `INSERT INTO cluster_requests (rkey, request_id, subject, ticket_id, target, title, fingerprint, host, phase, created_at,
 					state, next_attempt_at, attempts, last_error, external_id, updated_at, by_host, rev)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-				ON CONFLICT(rkey) DO UPDATE SET host = excluded.host, phase = excluded.phase, state = excluded.state,
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+				ON CONFLICT(rkey) DO UPDATE SET fingerprint = excluded.fingerprint, host = excluded.host, phase = excluded.phase, state = excluded.state,
 					next_attempt_at = excluded.next_attempt_at, attempts = excluded.attempts, last_error = excluded.last_error,
 					external_id = excluded.external_id, updated_at = excluded.updated_at, by_host = excluded.by_host, rev = excluded.rev
 				WHERE excluded.rev > cluster_requests.rev`,
-				r.Key, r.RequestID, r.Subject, r.TicketID, r.Target, r.Title, r.Host, r.Phase, r.AcceptedAt.UnixNano(),
+				r.Key, r.RequestID, r.Subject, r.TicketID, r.Target, r.Title, r.Fingerprint, r.Host, r.Phase, r.AcceptedAt.UnixNano(),
 				state, next, attempts, lastErr, ext, upd, r.By, int64(r.Rev)); err != nil {
 				return err
 			}

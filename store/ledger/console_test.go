@@ -138,9 +138,6 @@ func TestConsoleQueriesReadIndexes(t *testing.T) {
 	checked := 0
 	for _, cluster := range []bool{false, true} {
 		fingerprints := []string{"", "fp-1"}
-		if cluster {
-			fingerprints = []string{""} // the copy holds none
-		}
 		for _, status := range statuses {
 			for _, target := range []string{"", "jira"} {
 				for _, subject := range []string{"", "s"} {

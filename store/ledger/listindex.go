@@ -90,4 +90,13 @@ var listIndexMigrations = []sqlitedb.Step{{Version: ListIndexVersion, SQL: `CREA
 	BEGIN
 		DELETE FROM cluster_late WHERE id = OLD.id;
 		INSERT INTO cluster_fts (cluster_fts, rowid, title) VALUES ('delete', OLD.id, OLD.title);
-	END;`}}
+	END;`},
+	// The copy keeps each record's fingerprint, so that the installation's
+	// list filters by it as a host's own does; records folded before this
+	// step have none until their next write.
+	{Version: ClusterFingerprintVersion, SQL: `ALTER TABLE cluster_requests ADD COLUMN fingerprint TEXT NOT NULL DEFAULT '';
+	CREATE INDEX cluster_requests_fingerprint ON cluster_requests(fingerprint, id) WHERE fingerprint != '';`}}
+
+// ClusterFingerprintVersion is the migration that keeps fingerprints in
+// the cluster record's copy: the one place its number is written.
+const ClusterFingerprintVersion = 25

@@ -43,9 +43,8 @@ type listFamily struct {
 	// by a request's index, and the condition that keeps status s.
 	statusJoin func(s string) (join string, cond string, args []any)
 	// targetCond is the condition of a target, under status s.
-	targetCond  func(s string) string
-	indexes     map[string]string // filter → index name, of the requests table
-	fingerprint bool              // the table holds fingerprints
+	targetCond func(s string) string
+	indexes    map[string]string // filter → index name, of the requests table
 }
 
 var ledgerFamily = listFamily{
@@ -85,7 +84,6 @@ var ledgerFamily = listFamily{
 	},
 	indexes: map[string]string{"subject": "requests_subject", "target": "requests_target",
 		"fingerprint": "requests_fingerprint", "request_id": ""},
-	fingerprint: true,
 }
 
 var clusterFamily = listFamily{
@@ -111,7 +109,7 @@ var clusterFamily = listFamily{
 	},
 	targetCond: func(string) string { return `r.target = ?` },
 	indexes: map[string]string{"subject": "cluster_requests_subject", "target": "cluster_requests_target",
-		"request_id": "cluster_requests_request_id"},
+		"fingerprint": "cluster_requests_fingerprint", "request_id": "cluster_requests_request_id"},
 }
 
 // stateParts are base read over each range of status s (of target, if
@@ -358,9 +356,6 @@ func (fam listFamily) check(f RequestFilter) error {
 	}
 	if !slices.Contains(listStatusNames, f.Status) {
 		return fmt.Errorf("ledger: list requests: no status %q (all, waiting, in_flight, retrying, failed, uncertain, delivered)", f.Status)
-	}
-	if f.Fingerprint != "" && !fam.fingerprint {
-		return errors.New("ledger: list requests: the copy of the cluster record holds no fingerprints; filter a host's own list by fingerprint")
 	}
 	return nil
 }
