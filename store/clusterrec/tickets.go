@@ -23,6 +23,7 @@ import (
 
 const (
 	ticketPrefix = "t." // t.<ticket_id>: the create that ticket id names
+	updatePrefix = "u." // u.<hash of the create's scoped id>.<hash of the update's>
 )
 
 // indexEntry is an index key's value: the scoped id of the request it
@@ -36,10 +37,14 @@ type indexEntry struct {
 // collision of the 13 bytes of SHA-256 it holds. Nothing is accepted.
 var ErrIndexTaken = errors.New("clusterrec: the index key names another request")
 
-// indexKeys are t's index keys: a create's ticket id.
+// indexKeys are t's index keys: a create's ticket id, an update's place
+// among the updates of the ticket it acts on. Comments need none.
 func indexKeys(t ticket.Ticket) []string {
-	if t.Kind == ticket.KindCreate {
+	switch {
+	case t.Kind == ticket.KindCreate:
 		return []string{ticketPrefix + t.ID}
+	case t.Kind == ticket.KindUpdate && t.On != "":
+		return []string{updateKey(t.On, t.Scoped())}
 	}
 	return nil
 }
