@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"ticketrelay/installation"
 	"ticketrelay/request"
 	"ticketrelay/store/clusterrec"
+	"ticketrelay/testkit/testwait"
 	"ticketrelay/ticket"
 )
 
@@ -68,5 +70,37 @@ func TestTicketIDCollisionRefused(t *testing.T) {
 	}
 	if e, err := kv.Get(ctx, "t."+req.TicketID()); err != nil || string(e.Value()) != string(other) {
 		t.Fatalf("the index key was rewritten: %v", err)
+	}
+}
+
+// A claim cut before its index key (a host lost between its two writes,
+// made here by claiming without the front): the host that adopts it
+// writes the key, so the ticket id resolves on every host.
+func TestAdoptionWritesTheTicketIDKey(t *testing.T) {
+	ctx := ctxT(t)
+	a, b, ha, hb := twoHosts(t)
+	if err := hb.RunOnce(ctx); err != nil { // b beats once, then it is gone
+		t.Fatal(err)
+	}
+	req := newRequest("cut-1", "claimed by b, never indexed")
+	tk := ticket.Ticket{Request: req, ID: req.TicketID(), CreatedAt: time.Now().UTC()}
+	if _, err := b.store.Claim(ctx, tk, req.Hash(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, err := a.front.TicketOf(ctx, "", tk.ID); found || err != nil {
+		t.Fatalf("%s resolved before the adoption wrote its key: %v, %v", tk.ID, found, err)
+	}
+	if !testwait.Until(20*time.Second, func() bool {
+		if err := ha.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rec, _, _, err := a.store.Get(ctx, "cut-1")
+		return err == nil && rec.Host == "host-a"
+	}) {
+		t.Fatal("a never adopted cut-1")
+	}
+	// Not in a's ledger by ticket id alone: b's front answers from the key.
+	if got, found, err := b.front.TicketOf(ctx, "", tk.ID); err != nil || !found || got.Scoped() != "cut-1" {
+		t.Fatalf("%s after the adoption: %+v, %v, %v", tk.ID, got, found, err)
 	}
 }
