@@ -55,6 +55,9 @@ func (d *Deliveries) PriorDelivery(ctx context.Context, scoped string) (request.
 		if p.OnAccepted = found; found && c.Delivery != nil {
 			p.OnDelivery = *c.Delivery.Ledger(on)
 		}
+		if err := d.order(ctx, &p, rec); err != nil { // updates.go
+			return p, err
+		}
 	}
 	return p, nil
 }

@@ -84,6 +84,7 @@ func (f *Front) create(ctx context.Context, req ticket.Request, g *request.Group
 	scoped := req.Scoped()
 	hash := req.Hash()
 	t := ticket.Ticket{Request: req, ID: req.TicketID(), CreatedAt: f.now().UTC()}
+	indexed := f.store.indexing(ctx, t, f.ClaimTimeout) // beside the claim (tickets.go)
 	held, release := f.hold(scoped)
 	defer release()
 	cctx, cancel := context.WithTimeout(ctx, f.ClaimTimeout)
@@ -94,6 +95,9 @@ func (f *Front) create(ctx context.Context, req ticket.Request, g *request.Group
 	}
 	if !c.Mine {
 		return f.replay(req, c.Record), nil
+	}
+	if err := indexed(); err != nil {
+		return request.Result{}, err // the claim is left to a retry, which takes it over
 	}
 	failpoint.Hit(failpoint.FrontAfterClaim) // claimed, not yet committed
 	if g != nil {
@@ -225,16 +229,16 @@ func (d *Delivery) Ledger(scoped string) *request.Delivery {
 
 // TicketOf finds the create ref names among subject's requests, for a
 // comment or an update: in this host's ledger, which holds the creates
-// this host accepted, and, by request_id, in the cluster record, which
-// holds every host's.
+// this host accepted, then in the cluster record, which holds every
+// host's: by ticket_id through its index key (tickets.go), by request_id
+// directly.
 func (f *Front) TicketOf(ctx context.Context, subject, ref string) (ticket.Ticket, bool, error) {
 	t, found, err := f.ledger.TicketOf(ctx, subject, ref)
-	if err != nil || found || ticket.ValidateRequestID(ref) != nil {
+	if err != nil || found {
 		return t, found, err
 	}
-	rec, _, found, err := f.store.Get(ctx, ticket.ScopedID(subject, ref))
-	if err != nil || !found || rec.Ticket.Kind != ticket.KindCreate || rec.Ticket.Subject != subject {
-		return ticket.Ticket{}, false, err
+	if t, found, err = f.byTicketID(ctx, subject, ref); err != nil || found || ticket.ValidateRequestID(ref) != nil {
+		return t, found, err
 	}
-	return rec.Ticket, true, nil
+	return f.createOf(ctx, subject, ticket.ScopedID(subject, ref))
 }

@@ -575,6 +575,9 @@ func (h *Hosts) adoptRecord(ctx context.Context, key, lost string) (bool, error)
 	// A new trace, linked to the claiming call's: its delivery follows it.
 	ctx, span := tracing.StartAdoption(ctx, req.Scoped(), lost, rec.Trace)
 	defer span.End()
+	if err := h.store.indexing(ctx, rec.Ticket, 10*h.store.cfg.OpTimeout)(); err != nil { // a claim cut before its index keys (tickets.go)
+		return false, err
+	}
 	if _, err := h.local.CreateAt(ctx, req, rec.ArgsHash, rec.Ticket.CreatedAt); err != nil {
 		return false, fmt.Errorf("commit %s: %w", req.RequestID, err)
 	}
