@@ -29,7 +29,10 @@ func TestSlowDeliveryIsNotRedelivered(t *testing.T) {
 		return act, nil
 	}
 	cfg := testConfig()
-	cfg.AckWait = 600 * time.Millisecond
+	// Long enough that a keep-alive a busy box delays by a second still
+	// comes before the deadline: the test is about the inbox extending
+	// queued messages at all, not about its timing.
+	cfg.AckWait = 1500 * time.Millisecond
 	cfg.Workers = 2 // a second worker would take a redelivered message
 	e.startForwarder(t, cfg, api)
 	id := e.create(t, api.name)
@@ -85,7 +88,10 @@ func TestQueuedMessagesAreNotRedelivered(t *testing.T) {
 		return act, nil
 	}
 	cfg := testConfig()
-	cfg.AckWait = 600 * time.Millisecond
+	// Long enough that a keep-alive a busy box delays by a second still
+	// comes before the deadline: the test is about the inbox extending
+	// queued messages at all, not about its timing.
+	cfg.AckWait = 1500 * time.Millisecond
 	cfg.Workers = 2
 	// The workers' messages and two queued behind them, with room for two
 	// more: the inbox's pull stays open, and JetStream would redeliver into
