@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"ticketrelay/delivery/downstream/webhook/webhooktest"
+	"ticketrelay/installation"
 	"ticketrelay/testkit/e2eproc"
 	"ticketrelay/testkit/natscluster"
 	"ticketrelay/testkit/testwait"
@@ -163,7 +164,7 @@ func TestDeliveryOnAnotherHostIsOneTrace(t *testing.T) {
 		return hasOp(tr, "tools/call create_in_ops_hook") && wholeDelivery(tr) && attemptEnded("delivered")(tr)
 	})
 	call := span(t, tr, "mcp-front", "tools/call create_in_ops_hook")
-	publish := span(t, tr, "dispatcher", "publish tickets.ops-hook")
+	publish := span(t, tr, "dispatcher", publishOp)
 	attempt := span(t, tr, "dispatcher", "deliver ops-hook")
 	httpCall := span(t, tr, "dispatcher", "HTTP POST")
 	server := span(t, tr, "downstream-fake", "POST "+webhooktest.Path)
@@ -203,11 +204,15 @@ func TestDeliveryOnAnotherHostIsOneTrace(t *testing.T) {
 	}
 }
 
+// publishOp is the relay's publish span on the hosts' installation: named
+// by the subject the message goes out on.
+var publishOp = "publish " + installation.Name("traces").Subject("ops-hook")
+
 // wholeDelivery reports whether tr holds the dispatcher's half of one
 // ticket's path: the relay's publish, the forwarder's attempt and its
 // HTTP call, and the downstream's server span.
 func wholeDelivery(tr jtrace) bool {
-	return hasOp(tr, "publish tickets.ops-hook") && hasOp(tr, "deliver ops-hook") &&
+	return hasOp(tr, publishOp) && hasOp(tr, "deliver ops-hook") &&
 		hasOp(tr, "HTTP POST") && hasOp(tr, "POST "+webhooktest.Path)
 }
 
