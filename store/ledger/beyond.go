@@ -38,15 +38,20 @@ var actionsStep = sqlitedb.Step{Version: ActionsVersion, SQL: `ALTER TABLE reque
 	CREATE VIEW tickets AS
 		SELECT ticket_id, request_id, title, body, priority, labels, created_at FROM requests WHERE kind = '';`}
 
+// ticketOfQuery reads the create a reference names: by its ticket id or
+// its scoped request id, each a single-row index lookup. The unary + keeps
+// the planner off requests_subject (0156), which, without statistics, it
+// would otherwise walk: every request of the caller, for each comment.
+const ticketOfQuery = `SELECT request_id, target, ticket_id FROM requests
+	WHERE +subject = ? AND kind = '' AND (ticket_id = ? OR request_id = ?) LIMIT 1`
+
 // TicketOf finds the create that ref names among subject's requests: its
 // ticket id (tkt_…) or the request_id it was created under. found is
 // false if subject has no such create (a comment or an update is not a
 // ticket).
 func (l *Ledger) TicketOf(ctx context.Context, subject, ref string) (t ticket.Ticket, found bool, err error) {
 	var scoped, target string
-	err = l.db.QueryRow(ctx, `SELECT request_id, target, ticket_id FROM requests
-		WHERE subject = ? AND kind = '' AND (ticket_id = ? OR request_id = ?) LIMIT 1`,
-		subject, ref, ticket.ScopedID(subject, ref)).Scan(&scoped, &target, &t.ID)
+	err = l.db.QueryRow(ctx, ticketOfQuery, subject, ref, ticket.ScopedID(subject, ref)).Scan(&scoped, &target, &t.ID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, false, nil
 	}

@@ -190,6 +190,12 @@ func TestConsoleQueriesReadIndexes(t *testing.T) {
 	if p := plan(ledger.ActionsQueryForTest, "req-1", 10); !strings.Contains(p, "requests_on") || strings.Contains(p, "SCAN r") {
 		t.Errorf("a request's comments and updates are not read through requests_on: %s", p)
 	}
+	// The console's indexes must not draw the accept path's lookups off
+	// their unique keys: a comment's ticket is one row, not a walk of its
+	// caller's requests.
+	if p := plan(ledger.TicketOfQueryForTest, "s", "tkt_x", "s:req"); strings.Contains(p, "requests_subject") || strings.Contains(p, "SCAN") {
+		t.Errorf("a comment's ticket is not read by its ticket id or request id: %s", p)
+	}
 }
 
 // explain is the query plan of q with args: its steps, joined by "; ".

@@ -47,3 +47,7 @@ func SearchQueryForTest(s request.Search) (string, []any) {
 	words, _ := request.SearchWords(s.Text)
 	return searchQuery(s, words)
 }
+
+// TicketOfQueryForTest reads the create a reference names (subject, ref,
+// scoped id).
+const TicketOfQueryForTest = ticketOfQuery
