@@ -151,13 +151,16 @@ func getPage(ctx context.Context, u string) (time.Duration, error) {
 
 // consoleLoad delivers a backlog of BacklogRows to the local target with
 // the console closed, then open in a browser that refreshes the overview
-// and two lists every second, alternately for Rounds rounds; the figure
-// is the delivery rate from the first delivery to the last.
+// and two lists every second, alternately for twice Rounds rounds: a
+// drain lasts a few seconds, too short for Rounds of them to resolve the
+// 5% the target allows (decision 0156). The figure is the delivery rate
+// from the first delivery to the last.
 func (r *runner) consoleLoad(ctx context.Context) error {
 	rows := r.cfg.BacklogRows
 	var rate [2]float64 // closed, open
 	var pages atomic.Int64
-	for k := range 2 * r.cfg.Rounds {
+	rounds := 2 * r.cfg.Rounds
+	for k := range 2 * rounds {
 		open := k%2 == 1
 		dir, err := r.mkdir(fmt.Sprintf("s11-load-%d", k))
 		if err != nil {
@@ -219,11 +222,11 @@ func (r *runner) consoleLoad(ctx context.Context) error {
 		if hi <= lo {
 			return fmt.Errorf("bench: console round %d: no span of deliveries", k)
 		}
-		rate[map[bool]int{false: 0, true: 1}[open]] += float64(rows) / time.Duration(hi-lo).Seconds() / float64(r.cfg.Rounds)
+		rate[map[bool]int{false: 0, true: 1}[open]] += float64(rows) / time.Duration(hi-lo).Seconds() / float64(rounds)
 	}
 	rt := ratio(rate[1], rate[0])
 	r.rep.add(row{"11", fmt.Sprintf("console: delivering a %s-ticket backlog to the local target while the console refreshes", count3(rows)),
-		fmt.Sprintf("dispatcher defaults but -retention 720h; a browser-like client fetching the overview and two lists every second; %d rounds alternating open and closed", r.cfg.Rounds),
+		fmt.Sprintf("dispatcher defaults but -retention 720h; a browser-like client fetching the overview and two lists every second; %d rounds alternating open and closed", rounds),
 		perSec(rate[1]), perSec(rate[0]) + " console closed", times(rt), "≥ 0.95×", verdict(rt >= 0.95)})
 	r.rep.detail("11 load: %d console pages fetched during the open rounds", pages.Load())
 	return nil
