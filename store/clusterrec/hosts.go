@@ -501,7 +501,7 @@ func (l *lease) end() (uint64, error) {
 // recordsSince lists the keys of the records written since from, whose
 // host was lost (as the scan read them; adoptRecord reads them again).
 func (h *Hosts) recordsSince(ctx context.Context, from time.Time, lost string) ([]string, error) {
-	prefix := "$KV." + h.store.cfg.Installation.Bucket() + "."
+	prefix := h.store.subject("")
 	cons, err := h.store.js.OrderedConsumer(ctx, h.store.stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{prefix + recordPrefix + ">"},
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,

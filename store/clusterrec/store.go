@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -206,19 +207,14 @@ func (s *Store) get(ctx context.Context, key string) (rec Record, rev uint64, fo
 
 // getJSON reads key's value from the bucket's stream leader into v.
 func (s *Store) getJSON(ctx context.Context, key string, v any) (rev uint64, found bool, err error) {
-	m, found, err := s.leaderGet(ctx, map[string]any{"last_by_subj": "$KV." + s.cfg.Installation.Bucket() + "." + key})
+	m, found, err := s.leaderGet(ctx, map[string]any{"last_by_subj": s.subject(key)})
 	if err != nil {
 		return 0, false, fmt.Errorf("read %s: %w", key, err)
 	}
-	if !found {
+	// A delete or purge marker: records are never deleted, but an
+	// operator may have; the request is then unknown.
+	if !found || m.deleted() {
 		return 0, false, nil
-	}
-	if len(m.Hdrs) > 0 {
-		// A delete or purge marker: records are never deleted, but an
-		// operator may have; the request is then unknown.
-		if h, err := nats.DecodeHeadersMsg(m.Hdrs); err == nil && h.Get("KV-Operation") != "" {
-			return 0, false, nil
-		}
 	}
 	if err := json.Unmarshal(m.Data, v); err != nil {
 		return 0, false, fmt.Errorf("clusterrec: record %s: %w", key, err)
@@ -233,6 +229,37 @@ type storedMsg struct {
 	Hdrs    []byte    `json:"hdrs"`
 	Data    []byte    `json:"data"`
 	Time    time.Time `json:"time"`
+}
+
+// subject is the bucket stream's subject of key (a key prefix and ">":
+// of every key under it).
+func (s *Store) subject(key string) string { return "$KV." + s.cfg.Installation.Bucket() + "." + key }
+
+// deleted reports whether m is a delete or purge marker.
+func (m storedMsg) deleted() bool {
+	if len(m.Hdrs) == 0 {
+		return false
+	}
+	h, err := nats.DecodeHeadersMsg(m.Hdrs)
+	return err == nil && h.Get("KV-Operation") != ""
+}
+
+// scan reads from the bucket's stream leader, in stream order, the
+// messages of the keys that start with prefix, delete markers left out,
+// and calls each with a message's key until it returns false: every write
+// acknowledged before the call is seen, as by get.
+func (s *Store) scan(ctx context.Context, prefix string, each func(key string, m storedMsg) (more bool)) error {
+	subjects := s.subject("")
+	for seq := uint64(1); ; {
+		m, found, err := s.leaderGet(ctx, map[string]any{"seq": seq, "next_by_subj": subjects + prefix + ">"})
+		if err != nil || !found {
+			return err
+		}
+		seq = m.Seq + 1
+		if !m.deleted() && !each(strings.TrimPrefix(m.Subject, subjects), m) {
+			return nil
+		}
+	}
 }
 
 // leaderGet asks the bucket's stream leader for one message (by

@@ -42,22 +42,20 @@ func (d *Deliveries) order(ctx context.Context, p *request.Prior, rec Record) er
 // answered after this one was. An update without a key (accepted by a build before the keys, or
 // expired) is not ordered. Every read is the stream leader's.
 func (s *Store) earlierUpdate(ctx context.Context, on, scoped string) (bool, error) {
-	subject := "$KV." + s.cfg.Installation.Bucket() + "." + updatePrefix + keyHash(on) + ".>"
 	var earlier []string
-	for seq := uint64(1); ; {
-		m, found, err := s.leaderGet(ctx, map[string]any{"seq": seq, "next_by_subj": subject})
-		if err != nil || !found {
-			return false, err // not found: its own key is not there
-		}
-		seq = m.Seq + 1
+	mine := false
+	err := s.scan(ctx, updatePrefix+keyHash(on)+".", func(_ string, m storedMsg) bool {
 		var e indexEntry
 		if json.Unmarshal(m.Data, &e) != nil {
-			continue // a delete or purge marker
+			return true
 		}
-		if e.Scoped == scoped {
-			break
+		if mine = e.Scoped == scoped; !mine {
+			earlier = append(earlier, e.Scoped)
 		}
-		earlier = append(earlier, e.Scoped)
+		return !mine
+	})
+	if err != nil || !mine {
+		return false, err // not mine: its own key is not there
 	}
 	// The nearest first: the likeliest to be unsettled still.
 	for i := len(earlier) - 1; i >= 0; i-- {

@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -172,29 +171,20 @@ func (s *Store) deleteKey(ctx context.Context, key string) {
 // whose key starts with prefix: every write acknowledged before the call
 // is seen, as by get.
 func (s *Store) listPrefix(ctx context.Context, prefix string) ([]parkedEntry, error) {
-	subjects := "$KV." + s.cfg.Installation.Bucket() + "."
 	var out []parkedEntry
-	for seq := uint64(1); ; {
-		m, found, err := s.leaderGet(ctx, map[string]any{"seq": seq, "next_by_subj": subjects + prefix + ">"})
-		if err != nil {
-			return out, fmt.Errorf("list %s: %w", prefix, err)
-		}
-		if !found {
-			return out, nil
-		}
-		seq = m.Seq + 1
-		if len(m.Hdrs) > 0 {
-			if h, err := nats.DecodeHeadersMsg(m.Hdrs); err == nil && h.Get("KV-Operation") != "" {
-				continue // deleted: published already
-			}
-		}
-		e := parkedEntry{key: strings.TrimPrefix(m.Subject, subjects), rev: m.Seq}
+	err := s.scan(ctx, prefix, func(key string, m storedMsg) bool {
+		e := parkedEntry{key: key, rev: m.Seq}
 		if err := json.Unmarshal(m.Data, &e.p); err != nil {
 			s.log.Warn("an unreadable parked entry is skipped", "key", e.key, "err", err)
-			continue
+			return true
 		}
 		out = append(out, e)
+		return true
+	})
+	if err != nil {
+		return out, fmt.Errorf("list %s: %w", prefix, err)
 	}
+	return out, nil
 }
 
 // SweepParked publishes again the requests parked on creates that are
