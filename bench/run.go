@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"ticketrelay/testkit/e2eproc"
 )
 
 // Run runs the scenarios of cfg, prints the table to cfg.Stdout and writes
@@ -204,7 +206,7 @@ func (r *runner) frontSessions(ctx context.Context, name, dirName string, n int)
 	if dir, err = r.mkdir(dirName); err != nil {
 		return "", nil, nil, err
 	}
-	if front, err = r.startFront(ctx, name, dir, false); err != nil {
+	if front, err = r.startFrontForProfile(ctx, name, dir); err != nil {
 		return "", nil, nil, err
 	}
 	if s, err = connect(ctx, front.mcpURL(), r.cfg.Protocol, n); err != nil {
@@ -212,6 +214,36 @@ func (r *runner) frontSessions(ctx context.Context, name, dirName string, n int)
 		return "", nil, nil, err
 	}
 	return dir, front, s, nil
+}
+
+// startFrontForProfile starts mcp-front as startFront does, under
+// bench/profwrap when -pprof is set, so that profileRound can save the
+// profiles of a scenario's first round.
+func (r *runner) startFrontForProfile(ctx context.Context, name, dir string) (*proc, error) {
+	if r.cfg.PprofDir == "" {
+		return r.startFront(ctx, name, dir, false)
+	}
+	addr, err := e2eproc.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"-create-db", "-db", filepath.Join(dir, "tickets.db"), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0"}
+	env := append(append([]string(nil), r.cfg.FrontEnv...), "BENCH_PPROF_ADDR="+addr)
+	p, err := startProc(ctx, name, r.bin("profwrap"), dir, append(args, r.cfg.FrontArgs...), env, "mcp", "metrics")
+	if err != nil {
+		return nil, err
+	}
+	p.pprof = addr
+	return p, nil
+}
+
+// profileRound has l save a CPU profile of its window as name when front
+// runs under profwrap and this is the first round.
+func (r *runner) profileRound(l load, front *proc, round int, name string) load {
+	if front.pprof != "" && round == 0 {
+		l.during = r.profile(front.pprof, name)
+	}
+	return l
 }
 
 // startFront starts mcp-front on dir/tickets.db with ports chosen by the

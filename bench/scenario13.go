@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync/atomic"
+	"time"
 )
 
 // fingerprintScenario is issue 35's "a fingerprinted repeat against a
@@ -65,18 +66,32 @@ func (r *runner) scenario13(ctx context.Context, n int) error {
 		return err
 	}
 	repeats, replays := &outcome{}, &outcome{}
-	for range r.cfg.Rounds {
-		l := r.timed(createTool, &cycleSource{list: filed.done}, front)
+	var ops, commits, commitSecs float64
+	for round := range r.cfg.Rounds {
+		l := r.profileRound(r.timed(createTool, &cycleSource{list: filed.done}, front), front, round, "mcp-front-replay")
 		l.replayed = true
 		o, err := s.run(ctx, l)
 		if err != nil {
 			return err
 		}
 		replays.merge(o)
-		if o, err = s.run(ctx, r.timed(createTool, &repeatSource{}, front)); err != nil {
+		before, err := scrape(front.Addr("metrics"))
+		if err != nil {
+			return err
+		}
+		if o, err = s.run(ctx, r.profileRound(r.timed(createTool, &repeatSource{}, front), front, round, "mcp-front-repeat")); err != nil {
 			return err
 		}
 		repeats.merge(o)
+		after, err := scrape(front.Addr("metrics"))
+		if err != nil {
+			return err
+		}
+		ops0, commits0 := before.Histogram(commitBatch)
+		ops1, commits1 := after.Histogram(commitBatch)
+		secs0, _ := before.Histogram(commitSeconds)
+		secs1, _ := after.Histogram(commitSeconds)
+		ops, commits, commitSecs = ops+ops1-ops0, commits+commits1-commits0, commitSecs+secs1-secs0
 	}
 	s.close()
 	if err := stopAll(front); err != nil {
@@ -96,7 +111,8 @@ func (r *runner) scenario13(ctx context.Context, n int) error {
 			"against replays of %d earlier creates, alternately; %d fingerprinted ticket(s) filed in all; %s",
 			benchFingerprints, len(filed.done), tickets, r.rounds()),
 		perSec(repeats.throughput()), perSec(replays.throughput()) + " replays", times(rt), "≥ 0.8×", result})
-	r.rep.detail("%s", describe(fmt.Sprintf("13 fingerprinted repeat @%d", n), repeats, "mcp-front"))
+	r.rep.detail("%s; %.1f ops/commit, %s a commit", describe(fmt.Sprintf("13 fingerprinted repeat @%d", n), repeats, "mcp-front"),
+		ratio(ops, commits), time.Duration(ratio(commitSecs, commits)*float64(time.Second)).Round(time.Microsecond))
 	r.rep.detail("%s", describe(fmt.Sprintf("13 plain replay @%d", n), replays, "mcp-front"))
 	return nil
 }

@@ -78,8 +78,8 @@ func (r *runner) scenario14(ctx context.Context, n int) error {
 		return err
 	}
 	create, comment := &outcome{}, &outcome{}
-	for range r.cfg.Rounds {
-		o, err := s.run(ctx, r.timed(createTool, filed, front))
+	for round := range r.cfg.Rounds {
+		o, err := s.run(ctx, r.profileRound(r.timed(createTool, filed, front), front, round, "mcp-front-create"))
 		if err != nil {
 			return err
 		}
@@ -87,7 +87,7 @@ func (r *runner) scenario14(ctx context.Context, n int) error {
 		comments.mu.Lock()
 		comments.tickets = filed.filed()
 		comments.mu.Unlock()
-		if o, err = s.run(ctx, r.timed(commentTool, comments, front)); err != nil {
+		if o, err = s.run(ctx, r.profileRound(r.timed(commentTool, comments, front), front, round, "mcp-front-comment")); err != nil {
 			return err
 		}
 		comment.merge(o)

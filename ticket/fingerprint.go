@@ -1,5 +1,7 @@
 package ticket
 
+import "strings"
+
 // MaxFingerprintLen bounds a fingerprint, in bytes: it is a caller's name
 // for a problem ("checkout-500", a hash of a stack trace), stored with
 // every report of it and shown in the occurrence comments.
@@ -33,16 +35,19 @@ func ValidateFingerprint(fp string) error {
 // hold it, and the occurrence comment that quotes it must not pass for
 // another request's delivery.
 func Defuse(s string) string {
-	if !containsFold(s, ReservedTitleMarker) {
+	var b strings.Builder
+	for {
+		i := indexFold(s, ReservedTitleMarker)
+		if i < 0 {
+			break
+		}
+		b.WriteString(s[:i+1])
+		b.WriteByte(' ')
+		s = s[i+1:]
+	}
+	if b.Len() == 0 {
 		return s
 	}
-	var b []byte
-	for i := 0; i < len(s); i++ {
-		if s[i] == '[' && hasPrefixFold(s[i:], ReservedTitleMarker) {
-			b = append(b, '[', ' ')
-			continue
-		}
-		b = append(b, s[i])
-	}
-	return string(b)
+	b.WriteString(s)
+	return b.String()
 }

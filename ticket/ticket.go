@@ -242,13 +242,37 @@ func hasPrefixFold(s, prefix string) bool {
 
 // containsFold reports whether sub occurs in s under Unicode case folding.
 func containsFold(s, sub string) bool {
+	return indexFold(s, sub) >= 0
+}
+
+// indexFold is the byte offset of the first match of sub in s under
+// Unicode case folding, or -1. A sub that starts with an ASCII byte that
+// is no letter (the reserved marker's '[') can only match where that byte
+// is, since no other rune folds to it: the bodies it checks are scanned
+// at memchr speed, not rune by rune.
+func indexFold(s, sub string) int {
+	if sub != "" && sub[0] < utf8.RuneSelf && !isASCIILetter(sub[0]) {
+		for i := 0; i < len(s); {
+			j := strings.IndexByte(s[i:], sub[0])
+			if j < 0 {
+				return -1
+			}
+			if hasPrefixFold(s[i+j:], sub) {
+				return i + j
+			}
+			i += j + 1
+		}
+		return -1
+	}
 	for i := range s {
 		if hasPrefixFold(s[i:], sub) {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
+
+func isASCIILetter(c byte) bool { return 'a' <= c|0x20 && c|0x20 <= 'z' }
 
 // checkText rejects invalid UTF-8, U+FFFD (what a JSON decoder leaves where
 // the sender's bytes or escapes were not valid UTF-8) and control characters

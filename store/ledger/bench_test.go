@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -151,4 +152,46 @@ func BenchmarkPriorDeliveries(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkGroupOccurrence is scenario 13's write: 32 goroutines report
+// one of 8 open fingerprints under fresh request ids, each an occurrence
+// comment with its outbox row. cpu-µs/op is the process's CPU per report.
+func BenchmarkGroupOccurrence(b *testing.B) {
+	l, m := benchLedger(b)
+	g := request.Grouping{Window: time.Hour, Comments: true}
+	reqs := benchRequests(b, b.N+8)
+	for i := range reqs {
+		reqs[i].Fingerprint = fmt.Sprintf("bench-%d", i%8)
+	}
+	for _, r := range reqs[:8] {
+		if _, err := l.Group(context.Background(), r, g); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reqs = reqs[8:]
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	cpu := processCPU(b)
+	for range 32 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(reqs)) {
+					return
+				}
+				res, err := l.Group(context.Background(), reqs[i], g)
+				if err != nil || !res.Grouped {
+					b.Errorf("%s: grouped %v, %v", reqs[i].RequestID, res.Grouped, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	cpu = processCPU(b) - cpu
+	b.StopTimer()
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(opsPerCommit(b, m), "ops/commit")
 }

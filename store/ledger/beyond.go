@@ -38,12 +38,25 @@ var actionsStep = sqlitedb.Step{Version: ActionsVersion, SQL: `ALTER TABLE reque
 	CREATE VIEW tickets AS
 		SELECT ticket_id, request_id, title, body, priority, labels, created_at FROM requests WHERE kind = '';`}
 
-// ticketOfQuery reads the create a reference names: by its ticket id or
-// its scoped request id, each a single-row index lookup. The unary + keeps
+// TicketIndexVersion is the schema version of ticketIndexStep: the one
+// place its number is written.
+const TicketIndexVersion = 26
+
+// ticketIndexStep keeps only creates in requests_ticket: a reference by
+// ticket id names a create (ticketOfQuery says kind = ''), and a comment,
+// an update or an occurrence carries its ticket's id, so each of them
+// wrote an index entry on its ticket's page that no lookup reads (0199).
+var ticketIndexStep = sqlitedb.Step{Version: TicketIndexVersion, SQL: `DROP INDEX requests_ticket;
+	CREATE INDEX requests_ticket ON requests(ticket_id) WHERE kind = '';`}
+
+// ticketOfQuery reads the create a reference names (?2 its ticket id, ?3
+// its scoped request id) among the requests of subject ?1: each a
+// single-row index lookup. Two selects, since SQLite does not take a
+// partial index (requests_ticket) for one side of an OR; the unary + keeps
 // the planner off requests_subject (0156), which, without statistics, it
 // would otherwise walk: every request of the caller, for each comment.
-const ticketOfQuery = `SELECT request_id, target, ticket_id FROM requests
-	WHERE +subject = ? AND kind = '' AND (ticket_id = ? OR request_id = ?) LIMIT 1`
+const ticketOfQuery = `SELECT request_id, target, ticket_id FROM requests WHERE ticket_id = ?2 AND kind = '' AND +subject = ?1
+	UNION ALL SELECT request_id, target, ticket_id FROM requests WHERE request_id = ?3 AND kind = '' AND +subject = ?1 LIMIT 1`
 
 // TicketOf finds the create that ref names among subject's requests: its
 // ticket id (tkt_…) or the request_id it was created under. found is

@@ -18,7 +18,7 @@ import (
 // (searchMigrations), the requests parked until their create settles
 // (waitingMigrations), the open fingerprint groups (fingerprintStep) and
 // the console's attempts (consoleMigrations).
-var Migrations = slices.Concat(migrations, []sqlitedb.Step{actionsStep, fingerprintStep}, searchMigrations, waitingMigrations, consoleMigrations)
+var Migrations = slices.Concat(migrations, []sqlitedb.Step{actionsStep, fingerprintStep}, searchMigrations, waitingMigrations, consoleMigrations, []sqlitedb.Step{ticketIndexStep})
 
 // migrations are the ledger's steps: the tables requests (with the tickets
 // view), deliveries, dispatchers and settings. Append only: never edit a
