@@ -75,8 +75,10 @@ func (s *Server) joined(out *createResult) {
 	if !s.beyond[out.Target].Comments {
 		what = out.Target + " takes no comments: the occurrence is counted here, and nothing more is written there"
 	}
-	out.Detail = fmt.Sprintf("Grouped: ticket %s (first filed under request_id %s) is open with this fingerprint; this report is occurrence %d "+
-		"of it and %s. find_request with this request_id follows it. Do not file it again.", out.TicketID, out.GroupedOn, out.Occurrences, what)
+	// grouped_on and occurrences say the rest; an agent reads this text
+	// (and pays for its tokens) on every repeated report.
+	out.Detail = fmt.Sprintf("Grouped: occurrence %d of open ticket %s (same fingerprint); %s. find_request follows it. Do not file it again.",
+		out.Occurrences, out.TicketID, what)
 }
 
 // closeGroup ends the group of the ticket a closing update r acts on,

@@ -59,17 +59,6 @@ func (l *Ledger) Group(ctx context.Context, req ticket.Request, g request.Groupi
 	var res request.Result
 	err := l.w.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		ptx := l.w.Prepared(tx)
-		var exists int
-		switch err := ptx.QueryRowContext(ctx, `SELECT 1 FROM requests WHERE request_id = ?`, req.Scoped()).Scan(&exists); {
-		case err == nil:
-			var err error
-			if res, err = lookup(ctx, ptx, req, hash); err == nil && res.Grouped {
-				res.TicketLink, err = linkOf(ctx, ptx, ticket.ScopedID(req.Subject, res.GroupedOn))
-			}
-			return err
-		case !errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("ledger: look up %s: %w", req.RequestID, err)
-		}
 		key := request.GroupKey(req.Subject, req.Target, req.Fingerprint)
 		var first, state string
 		var opened int64
@@ -83,22 +72,20 @@ func (l *Ledger) Group(ctx context.Context, req ticket.Request, g request.Groupi
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("ledger: read the group of %s: %w", req.RequestID, err)
 		}
+		// Either insert writes nothing if the request id is stored: then
+		// this is a replay or a conflict, answered from its row.
+		var inserted bool
 		if err == nil && state != string(request.StatusFailed) && now.Before(time.Unix(0, opened).Add(g.Window)) {
-			res, err = l.occur(ctx, ptx, req, hash, now, tp, ts, first, n+1, g.Comments)
-			res.TicketLink = link
-			if err == nil {
-				_, err = ptx.ExecContext(ctx, `UPDATE fingerprint_groups SET occurrences = ? WHERE key = ?`, n+1, key)
+			if res, inserted, err = l.occur(ctx, ptx, req, hash, now, tp, ts, first, n+1, g.Comments); err != nil || !inserted {
+				return l.stored(ctx, ptx, req, hash, &res, err)
 			}
+			res.TicketLink = link
+			_, err = ptx.ExecContext(ctx, `UPDATE fingerprint_groups SET occurrences = ? WHERE key = ?`, n+1, key)
 			return err
 		}
-		r, inserted, err := l.insert(ctx, ptx, req, hash, now, tp, ts)
-		if err != nil {
-			return err
+		if res, inserted, err = l.insert(ctx, ptx, req, hash, now, tp, ts); err != nil || !inserted {
+			return l.stored(ctx, ptx, req, hash, &res, err)
 		}
-		if !inserted {
-			return fmt.Errorf("ledger: insert %s: already stored", req.RequestID)
-		}
-		res = r
 		_, err = ptx.ExecContext(ctx, `INSERT INTO fingerprint_groups (key, first, opened_at, occurrences) VALUES (?, ?, ?, 1)
 			ON CONFLICT(key) DO UPDATE SET first = excluded.first, opened_at = excluded.opened_at, occurrences = 1`,
 			key, req.Scoped(), now.UnixNano())
@@ -107,30 +94,40 @@ func (l *Ledger) Group(ctx context.Context, req ticket.Request, g request.Groupi
 	return l.answer(ctx, res, err)
 }
 
+// stored answers a report whose request id the ledger holds already (an
+// insert that wrote nothing): a replay of it, or a conflict. err is the
+// insert's.
+func (l *Ledger) stored(ctx context.Context, tx sqlitedb.Tx, req ticket.Request, hash string, res *request.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	if *res, err = lookup(ctx, tx, req, hash); err == nil && res.Grouped {
+		res.TicketLink, err = linkOf(ctx, tx, ticket.ScopedID(req.Subject, res.GroupedOn))
+	}
+	return err
+}
+
 // occur stores req as the n-th report on the ticket whose create is first
 // (a scoped id): an occurrence comment (request.Occurrence) with its outbox
 // row, or, where the target takes no comments, the row alone with its
 // delivery settled, since nothing is to be written downstream.
-func (l *Ledger) occur(ctx context.Context, tx sqlitedb.Tx, req ticket.Request, hash string, now time.Time, tp, ts, first string, n int, comments bool) (request.Result, error) {
+func (l *Ledger) occur(ctx context.Context, tx sqlitedb.Tx, req ticket.Request, hash string, now time.Time, tp, ts, first string, n int, comments bool) (_ request.Result, inserted bool, err error) {
 	c := request.Occurrence(req, first, n)
 	res, id, inserted, err := insertRow(ctx, tx, c, hash, now,
 		request.Result{Grouped: true, GroupedOn: requestIDOf(first, req.Subject), Occurrences: n})
-	if err == nil && !inserted {
-		err = fmt.Errorf("ledger: insert %s: already stored", req.RequestID)
-	}
-	if err != nil {
-		return request.Result{}, err
+	if err != nil || !inserted {
+		return request.Result{}, false, err
 	}
 	if comments {
-		return res, insertOutbox(ctx, tx, c, id, now, tp, ts)
+		return res, true, insertOutbox(ctx, tx, c, id, now, tp, ts)
 	}
 	res.Status = request.StatusDelivered
 	_, err = tx.ExecContext(ctx, `INSERT INTO deliveries (id, target, state, updated_at) VALUES (?, ?, ?, ?)`,
 		id, req.Target, string(request.StatusDelivered), now.UnixNano())
 	if err != nil {
-		return request.Result{}, fmt.Errorf("ledger: record occurrence %s: %w", req.RequestID, err)
+		return request.Result{}, false, fmt.Errorf("ledger: record occurrence %s: %w", req.RequestID, err)
 	}
-	return res, nil
+	return res, true, nil
 }
 
 // linkColumns read a create's delivery state and where it was delivered,

@@ -44,6 +44,11 @@ func TestGroupFilesOnceAndCountsOccurrences(t *testing.T) {
 	if err != nil || !again.Replayed || !again.Grouped || again.Occurrences != 2 || third.Occurrences != 3 {
 		t.Fatalf("r-2 again: %+v, %v (r-3: %+v); want a replay of occurrence 2", again, err, third)
 	}
+	// The first report again, its group open: it replays the create, and
+	// is no occurrence of its own ticket.
+	if res, err := e.l.Group(ctx, fingerprinted("r-1", "checkout-500"), grouping); err != nil || !res.Replayed || res.Grouped || res.TicketID != first.TicketID {
+		t.Fatalf("r-1 again: %+v, %v; want a replay of the create", res, err)
+	}
 	other := fingerprinted("r-2", "checkout-500")
 	other.Title = "Another title"
 	var conflict *request.ConflictError
