@@ -43,7 +43,7 @@ var actionsStep = sqlitedb.Step{Version: ActionsVersion, SQL: `ALTER TABLE reque
 const TicketIndexVersion = 26
 
 // ticketIndexStep keeps only creates in requests_ticket: a reference by
-// ticket id names a create (ticketOfQuery says kind = ”), and a comment,
+// ticket id names a create (ticketOfQuery reads creates only), and a comment,
 // an update or an occurrence carries its ticket's id, so each of them
 // wrote an index entry on its ticket's page that no lookup reads (0199).
 var ticketIndexStep = sqlitedb.Step{Version: TicketIndexVersion, SQL: `DROP INDEX requests_ticket;
