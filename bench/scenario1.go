@@ -102,7 +102,7 @@ func (r *runner) scenario1(ctx context.Context, n int, top bool) error {
 		}
 	}
 	res := &s1Result{noop: &outcome{}, create: &outcome{}, sdk: &outcome{}}
-	var ops, commits, commitSecs float64
+	var tally commitTally
 	for round := range r.cfg.Rounds {
 		l := r.timed(noopTool, &freshSource{}, front)
 		if pprof && round == 0 {
@@ -130,11 +130,7 @@ func (r *runner) scenario1(ctx context.Context, n int, top bool) error {
 		if err != nil {
 			return err
 		}
-		ops0, commits0 := before.Histogram(commitBatch)
-		ops1, commits1 := after.Histogram(commitBatch)
-		secs0, _ := before.Histogram(commitSeconds)
-		secs1, _ := after.Histogram(commitSeconds)
-		ops, commits, commitSecs = ops+ops1-ops0, commits+commits1-commits0, commitSecs+secs1-secs0
+		tally.add(before, after)
 
 		if ss != nil {
 			l = r.timed(createTool, &freshSource{}, sdk)
@@ -147,8 +143,7 @@ func (r *runner) scenario1(ctx context.Context, n int, top bool) error {
 			res.sdk.merge(o)
 		}
 	}
-	res.opsPerCommit = ratio(ops, commits)
-	res.commitTime = time.Duration(ratio(commitSecs, commits) * float64(time.Second))
+	res.opsPerCommit, res.commitTime = tally.opsPerCommit(), tally.meanCommit()
 	r.s1[n] = res
 	if r.cfg.wants(1) {
 		r.report1(n, top, res)

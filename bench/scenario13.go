@@ -66,7 +66,7 @@ func (r *runner) scenario13(ctx context.Context, n int) error {
 		return err
 	}
 	repeats, replays := &outcome{}, &outcome{}
-	var ops, commits, commitSecs float64
+	var tally commitTally
 	for round := range r.cfg.Rounds {
 		l := r.profileRound(r.timed(createTool, &cycleSource{list: filed.done}, front), front, round, "mcp-front-replay")
 		l.replayed = true
@@ -87,11 +87,7 @@ func (r *runner) scenario13(ctx context.Context, n int) error {
 		if err != nil {
 			return err
 		}
-		ops0, commits0 := before.Histogram(commitBatch)
-		ops1, commits1 := after.Histogram(commitBatch)
-		secs0, _ := before.Histogram(commitSeconds)
-		secs1, _ := after.Histogram(commitSeconds)
-		ops, commits, commitSecs = ops+ops1-ops0, commits+commits1-commits0, commitSecs+secs1-secs0
+		tally.add(before, after)
 	}
 	s.close()
 	if err := stopAll(front); err != nil {
@@ -112,7 +108,7 @@ func (r *runner) scenario13(ctx context.Context, n int) error {
 			benchFingerprints, len(filed.done), tickets, r.rounds()),
 		perSec(repeats.throughput()), perSec(replays.throughput()) + " replays", times(rt), "≥ 0.8×", result})
 	r.rep.detail("%s; %.1f ops/commit, %s a commit", describe(fmt.Sprintf("13 fingerprinted repeat @%d", n), repeats, "mcp-front"),
-		ratio(ops, commits), time.Duration(ratio(commitSecs, commits)*float64(time.Second)).Round(time.Microsecond))
+		tally.opsPerCommit(), tally.meanCommit().Round(time.Microsecond))
 	r.rep.detail("%s", describe(fmt.Sprintf("13 plain replay @%d", n), replays, "mcp-front"))
 	return nil
 }

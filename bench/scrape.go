@@ -40,3 +40,22 @@ func meanOf(m e2eproc.Metrics, histogram string) string {
 
 // opsPerCommit is the mean SQLite group-commit batch.
 func opsPerCommit(m e2eproc.Metrics) float64 { return ratio(m.Histogram(commitBatch)) }
+
+// commitTally sums the group commits of measured windows: each window is
+// bracketed by a scrape before and after it.
+type commitTally struct{ ops, commits, secs float64 }
+
+func (t *commitTally) add(before, after e2eproc.Metrics) {
+	ops0, commits0 := before.Histogram(commitBatch)
+	ops1, commits1 := after.Histogram(commitBatch)
+	secs0, _ := before.Histogram(commitSeconds)
+	secs1, _ := after.Histogram(commitSeconds)
+	t.ops, t.commits, t.secs = t.ops+ops1-ops0, t.commits+commits1-commits0, t.secs+secs1-secs0
+}
+
+// opsPerCommit is the windows' mean batch, and meanCommit their mean
+// transaction.
+func (t commitTally) opsPerCommit() float64 { return ratio(t.ops, t.commits) }
+func (t commitTally) meanCommit() time.Duration {
+	return time.Duration(ratio(t.secs, t.commits) * float64(time.Second))
+}
