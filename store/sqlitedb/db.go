@@ -62,10 +62,11 @@ func dsn(path string, readOnly bool) string {
 	} else {
 		q.Add("_pragma", "busy_timeout(0)")
 		q.Add("_pragma", fmt.Sprintf("wal_autocheckpoint(%d)", autoCheckpointPages))
-		// The group commit runs each request under a savepoint; their
-		// statement journal is only for rolling one back, never for
-		// recovery, and on a file it costs two writes per page once a
-		// batch passes 64 KiB.
+		// A statement that may fail half-way (an insert with triggers and
+		// unique keys) journals the pages it changes, so that it alone can
+		// be undone. That journal is never read for recovery; on a file,
+		// which SQLite spills it to past 64 KiB in a transaction, it cost
+		// two writes a page for the rest of each batch (decision 0199).
 		q.Add("_pragma", "temp_store(MEMORY)")
 		q.Set("_txlock", "immediate")
 	}
