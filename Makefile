@@ -76,6 +76,10 @@ run: ## run both processes on DATA; ports: LISTEN, FRONT_METRICS, DISPATCHER_MET
 # waiting on processes, elections and timed loads, not on the CPU; on 2
 # cores 4 at once took the suite from 11.5 to 8 minutes.
 TEST_PACKAGES ?= 4
+# The longest packages start first: go test starts packages in the order
+# named, and ./... alone left the torture, the last of them, running by
+# itself for its last three minutes.
+TEST_FIRST := ./testkit/torture ./store/ledger ./testkit/e2e/multihost ./testkit/powercut
 
 test: SHELL := bash
 test: ## prerequisites checked first, then vet, staticcheck, gofmt and the whole suite with the race detector
@@ -84,7 +88,7 @@ test: ## prerequisites checked first, then vet, staticcheck, gofmt and the whole
 	@$(MAKE) --no-print-directory vet
 	@$(GO) build -o bin/ ./testkit/cmd/testprogress
 	@echo "make test [3/4]: unit and integration tests with -race, every package of ticketrelay (8-15 min on 2 cores, depending on load; torture, e2e and testkit/powercut take longest)"
-	set -o pipefail; $(GO) test -race -count=1 -p $(TEST_PACKAGES) -timeout 20m -json ./... | bin/testprogress
+	set -o pipefail; $(GO) test -race -count=1 -p $(TEST_PACKAGES) -timeout 20m -json $(TEST_FIRST) ./... | bin/testprogress
 	@echo "make test [4/4]: the patched JSON decoder (third_party/segmentio-encoding) with -race"
 	cd third_party/segmentio-encoding && $(GO) test -race -count=1 ./... # a module of its own; upstream's code is not vetted
 	@echo "make test: all steps passed"
