@@ -166,6 +166,13 @@ func runMigrations(ctx context.Context, db *sql.DB, schema Sequence) error {
 	if _, err := conn.ExecContext(ctx, "PRAGMA journal_mode=WAL"); err != nil {
 		return fmt.Errorf("set WAL: %w", err)
 	}
+	// A step that builds an index over a large ledger sorts it: on disk,
+	// not in the process's memory. The writer's small statements keep
+	// temp_store=MEMORY (dsn).
+	if _, err := conn.ExecContext(ctx, "PRAGMA temp_store=FILE"); err != nil {
+		return fmt.Errorf("temp_store: %w", err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), "PRAGMA temp_store=MEMORY")
 	tx, err := conn.BeginTx(ctx, nil) // IMMEDIATE: the other process waits for us
 	if err != nil {
 		return err
