@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -206,7 +207,11 @@ func (r *runner) frontSessions(ctx context.Context, name, dirName string, n int)
 	if dir, err = r.mkdir(dirName); err != nil {
 		return "", nil, nil, err
 	}
-	if front, err = r.startFrontForProfile(ctx, name, dir); err != nil {
+	start := r.startFront
+	if r.cfg.PprofDir != "" {
+		start = r.startProfiledFront
+	}
+	if front, err = start(ctx, name, dir, false); err != nil {
 		return "", nil, nil, err
 	}
 	if s, err = connect(ctx, front.mcpURL(), r.cfg.Protocol, n); err != nil {
@@ -214,27 +219,6 @@ func (r *runner) frontSessions(ctx context.Context, name, dirName string, n int)
 		return "", nil, nil, err
 	}
 	return dir, front, s, nil
-}
-
-// startFrontForProfile starts mcp-front as startFront does, under
-// bench/profwrap when -pprof is set, so that profileRound can save the
-// profiles of a scenario's first round.
-func (r *runner) startFrontForProfile(ctx context.Context, name, dir string) (*proc, error) {
-	if r.cfg.PprofDir == "" {
-		return r.startFront(ctx, name, dir, false)
-	}
-	addr, err := e2eproc.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	args := []string{"-create-db", "-db", filepath.Join(dir, "tickets.db"), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0"}
-	env := append(append([]string(nil), r.cfg.FrontEnv...), "BENCH_PPROF_ADDR="+addr)
-	p, err := startProc(ctx, name, r.bin("profwrap"), dir, append(args, r.cfg.FrontArgs...), env, "mcp", "metrics")
-	if err != nil {
-		return nil, err
-	}
-	p.pprof = addr
-	return p, nil
 }
 
 // profileRound has l save a CPU profile of its window as name when front
@@ -249,12 +233,31 @@ func (r *runner) profileRound(l load, front *proc, round int, name string) load 
 // startFront starts mcp-front on dir/tickets.db with ports chosen by the
 // system.
 func (r *runner) startFront(ctx context.Context, name, dir string, noop bool, env ...string) (*proc, error) {
+	return r.startFrontBinary(ctx, name, r.bin("mcp-front"), dir, noop, env...)
+}
+
+// startProfiledFront is startFront with bench/profwrap (mcp-front's own
+// code with a pprof listener, at p.pprof) for -pprof.
+func (r *runner) startProfiledFront(ctx context.Context, name, dir string, noop bool, env ...string) (*proc, error) {
+	addr, err := e2eproc.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	p, err := r.startFrontBinary(ctx, name, r.bin("profwrap"), dir, noop, append(slices.Clip(env), "BENCH_PPROF_ADDR="+addr)...)
+	if err != nil {
+		return nil, err
+	}
+	p.pprof = addr
+	return p, nil
+}
+
+func (r *runner) startFrontBinary(ctx context.Context, name, bin, dir string, noop bool, env ...string) (*proc, error) {
 	args := []string{"-create-db", "-db", filepath.Join(dir, "tickets.db"), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0"}
 	if noop {
 		args = append(args, "-bench-noop-tool")
 	}
 	args = append(args, r.cfg.FrontArgs...)
-	return startProc(ctx, name, r.bin("mcp-front"), dir, args, append(append([]string(nil), r.cfg.FrontEnv...), env...), "mcp", "metrics")
+	return startProc(ctx, name, bin, dir, args, append(append([]string(nil), r.cfg.FrontEnv...), env...), "mcp", "metrics")
 }
 
 // startDispatcher starts a dispatcher with its embedded nats-server on

@@ -7,11 +7,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"ticketrelay/front/mcptools"
-	"ticketrelay/testkit/e2eproc"
 )
 
 const (
@@ -55,16 +53,12 @@ func (r *runner) scenario1(ctx context.Context, n int, top bool) error {
 	if err != nil {
 		return err
 	}
-	var frontEnv []string
 	pprof := top && r.cfg.PprofDir != ""
+	start := r.startFront
 	if pprof {
-		addr, err := e2eproc.FreeAddr()
-		if err != nil {
-			return err
-		}
-		frontEnv = append(frontEnv, "BENCH_PPROF_ADDR="+addr)
+		start = r.startProfiledFront
 	}
-	front, err := r.startFrontMaybeProfiled(ctx, dir, pprof, frontEnv)
+	front, err := start(ctx, "mcp-front", dir, true)
 	if err != nil {
 		return err
 	}
@@ -175,24 +169,6 @@ func (r *runner) scenario1(ctx context.Context, n int, top bool) error {
 		ss.close()
 	}
 	return stopAll(front, sdk)
-}
-
-func (r *runner) startFrontMaybeProfiled(ctx context.Context, dir string, pprof bool, env []string) (*proc, error) {
-	if !pprof {
-		return r.startFront(ctx, "mcp-front", dir, true)
-	}
-	// bench/profwrap runs mcp-front's own code with a pprof listener.
-	args := []string{"-create-db", "-db", filepath.Join(dir, "tickets.db"), "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-bench-noop-tool"}
-	p, err := startProc(ctx, "mcp-front", r.bin("profwrap"), dir, append(args, r.cfg.FrontArgs...), append(append([]string(nil), r.cfg.FrontEnv...), env...), "mcp", "metrics")
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range env {
-		if a, ok := strings.CutPrefix(e, "BENCH_PPROF_ADDR="); ok {
-			p.pprof = a
-		}
-	}
-	return p, nil
 }
 
 // profile returns a hook that saves a CPU profile of the measured window.
