@@ -25,13 +25,12 @@ func ListQueriesForTest(f RequestFilter, cluster, requestID bool, lo, hi int64) 
 	} else if f.Text != "" {
 		words = strings.Fields(f.Text)
 	}
-	cands, err := fam.listCandidates(f, b, words)
-	if err != nil {
+	if err := fam.check(f); err != nil {
 		return nil, nil, err
 	}
 	var qs []string
 	var args [][]any
-	for _, c := range cands {
+	for _, c := range fam.listCandidates(f, b, words) {
 		s, a := c.sql(f.Limit)
 		qs, args = append(qs, s), append(args, a)
 	}

@@ -222,13 +222,11 @@ type listBounds struct {
 
 var allIDs = listBounds{lo: 0, hi: math.MaxInt64}
 
-// listCandidates are the queries that can read f's page, one per index
-// that can drive it, each checking the other filters on its rows; the
-// first in rank order, then, are the likelier to be small.
-func (fam listFamily) listCandidates(f RequestFilter, b listBounds, words []string) ([]listQuery, error) {
-	if err := fam.check(f); err != nil {
-		return nil, err
-	}
+// listCandidates are the queries that can read f's page (a filter check
+// passed), one per index that can drive it, each checking the other
+// filters on its rows; the first in rank order, then, are the likelier to
+// be small.
+func (fam listFamily) listCandidates(f RequestFilter, b listBounds, words []string) []listQuery {
 	timed := !f.From.IsZero() || !f.To.IsZero()
 	// filters adds every filter but the driver's own to p.
 	filters := func(p *listPart, driver string) {
@@ -346,7 +344,7 @@ func (fam listFamily) listCandidates(f RequestFilter, b listBounds, words []stri
 			out[i].parts = append(out[i].parts, p)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // check refuses a filter no page can answer, before anything is read.
@@ -421,15 +419,12 @@ func (l *Ledger) listQueryFor(ctx context.Context, fam listFamily, f RequestFilt
 	if err != nil {
 		return listQuery{}, err
 	}
-	cands, err := fam.listCandidates(f, b, words)
-	if err != nil {
-		return listQuery{}, err
+	cands := fam.listCandidates(f, b, words)
+	if len(cands) == 1 {
+		return cands[0], nil
 	}
 	best, bestN := 0, int64(math.MaxInt64)
 	for i, c := range cands {
-		if len(cands) == 1 {
-			break
-		}
 		n, err := l.estimate(ctx, c)
 		if err != nil {
 			return listQuery{}, err
