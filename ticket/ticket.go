@@ -356,12 +356,28 @@ func (r *Request) Scoped() string { return ScopedID(r.Subject, r.RequestID) }
 
 var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
 
+const (
+	idPrefix = "tkt_"
+	idBytes  = 13 // of the SHA-256
+)
+
 // IDFor derives the ticket id from a request's scoped id (ScopedID), so
 // that two instances that accept the same request answer with the same
 // ticket id.
 func IDFor(requestID string) string {
 	sum := sha256.Sum256([]byte(requestID))
-	return "tkt_" + idEncoding.EncodeToString(sum[:13])
+	return idPrefix + idEncoding.EncodeToString(sum[:idBytes])
+}
+
+// IsID reports whether s has the form of a ticket id (IDFor's output),
+// which is also a valid part of a cluster record's key.
+func IsID(s string) bool {
+	enc, ok := strings.CutPrefix(s, idPrefix)
+	if !ok || len(enc) != idEncoding.EncodedLen(idBytes) {
+		return false
+	}
+	b, err := idEncoding.DecodeString(enc)
+	return err == nil && idEncoding.EncodeToString(b) == enc
 }
 
 // Ticket is an accepted request: what the ledger row holds and the forwarder

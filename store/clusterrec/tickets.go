@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"ticketrelay/ticket"
@@ -117,7 +116,7 @@ func (s *Store) ensureKey(ctx context.Context, key, scoped string) error {
 // index key; found is false if ref is no ticket id, or names no create
 // of subject's.
 func (f *Front) byTicketID(ctx context.Context, subject, ref string) (ticket.Ticket, bool, error) {
-	if !isTicketID(ref) {
+	if !ticket.IsID(ref) {
 		return ticket.Ticket{}, false, nil
 	}
 	var e indexEntry
@@ -135,21 +134,3 @@ func (f *Front) createOf(ctx context.Context, subject, scoped string) (ticket.Ti
 	}
 	return rec.Ticket, true, nil
 }
-
-// isTicketID reports whether ref has the form of a ticket id
-// (ticket.IDFor): also what makes it a valid part of a key.
-func isTicketID(ref string) bool {
-	rest, ok := strings.CutPrefix(ref, "tkt_")
-	if !ok || len(ref) != len(ticketIDForm) {
-		return false
-	}
-	for _, c := range rest {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'z') {
-			return false
-		}
-	}
-	return true
-}
-
-// ticketIDForm is a ticket id, for its length.
-var ticketIDForm = ticket.IDFor("")
