@@ -61,6 +61,18 @@ func opsPerCommit(b *testing.B, m *metrics.Writer) float64 {
 
 // createConcurrently runs reqs through l.Create from n goroutines.
 func createConcurrently(b *testing.B, l *ledger.Ledger, n int, reqs []ticket.Request, wantReplayed bool) {
+	concurrently(b, n, reqs, func(r ticket.Request) error {
+		res, err := l.Create(context.Background(), r)
+		if err == nil && res.Replayed != wantReplayed {
+			err = fmt.Errorf("%s: replayed = %v", r.RequestID, res.Replayed)
+		}
+		return err
+	})
+}
+
+// concurrently hands reqs to call from n goroutines; the first error of
+// each goroutine fails the benchmark and stops that goroutine.
+func concurrently(b *testing.B, n int, reqs []ticket.Request, call func(ticket.Request) error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range n {
@@ -70,13 +82,8 @@ func createConcurrently(b *testing.B, l *ledger.Ledger, n int, reqs []ticket.Req
 				if i >= int64(len(reqs)) {
 					return
 				}
-				res, err := l.Create(context.Background(), reqs[i])
-				if err != nil {
+				if err := call(reqs[i]); err != nil {
 					b.Error(err)
-					return
-				}
-				if res.Replayed != wantReplayed {
-					b.Errorf("%s: replayed = %v", reqs[i].RequestID, res.Replayed)
 					return
 				}
 			}
@@ -169,27 +176,15 @@ func BenchmarkGroupOccurrence(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	reqs = reqs[8:]
-	var next atomic.Int64
-	var wg sync.WaitGroup
 	b.ResetTimer()
 	cpu := processCPU(b)
-	for range 32 {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(len(reqs)) {
-					return
-				}
-				res, err := l.Group(context.Background(), reqs[i], g)
-				if err != nil || !res.Grouped {
-					b.Errorf("%s: grouped %v, %v", reqs[i].RequestID, res.Grouped, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	concurrently(b, 32, reqs[8:], func(r ticket.Request) error {
+		res, err := l.Group(context.Background(), r, g)
+		if err == nil && !res.Grouped {
+			err = fmt.Errorf("%s: not grouped", r.RequestID)
+		}
+		return err
+	})
 	cpu = processCPU(b) - cpu
 	b.StopTimer()
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
